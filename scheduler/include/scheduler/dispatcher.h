@@ -1,0 +1,87 @@
+// The dispatcher: per-stream FIFO queues in front of a Device, with a Policy deciding when
+// best-effort work may go. This is where every intercepted launch lands (intercept/ calls
+// submit() from the program's own thread).
+//
+// Rules it keeps:
+//  - Per-stream FIFO order always holds; a stream-wait-event op is not submitted before the
+//    event's latest record was submitted (cross-stream order through events).
+//  - High-priority, communication and unmanaged ops are never deferred: submitted inline in the
+//    caller's thread. If such an op depends on a queued best-effort event record, that producer
+//    stream is drained first (so high priority never waits behind another stream's queued work
+//    except what it explicitly depends on).
+//  - Best-effort ops are admitted by the policy, from the caller's thread or the background thread.
+//  - Starvation bound: a best-effort op at the head of its queue is admitted at most
+//    `be_max_wait_ns` after it became the head (plus one pump interval), whatever the policy says.
+//  - drain_*() return only once everything they depend on was submitted, and return the first
+//    backend error of those ops (a deferred op's error reaches the caller at the next drain, as
+//    CUDA reports asynchronous errors).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "scheduler/device.h"
+#include "scheduler/op.h"
+#include "scheduler/policy.h"
+
+namespace sched {
+
+class ProfileStore;
+class TraceWriter;
+
+struct DispatcherOptions {
+  int64_t be_max_wait_ns = 2'000'000;  // starvation bound for best-effort heads
+  bool background_thread = true;       // admit BE work from a helper thread too (off for the simulator)
+  int64_t pump_interval_ns = 20'000;   // background thread period
+  StreamClass default_class = StreamClass::kUnmanaged;
+  ProfileStore* profiles = nullptr;    // optional: kernel estimates, learned online from completions
+  TraceWriter* trace = nullptr;        // optional: one trace event per submitted op
+};
+
+struct DispatcherStats {
+  uint64_t submitted = 0;          // ops handed to the backend
+  uint64_t submitted_inline = 0;   // of those, in the caller's thread at submit()
+  uint64_t deferred = 0;           // ops that were queued
+  uint64_t forced_by_starvation = 0;
+  uint64_t caller_waits = 0;       // ops whose payload could not be cloned
+  uint64_t queued_now = 0;
+  uint64_t backend_errors = 0;
+};
+
+class Dispatcher {
+ public:
+  Dispatcher(Device& device, std::unique_ptr<Policy> policy, DispatcherOptions options = {});
+  ~Dispatcher();  // drains everything, stops the background thread
+  Dispatcher(const Dispatcher&) = delete;
+  Dispatcher& operator=(const Dispatcher&) = delete;
+
+  // Sets a stream's class (drains the stream first if it had queued work).
+  void set_stream_class(StreamId stream, StreamClass cls);
+  StreamClass stream_class(StreamId stream) const;
+
+  // Submits or queues `op`. Returns the backend's status for an op submitted now, or 0 when it
+  // was queued. An op with a borrowed payload is cloned before queueing; if it cannot be
+  // cloned the call blocks until the op is submitted.
+  int submit(Op&& op);
+
+  int drain_stream(StreamId stream);  // everything queued on `stream`
+  int drain_event(EventId event);     // everything up to the event's latest record
+  int drain_all();                    // every stream
+  // Stream or event destroyed: drop bookkeeping (the stream is drained first).
+  void forget_stream(StreamId stream);
+  void forget_event(EventId event);
+
+  // Polls the device for completions and admits what the policy allows. The background thread
+  // calls this; the simulator's replay loop calls it after each event.
+  void pump();
+
+  DispatcherStats stats() const;
+  const Policy& policy() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sched

@@ -1,0 +1,50 @@
+// Scheduling policies: which best-effort op may go to the GPU now. Chosen by name; every
+// parameter has a documented default (see policy_param_docs()).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "scheduler/op.h"
+
+namespace sched {
+
+// What the policy knows about an op it is asked to admit.
+struct OpEstimate {
+  double duration_ns = 0;  // learned (or imported) duration; 0 when unknown
+  int sms_needed = 0;      // from the backend's occupancy answer
+  KernelProfile profile = KernelProfile::kUnknown;
+};
+
+// The dispatcher's view of the device when it asks.
+struct DeviceState {
+  int sm_count = 0;
+  int hp_in_flight = 0;                     // high-priority ops submitted and not yet complete
+  KernelProfile hp_running_profile = KernelProfile::kUnknown;  // of the latest HP kernel in flight
+  int be_in_flight = 0;                     // best-effort ops submitted and not yet complete
+  int be_sms_in_flight = 0;                 // summed SM need of best-effort kernels in flight
+  double be_outstanding_ns = 0;             // summed estimated duration of BE kernels in flight
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual const char* name() const = 0;
+  // Should `op` (head of a best-effort stream queue) be submitted now?
+  virtual bool admit(const Op& op, const OpEstimate& est, const DeviceState& state) const = 0;
+  // Whether best-effort ops are deferred at all (passthrough: no).
+  virtual bool defers_best_effort() const { return true; }
+};
+
+using PolicyParams = std::map<std::string, std::string>;
+
+// "passthrough", "priority", "orion". Unknown names or parameters, and bad values, throw
+// std::invalid_argument naming the parameter and what is allowed.
+std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyParams& params = {});
+std::vector<std::string> policy_names();
+// One line per parameter: name, default, meaning.
+std::string policy_param_docs();
+
+}  // namespace sched

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Install what the build needs, idempotently: Debian packages (apt-get update only when one is
+# missing) and LibTorch as shipped in the PyTorch 2.11.0 wheel from PyPI, in a git-ignored
+# virtual environment (.venv, or $OURGPIPE_VENV). The CUDA toolkit is used where it is.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+TORCH_VERSION=2.11.0
+venv=${OURGPIPE_VENV:-$root/.venv}
+
+debs=(cmake ninja-build g++ pkg-config python3-venv zlib1g-dev
+      libspdlog-dev libfmt-dev libtbb-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
+      libgtest-dev libgmock-dev libbenchmark-dev libsentencepiece-dev sentencepiece)
+missing=()
+for p in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "[install-deps] installing Debian packages: ${missing[*]}"
+  sudo_=""; [ "$(id -u)" -eq 0 ] || sudo_="sudo"
+  $sudo_ apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ "${OURGPIPE_NO_TORCH:-0}" != "1" ]; then
+  if ! "$venv/bin/python" -c "import torch,sys; sys.exit(0 if torch.__version__.startswith('$TORCH_VERSION') else 1)" 2>/dev/null; then
+    echo "[install-deps] installing PyTorch $TORCH_VERSION (LibTorch inside the wheel) into $venv"
+    [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy
+  fi
+fi
+echo "[install-deps] ok"

@@ -1,0 +1,86 @@
+// The run configuration: the seed's YAML schema (model / dataset / training / parallel) with its
+// field names, plus the fields this trainer adds. Every field is validated with an error naming
+// it and what is allowed (ConfigError).
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace gpipe {
+
+struct ConfigError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct ModelConfig {
+  std::string name = "gpt";
+  int64_t hidden_size = 512;
+  int64_t num_layers = 16;
+  int64_t num_heads = 16;
+  int64_t sequence_length = 128;
+  int64_t vocab_size = -1;       // -1: take it from the dataset's tokenizer
+  int64_t ffn_hidden_size = -1;  // -1: 4 x hidden_size
+  double dropout = 0.0;
+};
+
+struct DatasetConfig {
+  std::string name = "code_search_net";  // registry key
+  int64_t batch_size = 4;                // global batch (split into micro-batches)
+  int num_workers = 0;
+  std::string path;                      // file or folder; empty: the embedded corpus
+  std::string tokenizer = "byte";        // "byte" or "sentencepiece"
+  std::string tokenizer_model;           // .model file for sentencepiece
+};
+
+struct TrainingConfig {
+  double learning_rate = 1e-4;
+  int epochs = 2;
+  int num_microbatches = 4;
+  int profile_iteration = 100;   // iteration whose timeline is written
+  bool exit_after_profile = true;
+  int64_t max_steps = -1;        // -1: run the epochs
+  double weight_decay = 0.01;
+  double grad_clip = 1.0;        // <= 0: off
+  int64_t warmup_steps = 0;
+  double min_lr_ratio = 0.1;     // cosine decay floor, as a fraction of learning_rate
+  uint64_t seed = 1234;
+  std::string dtype = "auto";    // auto (bf16 autocast on GPU, fp32 on CPU) | fp32 | bf16
+  int log_interval = 1;
+  std::string output_dir = "runs/latest";  // metrics.jsonl, timeline.json, summary
+};
+
+struct ParallelConfig {
+  int model_parallel_size = 4;              // pipeline ranks
+  std::string scheduler = "async_threaded"; // executor: naive | async_threaded
+  bool use_orion_scheduler = false;
+  std::string schedule = "1f1b";            // gpipe | 1f1b | interleaved_1f1b | zb_h1
+  int virtual_stages = 1;                   // model chunks per rank (interleaved_1f1b)
+  std::string priority = "backward_first";  // backward_first | forward_first | none
+  std::string partition = "uniform";        // uniform | explicit | parameters | time
+  std::vector<int64_t> partition_layers;    // explicit per-stage layer counts, e.g. [12, 13, 13, 11]
+  std::vector<double> recompute_ratio;      // per stage, in [0, 1]; empty: none
+  std::string device = "auto";              // auto | cpu | cuda
+  std::string transport = "inprocess";
+};
+
+struct PipelineConfig {
+  ModelConfig model;
+  DatasetConfig dataset;
+  TrainingConfig training;
+  ParallelConfig parallel;
+
+  // Reads YAML; unknown keys, wrong types and bad values throw ConfigError naming the key path
+  // (e.g. "training.num_microbatches") and the file.
+  static PipelineConfig from_yaml_file(const std::string& path);
+  static PipelineConfig from_yaml_string(const std::string& text, const std::string& origin = "<string>");
+  // Applies "section.field=value" overrides (the CLI's --set and per-field flags).
+  void apply_override(const std::string& assignment);
+  // Cross-field checks (stages vs layers, micro-batches dividing the batch, ...). Throws ConfigError.
+  // vocab_size may still be -1 here; the runner resolves it from the tokenizer.
+  void validate() const;
+  std::string to_yaml() const;
+};
+
+}  // namespace gpipe
