@@ -22,7 +22,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 if [ "${OURGPIPE_NO_TORCH:-0}" != "1" ]; then
-  if ! "$venv/bin/python" -c "import torch,sys,yaml,matplotlib; sys.exit(0 if torch.__version__.startswith("$TORCH_VERSION") else 1)" 2>/dev/null; then
+  if ! "$venv/bin/python" -c "import torch,sys,yaml,matplotlib; sys.exit(0 if torch.__version__.startswith('$TORCH_VERSION') else 1)" 2>/dev/null; then
     echo "[install-deps] installing PyTorch $TORCH_VERSION (LibTorch inside the wheel) into $venv"
     [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy pyyaml matplotlib
