@@ -34,7 +34,13 @@ class Device {
   virtual int submit(const Op& op) = 0;
 
   // Reports completions observed since the last call to the listener. Cheap enough to call on
-  // every launch; thread-safe.
+  // every launch; thread-safe. Contract with the dispatcher: call the listener without holding a
+  // lock that submit() takes (a completion reported from inside submit() is fine: the dispatcher
+  // applies it at its next pump); ops of one stream complete in submission order, and a
+  // completion implies those before it on its stream (so reporting a stream's newest finished op
+  // is enough). Every submitted op must eventually be reported, directly or by a later op of its
+  // stream: an unreported high-priority op counts as in flight and holds best-effort work back
+  // (up to the starvation bound).
   virtual void poll() = 0;
   virtual void set_listener(CompletionListener* listener) = 0;
 

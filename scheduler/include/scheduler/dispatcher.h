@@ -35,7 +35,7 @@ struct DispatcherOptions {
   bool background_thread = true;       // admit BE work from a helper thread too (off for the simulator)
   int64_t pump_interval_ns = 20'000;   // background thread period
   StreamClass default_class = StreamClass::kUnmanaged;
-  ProfileStore* profiles = nullptr;    // optional: kernel estimates, learned online from completions
+  ProfileStore* profiles = nullptr;    // kernel estimates, learned online from completions (null: a private store)
   TraceWriter* trace = nullptr;        // optional: one trace event per submitted op
 };
 

@@ -33,6 +33,8 @@ enum class OpKind : uint8_t {
   kMemPool,          // stream-ordered alloc/free
 };
 const char* to_string(OpKind k);
+// Parses the names to_string(OpKind) prints ("kernel", "copy", ..., "mem_pool"). False otherwise.
+bool parse_op_kind(const std::string& text, OpKind* out);
 
 // Orion's profile classes (its CSV column "Profile": 1 compute, 0 memory, -1 unknown).
 enum class KernelProfile : int8_t { kUnknown = -1, kMemoryBound = 0, kComputeBound = 1 };

@@ -1,0 +1,377 @@
+// Dispatcher: per-stream FIFO queues in front of a Device (rules in dispatcher.h; locking in
+// dispatcher_impl.h). This file: stream lookup, event bookkeeping, admission accounting and the
+// submit paths; drains, pumping and completions are in dispatcher_pump.cpp.
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <stdexcept>
+#include <utility>
+
+#include "dispatcher_impl.h"
+#include "scheduler/trace.h"
+
+namespace sched {
+
+using detail::CallerWait;
+using detail::EventRecordRef;
+using detail::InFlightOp;
+using detail::QueuedOp;
+using detail::StreamState;
+
+namespace {
+
+std::atomic<uint64_t> g_next_dispatcher_uid{1};
+
+// Small per-thread cache of stream lookups, so the inline path usually takes no map lock.
+// Entries are valid while the dispatcher lives: stream states are never freed before it.
+struct StreamCacheEntry {
+  uint64_t dispatcher_uid = 0;
+  StreamId id = 0;
+  StreamState* state = nullptr;
+};
+thread_local StreamCacheEntry t_stream_cache[8];
+
+size_t cache_slot(StreamId id) { return (id ^ (id >> 5) ^ (id >> 12)) & 7; }
+
+// Set while this thread is inside device.submit(): completions reported then are deferred.
+thread_local int t_inside_device_submit = 0;
+
+}  // namespace
+
+Dispatcher::Impl::Impl(Device& dev, std::unique_ptr<Policy> pol, DispatcherOptions o)
+    : device(dev), policy(std::move(pol)), opt(o), uid(g_next_dispatcher_uid.fetch_add(1)) {
+  if (!policy) throw std::invalid_argument("Dispatcher: policy must not be null");
+  if (opt.be_max_wait_ns < 0) throw std::invalid_argument("Dispatcher: be_max_wait_ns must be >= 0");
+  if (opt.background_thread && opt.pump_interval_ns <= 0) {
+    throw std::invalid_argument("Dispatcher: pump_interval_ns must be > 0 with the background thread");
+  }
+  if (opt.profiles == nullptr) {
+    own_profiles = std::make_unique<ProfileStore>();
+    opt.profiles = own_profiles.get();
+  }
+  defers = policy->defers_best_effort();
+  sm_count = device.sm_count();
+  device.set_listener(this);
+  if (opt.background_thread) background = std::thread([this] { background_loop(); });
+}
+
+Dispatcher::Impl::~Impl() {
+  {
+    std::lock_guard lock(bg_mu);
+    stop = true;
+  }
+  bg_cv.notify_all();
+  if (background.joinable()) background.join();
+  drain_all();
+  {
+    std::lock_guard lock(pump_mu);
+    device.poll();
+  }
+  device.set_listener(nullptr);
+  apply_deferred_completions();
+}
+
+StreamState& Dispatcher::Impl::stream(StreamId id) {
+  StreamCacheEntry& slot = t_stream_cache[cache_slot(id)];
+  if (slot.dispatcher_uid == uid && slot.id == id) return *slot.state;
+  StreamState* st = find_stream(id);
+  if (st == nullptr) {
+    std::unique_lock lock(streams_mu);
+    auto& owned = streams[id];
+    if (!owned) {
+      owned = std::make_unique<StreamState>(id, opt.default_class);
+      stream_list.push_back(owned.get());
+    }
+    st = owned.get();
+  }
+  slot = {uid, id, st};
+  return *st;
+}
+
+StreamState* Dispatcher::Impl::find_stream(StreamId id) const {
+  std::shared_lock lock(streams_mu);
+  auto it = streams.find(id);
+  return it == streams.end() ? nullptr : it->second.get();
+}
+
+std::vector<StreamState*> Dispatcher::Impl::all_streams() const {
+  std::shared_lock lock(streams_mu);
+  return stream_list;
+}
+
+// Called at an event record's arrival (stream mutex held): waits issued later refer to it.
+void Dispatcher::Impl::note_record(EventId event, StreamState& s, uint64_t seq) {
+  std::lock_guard lock(events_mu);
+  events[event] = {&s, seq};
+}
+
+// The event's latest record if it has not been submitted yet.
+EventRecordRef Dispatcher::Impl::pending_record(EventId event) {
+  std::lock_guard lock(events_mu);
+  auto it = events.find(event);
+  if (it == events.end()) return {};
+  const EventRecordRef ref = it->second;
+  if (ref.stream->last_submitted_seq.load(std::memory_order_acquire) >= ref.seq) return {};
+  return ref;
+}
+
+OpEstimate Dispatcher::Impl::estimate(const Op& op) {
+  if (op.kind != OpKind::kKernel) return {};
+  return opt.profiles->estimate(op.kernel, device);
+}
+
+// Asks the policy (unless `force`) and, if admitted, counts the op as in flight.
+bool Dispatcher::Impl::reserve_best_effort(const Op& op, const OpEstimate& est, bool force) {
+  DeviceState state;
+  if (!force) {
+    state.sm_count = sm_count;
+    state.hp_in_flight = hp_in_flight.load(std::memory_order_acquire);
+    const auto hint = static_cast<KernelProfile>(hp_hint.load(std::memory_order_relaxed));
+    state.hp_running_profile =
+        hint != KernelProfile::kUnknown
+            ? hint
+            : opt.profiles->profile_of(hp_kernel.load(std::memory_order_relaxed));
+  }
+  std::lock_guard lock(admit_mu);
+  if (!force) {
+    state.be_in_flight = be_in_flight;
+    state.be_sms_in_flight = be_sms;
+    state.be_outstanding_ns = be_outstanding_ns;
+    if (!policy->admit(op, est, state)) return false;
+  }
+  ++be_in_flight;
+  be_sms += est.sms_needed;
+  be_outstanding_ns += est.duration_ns;
+  return true;
+}
+
+void Dispatcher::Impl::release(const InFlightOp& done) {
+  if (done.cls == StreamClass::kHighPriority) {
+    hp_in_flight.fetch_sub(1, std::memory_order_release);
+  } else if (done.cls == StreamClass::kBestEffort) {
+    std::lock_guard lock(admit_mu);
+    --be_in_flight;
+    be_sms -= done.sms;
+    be_outstanding_ns = std::max(0.0, be_outstanding_ns - done.est_ns);
+  }
+}
+
+// Hands `op` to the device; s.mu held. A best-effort op must already be reserved with `est`.
+int Dispatcher::Impl::submit_locked(StreamState& s, Op& op, const OpEstimate& est) {
+  const bool tracked = op.cls == StreamClass::kHighPriority || op.cls == StreamClass::kBestEffort;
+  if (tracked) s.in_flight.push_back({op.seq, op.cls, est.sms_needed, est.duration_ns});
+  if (op.cls == StreamClass::kHighPriority) {
+    hp_in_flight.fetch_add(1, std::memory_order_release);
+    if (op.kind == OpKind::kKernel) {
+      hp_kernel.store(op.kernel.id, std::memory_order_relaxed);
+      hp_hint.store(static_cast<int8_t>(op.kernel.profile_hint), std::memory_order_relaxed);
+    }
+  }
+  ++t_inside_device_submit;
+  const int rc = device.submit(op);
+  --t_inside_device_submit;
+  s.last_submitted_seq.store(op.seq, std::memory_order_release);
+  ++s.submitted;
+  if (rc != 0) {
+    ++s.errors;
+    // The device did not take it: no completion will come, so stop counting it now.
+    if (tracked) {
+      const InFlightOp undone = s.in_flight.back();
+      s.in_flight.pop_back();
+      release(undone);
+    }
+  } else if (opt.trace != nullptr) {
+    opt.trace->on_submit(op);
+  }
+  return rc;
+}
+
+// Submits the head of s.queue (already reserved with `est` if best-effort); s.mu held.
+void Dispatcher::Impl::submit_head_locked(StreamState& s, const OpEstimate& est) {
+  QueuedOp q = std::move(s.queue.front());
+  s.queue.pop_front();
+  s.queued.fetch_sub(1, std::memory_order_relaxed);
+  total_queued.fetch_sub(1, std::memory_order_relaxed);
+  q.op.submitted_ns = device.now_ns();
+  if (!s.queue.empty()) s.head_since_ns = q.op.submitted_ns;
+  const int rc = submit_locked(s, q.op, est);
+  if (q.waiter != nullptr) {
+    {
+      std::lock_guard lock(wait_mu);
+      q.waiter->status = rc;
+      q.waiter->done = true;
+    }
+    wait_cv.notify_all();
+  } else if (rc != 0 && s.sticky_error == 0) {
+    s.sticky_error = rc;
+  }
+}
+
+int Dispatcher::Impl::submit(Op&& op) {
+  StreamState& s = stream(op.stream);
+  if (defers && s.cls.load(std::memory_order_relaxed) == StreamClass::kBestEffort) {
+    return submit_best_effort(s, std::move(op));
+  }
+  if (op.kind == OpKind::kStreamWaitEvent) {
+    if (EventRecordRef dep = pending_record(op.event); dep.stream != nullptr) {
+      drain_until(*dep.stream, dep.seq);
+    }
+  }
+  std::unique_lock lock(s.mu);
+  // The class may have changed since the unlocked read, leaving queued work ahead of this op.
+  while (!s.queue.empty() || (defers && s.cls.load() == StreamClass::kBestEffort)) {
+    if (defers && s.cls.load() == StreamClass::kBestEffort) {
+      lock.unlock();
+      return submit_best_effort(s, std::move(op));
+    }
+    lock.unlock();
+    drain_until(s, std::numeric_limits<uint64_t>::max());
+    lock.lock();
+  }
+  op.cls = s.cls.load(std::memory_order_relaxed);
+  op.seq = next_seq.fetch_add(1, std::memory_order_relaxed);
+  op.arrival_ns = op.submitted_ns = device.now_ns();
+  if (op.kind == OpKind::kEventRecord) note_record(op.event, s, op.seq);
+  OpEstimate est;
+  if (op.cls == StreamClass::kBestEffort) reserve_best_effort(op, est, /*force=*/true);
+  ++s.submitted_inline;
+  return submit_locked(s, op, est);
+}
+
+int Dispatcher::Impl::submit_best_effort(StreamState& s, Op&& op) {
+  try_pump();  // fresh completions first, and queued work of other streams gets its turn
+  std::unique_lock lock(s.mu);
+  if (s.cls.load(std::memory_order_relaxed) != StreamClass::kBestEffort) {
+    lock.unlock();
+    return submit(std::move(op));
+  }
+  op.cls = StreamClass::kBestEffort;
+  op.seq = next_seq.fetch_add(1, std::memory_order_relaxed);
+  op.arrival_ns = device.now_ns();
+  QueuedOp q;
+  if (op.kind == OpKind::kEventRecord) note_record(op.event, s, op.seq);
+  if (op.kind == OpKind::kStreamWaitEvent) {
+    const EventRecordRef dep = pending_record(op.event);
+    q.dep_stream = dep.stream;
+    q.dep_seq = dep.seq;
+  }
+  if (s.queue.empty() && q.dep_stream == nullptr) {
+    const OpEstimate est = estimate(op);
+    if (reserve_best_effort(op, est, /*force=*/false)) {
+      op.submitted_ns = op.arrival_ns;
+      ++s.submitted_inline;
+      return submit_locked(s, op, est);
+    }
+  }
+  // Deferred: the op must own its payload, or its caller waits until it is submitted.
+  if (op.borrowed != nullptr && !op.owned && op.clone != nullptr) {
+    op.owned = op.clone(*op.borrowed);
+    if (op.owned) op.borrowed = nullptr;
+  }
+  CallerWait waiter;
+  const bool caller_waits = op.borrowed != nullptr && !op.owned;
+  if (caller_waits) {
+    q.waiter = &waiter;
+    ++s.caller_waits;
+  }
+  q.op = std::move(op);
+  if (s.queue.empty()) s.head_since_ns = q.op.arrival_ns;
+  s.queue.push_back(std::move(q));
+  s.queued.fetch_add(1, std::memory_order_relaxed);
+  ++s.deferred;
+  const bool first_queued = total_queued.fetch_add(1, std::memory_order_relaxed) == 0;
+  lock.unlock();
+  if (first_queued) wake_background();
+  if (!caller_waits) return 0;
+
+  // Wait, pumping ourselves between waits: progress must not depend on a background thread.
+  const auto interval = std::chrono::nanoseconds(std::max<int64_t>(opt.pump_interval_ns, 1000));
+  std::unique_lock wait_lock(wait_mu);
+  while (!waiter.done) {
+    if (wait_cv.wait_for(wait_lock, interval, [&] { return waiter.done; })) break;
+    wait_lock.unlock();
+    pump();
+    wait_lock.lock();
+  }
+  return waiter.status;
+}
+
+void Dispatcher::Impl::on_complete(const Completion& done) {
+  if (t_inside_device_submit > 0) {
+    // Reported from inside device.submit(): this thread may hold a stream mutex.
+    std::lock_guard lock(deferred_mu);
+    deferred_completions.push_back(done);
+    have_deferred.store(true, std::memory_order_release);
+    return;
+  }
+  apply_completion(done);
+}
+
+void Dispatcher::Impl::apply_completion(const Completion& done) {
+  if (StreamState* s = find_stream(done.stream)) {
+    std::lock_guard lock(s->mu);
+    // Ops of a stream finish in order: a completion also retires earlier unreported ops.
+    while (!s->in_flight.empty() && s->in_flight.front().seq <= done.seq) {
+      release(s->in_flight.front());
+      s->in_flight.pop_front();
+    }
+  }
+  if (done.kind == OpKind::kKernel) opt.profiles->record_completion(done.kernel, done.start_ns, done.end_ns);
+  if (opt.trace != nullptr) opt.trace->on_complete(done);
+}
+
+Dispatcher::Dispatcher(Device& device, std::unique_ptr<Policy> policy, DispatcherOptions options)
+    : impl_(std::make_unique<Impl>(device, std::move(policy), options)) {}
+
+Dispatcher::~Dispatcher() = default;
+
+void Dispatcher::set_stream_class(StreamId id, StreamClass cls) {
+  StreamState& s = impl_->stream(id);
+  for (;;) {
+    impl_->drain_until(s, std::numeric_limits<uint64_t>::max());
+    std::lock_guard lock(s.mu);
+    if (s.queue.empty()) {
+      s.cls.store(cls);
+      return;
+    }
+  }
+}
+
+StreamClass Dispatcher::stream_class(StreamId id) const {
+  const StreamState* s = impl_->find_stream(id);
+  return s == nullptr ? impl_->opt.default_class : s->cls.load();
+}
+
+int Dispatcher::submit(Op&& op) { return impl_->submit(std::move(op)); }
+int Dispatcher::drain_stream(StreamId id) { return impl_->drain_stream(id); }
+int Dispatcher::drain_event(EventId event) { return impl_->drain_event(event); }
+int Dispatcher::drain_all() { return impl_->drain_all(); }
+
+void Dispatcher::forget_stream(StreamId id) {
+  StreamState* s = impl_->find_stream(id);
+  if (s == nullptr) return;
+  impl_->drain_until(*s, std::numeric_limits<uint64_t>::max());
+  // The handle value may be reused by a new stream, which starts with the default class. The
+  // state itself stays (threads may cache it); in-flight entries retire as completions arrive.
+  std::lock_guard lock(s->mu);
+  // Review fix: the pending deferred error used to be cleared here and so never reached the
+  // program. The handle may be reused, so it must not stay on the stream: hand it to the next
+  // drain_all() (a context-wide synchronize, where CUDA reports such errors too).
+  if (s->sticky_error != 0) {
+    int none = 0;
+    impl_->orphan_error.compare_exchange_strong(none, s->sticky_error);
+    s->sticky_error = 0;
+  }
+  if (s->queue.empty()) s->cls.store(impl_->opt.default_class);
+}
+
+void Dispatcher::forget_event(EventId event) {
+  std::lock_guard lock(impl_->events_mu);
+  impl_->events.erase(event);
+}
+
+void Dispatcher::pump() { impl_->pump(); }
+DispatcherStats Dispatcher::stats() const { return impl_->stats(); }
+const Policy& Dispatcher::policy() const { return *impl_->policy; }
+
+}  // namespace sched

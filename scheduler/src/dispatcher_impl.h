@@ -1,0 +1,140 @@
+// The dispatcher's implementation state, shared by dispatcher.cpp (stream lookup, submit paths,
+// admission bookkeeping) and dispatcher_pump.cpp (drains, pumping, completions). Internal.
+//
+// Locking (acquired in this order, never the reverse):
+//   pump_mu -> StreamState::mu (one stream at a time) -> events_mu | ProfileStore | admit_mu
+//   wait_mu and deferred_mu are taken alone or innermost.
+// A stream's mutex is held across device.submit() so that ops of one stream reach the device in
+// seq order whichever thread submits them. No thread holds two stream mutexes: when an op needs
+// another stream's work first (an event dependency), the stream's mutex is released, the producer
+// is drained, and the head is looked at again. Completions the device reports from inside
+// submit() (while a stream mutex is held) are queued and applied at the next pump.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "scheduler/dispatcher.h"
+#include "scheduler/profile_store.h"
+#include "stream_state.h"
+
+namespace sched {
+
+namespace detail {
+// An event's latest record: the stream it was recorded on and its seq.
+struct EventRecordRef {
+  StreamState* stream = nullptr;
+  uint64_t seq = 0;
+};
+}  // namespace detail
+
+struct Dispatcher::Impl final : CompletionListener {
+  using StreamState = detail::StreamState;
+  using QueuedOp = detail::QueuedOp;
+  using InFlightOp = detail::InFlightOp;
+  using CallerWait = detail::CallerWait;
+  using EventRecordRef = detail::EventRecordRef;
+
+  Impl(Device& dev, std::unique_ptr<Policy> pol, DispatcherOptions o);
+  ~Impl() override;
+
+  // ---- streams and events (dispatcher.cpp) ----
+  // Finds or creates; a small per-thread cache keeps the inline path off the map lock.
+  StreamState& stream(StreamId id);
+  StreamState* find_stream(StreamId id) const;
+  std::vector<StreamState*> all_streams() const;
+  // The event's latest record if it has not been submitted yet.
+  EventRecordRef pending_record(EventId event);
+  // Called at an event record's arrival (stream mutex held): waits issued later refer to it.
+  void note_record(EventId event, StreamState& s, uint64_t seq);
+
+  // ---- admission bookkeeping and submit paths (dispatcher.cpp) ----
+  OpEstimate estimate(const Op& op);
+  // Asks the policy (unless `force`) and, if admitted, counts the op as in flight.
+  bool reserve_best_effort(const Op& op, const OpEstimate& est, bool force);
+  void release(const InFlightOp& done);
+  // Hands `op` to the device; s.mu held. A best-effort op must already be reserved with `est`.
+  int submit_locked(StreamState& s, Op& op, const OpEstimate& est);
+  // Submits the head of s.queue (already reserved with `est` if best-effort); s.mu held.
+  void submit_head_locked(StreamState& s, const OpEstimate& est);
+  int submit(Op&& op);
+  int submit_best_effort(StreamState& s, Op&& op);
+
+  // ---- drains and pumping (dispatcher_pump.cpp) ----
+  // Submits s's queued ops with seq <= upto, ignoring the policy (the caller must not wait).
+  void drain_until(StreamState& s, uint64_t upto);
+  int take_error(StreamState& s);
+  int drain_stream(StreamId id);
+  int drain_event(EventId event);
+  int drain_all();
+  void try_pump();
+  void pump();
+  void pump_locked();
+  // Offers s's queue head to the policy; forces it after be_max_wait_ns. True if it made progress.
+  bool admit_head(StreamState& s);
+  void wake_background();
+  void background_loop();
+  // Completions the device reported from inside submit(), applied now (no stream mutex held).
+  void apply_deferred_completions();
+  DispatcherStats stats();
+
+  // ---- completions (dispatcher.cpp) ----
+  void on_complete(const Completion& done) override;
+  // Retires in-flight ops up to `done`, teaches the profile store, completes the trace record.
+  void apply_completion(const Completion& done);
+
+  Device& device;
+  std::unique_ptr<Policy> policy;
+  DispatcherOptions opt;
+  std::unique_ptr<ProfileStore> own_profiles;
+  const uint64_t uid;
+  bool defers = true;
+  int sm_count = 0;
+
+  std::atomic<uint64_t> next_seq{1};
+  std::atomic<size_t> total_queued{0};
+  std::atomic<int> hp_in_flight{0};
+  std::atomic<KernelId> hp_kernel{0};  // latest HP kernel submitted
+  std::atomic<int8_t> hp_hint{static_cast<int8_t>(KernelProfile::kUnknown)};
+
+  std::mutex admit_mu;  // guards the BE counters and makes admit + reserve one step
+  int be_in_flight = 0;
+  int be_sms = 0;
+  double be_outstanding_ns = 0;
+
+  mutable std::shared_mutex streams_mu;
+  std::unordered_map<StreamId, std::unique_ptr<StreamState>> streams;
+  std::vector<StreamState*> stream_list;
+
+  std::mutex events_mu;
+  std::unordered_map<EventId, EventRecordRef> events;
+
+  // First deferred error of a stream that was forgotten before a drain returned it: reported by
+  // the next drain_all() instead of being dropped.
+  std::atomic<int> orphan_error{0};
+
+  std::mutex deferred_mu;  // completions reported from inside device.submit(), applied at the next pump
+  std::vector<Completion> deferred_completions;
+  std::atomic<bool> have_deferred{false};
+
+  std::mutex wait_mu;
+  std::condition_variable wait_cv;
+
+  std::mutex pump_mu;  // one pump at a time; guards the two below
+  size_t rr_next = 0;
+  std::vector<StreamState*> pump_scratch;
+
+  std::mutex bg_mu;
+  std::condition_variable bg_cv;
+  bool stop = false;
+  bool bg_wake = false;
+  std::thread background;
+};
+
+}  // namespace sched

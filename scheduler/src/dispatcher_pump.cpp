@@ -1,0 +1,179 @@
+// Dispatcher: drains, pumping (admission of queued best-effort heads, starvation bound, the
+// background thread) and completions. See dispatcher_impl.h for the locking rules.
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <utility>
+
+#include "dispatcher_impl.h"
+#include "scheduler/trace.h"
+
+namespace sched {
+
+using detail::EventRecordRef;
+using detail::QueuedOp;
+using detail::StreamState;
+
+// Submits s's queued ops with seq <= upto, ignoring the policy (the caller must not wait).
+void Dispatcher::Impl::drain_until(StreamState& s, uint64_t upto) {
+  std::unique_lock lock(s.mu);
+  while (!s.queue.empty() && s.queue.front().op.seq <= upto) {
+    QueuedOp& head = s.queue.front();
+    if (head.dep_stream != nullptr &&
+        head.dep_stream->last_submitted_seq.load(std::memory_order_acquire) < head.dep_seq) {
+      StreamState& producer = *head.dep_stream;
+      const uint64_t record_seq = head.dep_seq;
+      lock.unlock();
+      drain_until(producer, record_seq);  // record_seq < head's seq: the recursion ends
+      lock.lock();
+      continue;
+    }
+    const OpEstimate est = estimate(head.op);
+    reserve_best_effort(head.op, est, /*force=*/true);
+    submit_head_locked(s, est);
+  }
+}
+
+int Dispatcher::Impl::take_error(StreamState& s) {
+  std::lock_guard lock(s.mu);
+  return std::exchange(s.sticky_error, 0);
+}
+
+int Dispatcher::Impl::drain_stream(StreamId id) {
+  try_pump();
+  StreamState& s = stream(id);
+  drain_until(s, std::numeric_limits<uint64_t>::max());
+  return take_error(s);
+}
+
+int Dispatcher::Impl::drain_event(EventId event) {
+  EventRecordRef ref;
+  {
+    std::lock_guard lock(events_mu);
+    auto it = events.find(event);
+    if (it == events.end()) return 0;
+    ref = it->second;
+  }
+  drain_until(*ref.stream, ref.seq);
+  return take_error(*ref.stream);
+}
+
+int Dispatcher::Impl::drain_all() {
+  int first = 0;
+  for (StreamState* s : all_streams()) {
+    drain_until(*s, std::numeric_limits<uint64_t>::max());
+    const int err = take_error(*s);
+    if (first == 0) first = err;
+  }
+  // A forgotten stream's deferred error (see forget_stream()).
+  if (first == 0) first = orphan_error.exchange(0);
+  return first;
+}
+
+void Dispatcher::Impl::try_pump() {
+  std::unique_lock lock(pump_mu, std::try_to_lock);
+  if (lock.owns_lock()) pump_locked();
+}
+
+void Dispatcher::Impl::pump() {
+  std::lock_guard lock(pump_mu);
+  pump_locked();
+}
+
+void Dispatcher::Impl::pump_locked() {
+  device.poll();
+  apply_deferred_completions();
+  if (total_queued.load(std::memory_order_relaxed) == 0) return;
+  {
+    std::shared_lock lock(streams_mu);
+    pump_scratch.assign(stream_list.begin(), stream_list.end());
+  }
+  const size_t n = pump_scratch.size();
+  // Round-robin passes, one head per stream per pass, until a pass admits nothing.
+  for (bool progress = true; progress && total_queued.load(std::memory_order_relaxed) > 0;) {
+    progress = false;
+    const size_t start = rr_next++ % n;
+    for (size_t i = 0; i < n; ++i) {
+      StreamState& s = *pump_scratch[(start + i) % n];
+      if (s.queued.load(std::memory_order_relaxed) != 0 && admit_head(s)) progress = true;
+    }
+  }
+}
+
+// Offers s's queue head to the policy; forces it after be_max_wait_ns. True if it made progress.
+bool Dispatcher::Impl::admit_head(StreamState& s) {
+  std::unique_lock lock(s.mu);
+  if (s.queue.empty()) return false;
+  QueuedOp& head = s.queue.front();
+  const bool starving = device.now_ns() - s.head_since_ns >= opt.be_max_wait_ns;
+  if (head.dep_stream != nullptr &&
+      head.dep_stream->last_submitted_seq.load(std::memory_order_acquire) < head.dep_seq) {
+    if (!starving) return false;
+    StreamState& producer = *head.dep_stream;
+    const uint64_t record_seq = head.dep_seq;
+    lock.unlock();
+    drain_until(producer, record_seq);
+    return true;
+  }
+  head.dep_stream = nullptr;
+  const OpEstimate est = estimate(head.op);
+  if (!reserve_best_effort(head.op, est, /*force=*/false)) {
+    if (!starving) return false;
+    reserve_best_effort(head.op, est, /*force=*/true);
+    ++s.forced;
+  }
+  submit_head_locked(s, est);
+  return true;
+}
+
+void Dispatcher::Impl::wake_background() {
+  if (!opt.background_thread) return;
+  {
+    std::lock_guard lock(bg_mu);
+    bg_wake = true;
+  }
+  bg_cv.notify_one();
+}
+
+void Dispatcher::Impl::background_loop() {
+  // With nothing queued, completions only feed bookkeeping: poll at a relaxed pace.
+  const auto busy = std::chrono::nanoseconds(opt.pump_interval_ns);
+  const auto idle = std::max<std::chrono::nanoseconds>(busy, std::chrono::milliseconds(1));
+  std::unique_lock lock(bg_mu);
+  while (!stop) {
+    lock.unlock();
+    pump();
+    lock.lock();
+    const bool queued = total_queued.load(std::memory_order_relaxed) != 0;
+    bg_cv.wait_for(lock, queued ? busy : idle, [&] { return stop || bg_wake; });
+    bg_wake = false;
+  }
+}
+
+void Dispatcher::Impl::apply_deferred_completions() {
+  if (!have_deferred.load(std::memory_order_acquire)) return;
+  std::vector<Completion> ready;
+  {
+    std::lock_guard lock(deferred_mu);
+    ready.swap(deferred_completions);
+    have_deferred.store(false, std::memory_order_relaxed);
+  }
+  for (const Completion& done : ready) apply_completion(done);
+}
+
+DispatcherStats Dispatcher::Impl::stats() {
+  DispatcherStats out;
+  for (StreamState* s : all_streams()) {
+    std::lock_guard lock(s->mu);
+    out.submitted += s->submitted;
+    out.submitted_inline += s->submitted_inline;
+    out.deferred += s->deferred;
+    out.forced_by_starvation += s->forced;
+    out.caller_waits += s->caller_waits;
+    out.backend_errors += s->errors;
+  }
+  out.queued_now = total_queued.load(std::memory_order_relaxed);
+  return out;
+}
+
+}  // namespace sched

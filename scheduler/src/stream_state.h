@@ -1,0 +1,58 @@
+// The dispatcher's per-stream state. Internal to the scheduler library.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+
+#include "fifo_ring.h"
+#include "scheduler/op.h"
+#include "scheduler/policy.h"
+
+namespace sched::detail {
+
+// A submitted op the dispatcher still counts as running (HP and BE ops only).
+struct InFlightOp {
+  uint64_t seq = 0;
+  StreamClass cls = StreamClass::kUnmanaged;
+  int sms = 0;
+  double est_ns = 0;
+};
+
+// A caller blocked until its op (whose payload could not be cloned) is submitted.
+struct CallerWait {
+  bool done = false;  // guarded by the dispatcher's wait mutex
+  int status = 0;
+};
+
+struct StreamState;
+
+struct QueuedOp {
+  Op op;
+  // Stream-wait-event only: the event's latest record at arrival, if it was not yet submitted.
+  StreamState* dep_stream = nullptr;
+  uint64_t dep_seq = 0;
+  CallerWait* waiter = nullptr;
+};
+
+struct StreamState {
+  StreamState(StreamId id_, StreamClass cls_) : id(id_), cls(cls_) {}
+  const StreamId id;
+  // Serializes everything that happens on this stream: arrival (seq), queueing and submission
+  // to the device, so per-stream FIFO order holds whichever thread submits.
+  std::mutex mu;
+  std::atomic<StreamClass> cls;
+  std::atomic<uint64_t> last_submitted_seq{0};  // ops submit in seq order per stream
+  std::atomic<size_t> queued{0};                // queue.size(), readable without mu
+
+  // Guarded by mu.
+  std::deque<QueuedOp> queue;
+  int64_t head_since_ns = 0;  // when the current queue head became the head
+  FifoRing<InFlightOp> in_flight;
+  int sticky_error = 0;  // first backend error of a deferred op, returned by the next drain
+  uint64_t submitted = 0, submitted_inline = 0, deferred = 0, forced = 0, caller_waits = 0,
+           errors = 0;
+};
+
+}  // namespace sched::detail

@@ -1,0 +1,398 @@
+// Dispatcher rules on hand-built cases with a manual-clock fake device and no background thread,
+// so every step is deterministic: inline HP path, BE queueing per policy, starvation bound,
+// drains, event order across streams, backend errors, payload cloning and the caller-wait path.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "fake_device.h"
+#include "scheduler/dispatcher.h"
+#include "scheduler/profile_store.h"
+#include "scheduler/trace.h"
+
+namespace sched {
+namespace {
+
+using testing::event_op;
+using testing::FakeDevice;
+using testing::kernel_op;
+using testing::SubmittedOp;
+
+constexpr StreamId kHp = 1, kBe = 2, kBe2 = 3, kComm = 4;
+
+class DispatcherTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Dispatcher> make(const std::string& policy, const PolicyParams& params = {}) {
+    DispatcherOptions opt;
+    opt.background_thread = false;
+    opt.be_max_wait_ns = 1'000'000;
+    opt.profiles = &profiles;
+    auto d = std::make_unique<Dispatcher>(dev, make_policy(policy, params), opt);
+    d->set_stream_class(kHp, StreamClass::kHighPriority);
+    d->set_stream_class(kBe, StreamClass::kBestEffort);
+    d->set_stream_class(kBe2, StreamClass::kBestEffort);
+    d->set_stream_class(kComm, StreamClass::kCommunication);
+    return d;
+  }
+  std::vector<KernelId> kernels_on(StreamId stream) const {
+    std::vector<KernelId> out;
+    for (const auto& s : dev.submitted()) {
+      if (s.stream == stream && s.kind == OpKind::kKernel) out.push_back(s.kernel);
+    }
+    return out;
+  }
+  // Position of the first submitted op matching `pred` (-1 if none).
+  template <typename Pred>
+  int position(Pred pred) const {
+    const auto log = dev.submitted();
+    for (size_t i = 0; i < log.size(); ++i) {
+      if (pred(log[i])) return static_cast<int>(i);
+    }
+    return -1;
+  }
+  FakeDevice dev;
+  ProfileStore profiles;
+};
+
+TEST_F(DispatcherTest, HighPriorityIsSubmittedInlineWhileBestEffortQueuesAreFull) {
+  auto d = make("priority");
+  ASSERT_EQ(d->submit(kernel_op(kHp, 1)), 0);  // HP in flight from now on
+  for (KernelId k = 100; k < 150; ++k) ASSERT_EQ(d->submit(kernel_op(kBe, k)), 0);
+  for (KernelId k = 200; k < 250; ++k) ASSERT_EQ(d->submit(kernel_op(kBe2, k)), 0);
+  EXPECT_EQ(d->stats().queued_now, 100u);
+  EXPECT_TRUE(kernels_on(kBe).empty());
+  for (KernelId k = 2; k < 10; ++k) {
+    const size_t before = dev.submitted_count();
+    ASSERT_EQ(d->submit(kernel_op(kHp, k)), 0);
+    EXPECT_EQ(dev.submitted_count(), before + 1);  // on the device before submit() returned
+  }
+  ASSERT_EQ(d->submit(kernel_op(kComm, 900)), 0);  // communication is never deferred either
+  EXPECT_EQ(kernels_on(kComm), std::vector<KernelId>{900});
+  EXPECT_EQ(kernels_on(kHp).size(), 9u);
+  EXPECT_EQ(d->stats().queued_now, 100u);
+  const auto st = d->stats();
+  EXPECT_EQ(st.deferred, 100u);
+  EXPECT_EQ(st.submitted_inline, 10u);
+}
+
+TEST_F(DispatcherTest, PassthroughDefersNothing) {
+  auto d = make("passthrough");
+  d->submit(kernel_op(kHp, 1));
+  for (KernelId k = 10; k < 20; ++k) d->submit(kernel_op(kBe, k));
+  EXPECT_EQ(kernels_on(kBe).size(), 10u);
+  EXPECT_EQ(d->stats().deferred, 0u);
+  EXPECT_FALSE(d->policy().defers_best_effort());
+}
+
+TEST_F(DispatcherTest, PriorityAdmitsBestEffortOnceHighPriorityCompletes) {
+  auto d = make("priority");
+  d->submit(kernel_op(kBe, 10));  // nothing HP in flight: inline
+  EXPECT_EQ(kernels_on(kBe).size(), 1u);
+  d->submit(kernel_op(kHp, 1));
+  d->submit(kernel_op(kBe, 11));
+  d->submit(kernel_op(kBe, 12));
+  d->pump();
+  EXPECT_EQ(kernels_on(kBe).size(), 1u);  // HP still in flight
+  dev.complete_all();
+  d->pump();
+  EXPECT_EQ(kernels_on(kBe), (std::vector<KernelId>{10, 11, 12}));
+  EXPECT_EQ(d->stats().queued_now, 0u);
+}
+
+TEST_F(DispatcherTest, OrionPacksComplementaryKernelsNextToHighPriority) {
+  auto d = make("orion", {{"sm_threshold", "50"}});  // fake: 100 SMs, 2 blocks per SM
+  d->submit(kernel_op(kHp, 1, 100, KernelProfile::kComputeBound));
+  d->submit(kernel_op(kBe, 10, 40, KernelProfile::kMemoryBound));   // 20 SMs: fits, complements
+  d->submit(kernel_op(kBe, 11, 40, KernelProfile::kMemoryBound));   // 40 SMs: fits
+  d->submit(kernel_op(kBe, 12, 40, KernelProfile::kMemoryBound));   // 60 SMs: over the threshold
+  EXPECT_EQ(kernels_on(kBe), (std::vector<KernelId>{10, 11}));
+  d->submit(kernel_op(kBe2, 20, 2, KernelProfile::kComputeBound));  // same profile as HP: waits
+  EXPECT_TRUE(kernels_on(kBe2).empty());
+  dev.complete_all();  // HP and both BE kernels finish
+  d->pump();
+  EXPECT_EQ(kernels_on(kBe), (std::vector<KernelId>{10, 11, 12}));
+  EXPECT_EQ(kernels_on(kBe2), std::vector<KernelId>{20});
+}
+
+TEST_F(DispatcherTest, OrionDurationThresholdUsesLearnedDurations) {
+  auto d = make("orion");  // 100 us of outstanding BE work at most
+  dev.kernel_duration_ns = 60'000;
+  d->submit(kernel_op(kBe, 10, 2, KernelProfile::kMemoryBound));  // learn: 60 us
+  dev.complete_all();
+  d->pump();
+  ASSERT_DOUBLE_EQ(profiles.find(10)->duration_ns, 60'000);
+  d->submit(kernel_op(kHp, 1, 2, KernelProfile::kComputeBound));
+  d->submit(kernel_op(kBe, 10, 2, KernelProfile::kMemoryBound));   // nothing outstanding: goes
+  d->submit(kernel_op(kBe, 10, 2, KernelProfile::kMemoryBound));   // 60 us outstanding: goes
+  d->submit(kernel_op(kBe2, 10, 2, KernelProfile::kMemoryBound));  // 120 us outstanding: waits
+  EXPECT_EQ(kernels_on(kBe).size(), 3u);
+  EXPECT_TRUE(kernels_on(kBe2).empty());
+  dev.complete_all();  // the BE kernels finish (and HP too)
+  d->pump();
+  EXPECT_EQ(kernels_on(kBe2), std::vector<KernelId>{10});
+}
+
+// Review regression: a deferred op's error used to be cleared by forget_stream() (the stream is
+// drained there), so it never reached the program. It now comes back from the next drain_all().
+TEST_F(DispatcherTest, ForgottenStreamsDeferredErrorReachesTheNextDrainAll) {
+  auto d = make("priority");
+  dev.fail_kernel(666, 700);
+  d->submit(kernel_op(kHp, 1));
+  EXPECT_EQ(d->submit(kernel_op(kBe, 666)), 0);  // deferred behind HP
+  d->forget_stream(kBe);                          // drains it: it fails there
+  EXPECT_EQ(d->stats().backend_errors, 1u);
+  EXPECT_EQ(d->drain_stream(kBe), 0);  // a new stream reusing the handle does not inherit it
+  EXPECT_EQ(d->drain_all(), 700);
+  EXPECT_EQ(d->drain_all(), 0);
+}
+
+TEST_F(DispatcherTest, StarvationBoundForcesTheHeadUnderContinuousHighPriorityLoad) {
+  auto d = make("priority");
+  d->submit(kernel_op(kHp, 1));
+  d->submit(kernel_op(kBe, 10));
+  d->submit(kernel_op(kBe, 11));
+  for (int step = 0; step < 9; ++step) {  // 0.9 ms of HP load, below the 1 ms bound
+    dev.advance(100'000);
+    d->submit(kernel_op(kHp, 2));
+    d->pump();
+  }
+  EXPECT_TRUE(kernels_on(kBe).empty());
+  dev.advance(100'000);  // the head has now waited 1 ms
+  d->pump();
+  EXPECT_EQ(kernels_on(kBe), std::vector<KernelId>{10});
+  EXPECT_EQ(d->stats().forced_by_starvation, 1u);
+  // The next op became the head when 10 went: its own wait starts now.
+  dev.advance(999'999);
+  d->pump();
+  EXPECT_EQ(kernels_on(kBe).size(), 1u);
+  dev.advance(1);
+  d->pump();
+  EXPECT_EQ(kernels_on(kBe), (std::vector<KernelId>{10, 11}));
+  EXPECT_EQ(d->stats().forced_by_starvation, 2u);
+}
+
+TEST_F(DispatcherTest, DrainStreamReturnsOnlyWhenEverythingIsSubmitted) {
+  auto d = make("priority");
+  d->submit(kernel_op(kHp, 1));
+  for (KernelId k = 10; k < 30; ++k) d->submit(kernel_op(kBe, k));
+  d->submit(kernel_op(kBe2, 50));
+  EXPECT_EQ(d->drain_stream(kBe), 0);
+  std::vector<KernelId> expect;
+  for (KernelId k = 10; k < 30; ++k) expect.push_back(k);
+  EXPECT_EQ(kernels_on(kBe), expect);  // all of them, in order, despite HP in flight
+  EXPECT_TRUE(kernels_on(kBe2).empty());  // other streams untouched
+  EXPECT_EQ(d->drain_all(), 0);
+  EXPECT_EQ(kernels_on(kBe2), std::vector<KernelId>{50});
+}
+
+TEST_F(DispatcherTest, DrainEventSubmitsUpToTheLatestRecordOnly) {
+  auto d = make("priority");
+  d->submit(kernel_op(kHp, 1));
+  d->submit(kernel_op(kBe, 10));
+  d->submit(event_op(OpKind::kEventRecord, kBe, 77));
+  d->submit(kernel_op(kBe, 11));
+  d->submit(event_op(OpKind::kEventRecord, kBe, 77));  // re-recorded: the drain covers this one
+  d->submit(kernel_op(kBe, 12));
+  EXPECT_EQ(d->drain_event(77), 0);
+  EXPECT_EQ(kernels_on(kBe), (std::vector<KernelId>{10, 11}));
+  EXPECT_EQ(d->stats().queued_now, 1u);
+  EXPECT_EQ(d->drain_event(12345), 0);  // unknown event: nothing to wait for
+}
+
+TEST_F(DispatcherTest, HighPriorityWaitDrainsOnlyTheProducerOfItsEvent) {
+  auto d = make("priority");
+  d->submit(kernel_op(kHp, 1));
+  d->submit(kernel_op(kBe, 10));
+  d->submit(event_op(OpKind::kEventRecord, kBe, 5));
+  d->submit(kernel_op(kBe, 11));  // after the record: stays queued
+  d->submit(kernel_op(kBe2, 20));
+  d->submit(event_op(OpKind::kStreamWaitEvent, kHp, 5));
+  const int record = position([](const SubmittedOp& s) { return s.kind == OpKind::kEventRecord; });
+  const int wait = position([](const SubmittedOp& s) { return s.kind == OpKind::kStreamWaitEvent; });
+  ASSERT_GE(record, 0);
+  ASSERT_GE(wait, 0);
+  EXPECT_LT(record, wait);
+  EXPECT_EQ(kernels_on(kBe), std::vector<KernelId>{10});
+  EXPECT_TRUE(kernels_on(kBe2).empty());
+}
+
+TEST_F(DispatcherTest, QueuedWaitIsNotSubmittedBeforeItsRecord) {
+  auto d = make("priority");
+  d->submit(kernel_op(kHp, 1));
+  d->submit(kernel_op(kBe, 10));
+  d->submit(event_op(OpKind::kEventRecord, kBe, 5));
+  d->submit(event_op(OpKind::kStreamWaitEvent, kBe2, 5));
+  d->submit(kernel_op(kBe2, 20));
+  // Draining the consumer must first drain the producer up to the record.
+  EXPECT_EQ(d->drain_stream(kBe2), 0);
+  const int record = position([](const SubmittedOp& s) { return s.kind == OpKind::kEventRecord; });
+  const int wait = position([](const SubmittedOp& s) { return s.kind == OpKind::kStreamWaitEvent; });
+  ASSERT_GE(record, 0);
+  ASSERT_GE(wait, 0);
+  EXPECT_LT(record, wait);
+
+  // Through the pump: the consumer's wait is head but its record is not admitted yet.
+  d->submit(kernel_op(kBe, 30));
+  d->submit(event_op(OpKind::kEventRecord, kBe, 6));
+  d->submit(event_op(OpKind::kStreamWaitEvent, kBe2, 6));
+  dev.complete_all();
+  d->pump();
+  const auto log = dev.submitted();
+  int rec6 = -1, wait6 = -1;
+  for (size_t i = 0; i < log.size(); ++i) {
+    if (log[i].event == 6 && log[i].kind == OpKind::kEventRecord) rec6 = static_cast<int>(i);
+    if (log[i].event == 6 && log[i].kind == OpKind::kStreamWaitEvent) wait6 = static_cast<int>(i);
+  }
+  ASSERT_GE(rec6, 0);
+  ASSERT_GE(wait6, 0);
+  EXPECT_LT(rec6, wait6);
+}
+
+TEST_F(DispatcherTest, BackendErrorsReachTheCaller) {
+  auto d = make("priority");
+  dev.fail_kernel(666, 700);
+  EXPECT_EQ(d->submit(kernel_op(kHp, 666)), 700);  // inline: returned at once, not sticky
+  EXPECT_EQ(d->drain_stream(kHp), 0);
+  d->submit(kernel_op(kHp, 1));
+  EXPECT_EQ(d->submit(kernel_op(kBe, 10)), 0);
+  EXPECT_EQ(d->submit(kernel_op(kBe, 666)), 0);  // deferred: the error comes at the drain
+  EXPECT_EQ(d->submit(kernel_op(kBe, 11)), 0);
+  EXPECT_EQ(d->drain_stream(kBe), 700);
+  EXPECT_EQ(d->drain_stream(kBe), 0);  // cleared once returned
+  EXPECT_EQ(kernels_on(kBe), (std::vector<KernelId>{10, 11}));  // later ops still went
+  EXPECT_EQ(d->stats().backend_errors, 2u);
+}
+
+TEST_F(DispatcherTest, DeferredErrorReturnedByDrainAllAndEventDrain) {
+  auto d = make("priority");
+  dev.fail_kernel(666, 999);
+  d->submit(kernel_op(kHp, 1));
+  d->submit(kernel_op(kBe, 666));
+  d->submit(event_op(OpKind::kEventRecord, kBe, 8));
+  EXPECT_EQ(d->drain_event(8), 999);
+  d->submit(kernel_op(kBe2, 666));
+  EXPECT_EQ(d->drain_all(), 999);
+  EXPECT_EQ(d->drain_all(), 0);
+}
+
+TEST_F(DispatcherTest, QueuedOpOwnsAClonedPayload) {
+  auto d = make("priority");
+  d->submit(kernel_op(kHp, 1));
+  {
+    testing::ValuePayload args(42);
+    Op op = kernel_op(kBe, 10);
+    op.borrowed = &args;
+    op.clone = testing::clone_value_payload;
+    EXPECT_EQ(d->submit(std::move(op)), 0);
+    args.value = -7;  // the caller's frame moves on
+  }
+  EXPECT_EQ(d->stats().caller_waits, 0u);
+  dev.complete_all();
+  d->pump();
+  const auto log = dev.submitted();
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[1].payload_value, 42);
+}
+
+TEST_F(DispatcherTest, UnclonablePayloadMakesTheCallerWaitUntilSubmitted) {
+  auto d = make("priority");
+  d->submit(kernel_op(kHp, 1));
+  std::atomic<bool> returned{false};
+  std::atomic<int> status{-1};
+  std::thread caller([&] {
+    testing::ValuePayload args(5);
+    Op op = kernel_op(kBe, 10);
+    op.borrowed = &args;
+    op.clone = testing::refuse_clone;  // argument sizes unknown
+    status = d->submit(std::move(op));
+    returned = true;
+  });
+  // The op cannot go while HP is in flight, so the caller must still be inside submit().
+  while (d->stats().caller_waits == 0) std::this_thread::yield();
+  for (int i = 0; i < 20; ++i) {
+    d->pump();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_FALSE(returned.load());
+  EXPECT_TRUE(kernels_on(kBe).empty());
+  dev.complete_all();  // HP finishes; the waiting caller's own pump admits its op
+  caller.join();
+  EXPECT_EQ(status.load(), 0);
+  const auto log = dev.submitted();
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[1].payload_value, 5);  // read while the caller's frame was alive
+}
+
+TEST_F(DispatcherTest, WaitingCallerGetsItsOwnError) {
+  auto d = make("priority");
+  dev.fail_kernel(10, 123);
+  d->submit(kernel_op(kHp, 1));
+  int status = -1;
+  std::thread caller([&] {
+    testing::ValuePayload args(5);
+    Op op = kernel_op(kBe, 10);
+    op.borrowed = &args;  // no cloner at all
+    status = d->submit(std::move(op));
+  });
+  while (d->stats().caller_waits == 0) std::this_thread::yield();
+  EXPECT_EQ(d->drain_stream(kBe), 0);  // the drain submits it; the error is the caller's
+  caller.join();
+  EXPECT_EQ(status, 123);
+}
+
+TEST_F(DispatcherTest, ClassChangeDrainsQueuedWork) {
+  auto d = make("priority");
+  d->submit(kernel_op(kHp, 1));
+  d->submit(kernel_op(kBe, 10));
+  EXPECT_EQ(d->stream_class(kBe), StreamClass::kBestEffort);
+  d->set_stream_class(kBe, StreamClass::kHighPriority);
+  EXPECT_EQ(kernels_on(kBe), std::vector<KernelId>{10});
+  d->submit(kernel_op(kBe, 11));  // now HP: inline
+  EXPECT_EQ(kernels_on(kBe), (std::vector<KernelId>{10, 11}));
+  d->forget_stream(kBe);
+  EXPECT_EQ(d->stream_class(kBe), StreamClass::kUnmanaged);
+  EXPECT_EQ(d->stream_class(9999), StreamClass::kUnmanaged);
+}
+
+TEST_F(DispatcherTest, DestructorDrainsEverything) {
+  {
+    auto d = make("priority");
+    d->submit(kernel_op(kHp, 1));
+    for (KernelId k = 10; k < 20; ++k) d->submit(kernel_op(kBe, k));
+  }
+  EXPECT_EQ(kernels_on(kBe).size(), 10u);
+}
+
+TEST_F(DispatcherTest, CompletionReportedFromInsideSubmitIsAppliedAtTheNextPump) {
+  dev.report_in_submit = true;
+  TraceWriter trace;
+  DispatcherOptions opt;
+  opt.background_thread = false;
+  opt.trace = &trace;
+  Dispatcher d(dev, make_policy("priority"), opt);
+  d.set_stream_class(kHp, StreamClass::kHighPriority);
+  d.set_stream_class(kBe, StreamClass::kBestEffort);
+  ASSERT_EQ(d.submit(kernel_op(kHp, 1)), 0);  // must not deadlock on the stream's own mutex
+  // The BE submit pumps first, which applies the HP completion: nothing HP in flight any more.
+  ASSERT_EQ(d.submit(kernel_op(kBe, 10)), 0);
+  EXPECT_EQ(kernels_on(kBe), std::vector<KernelId>{10});
+  d.pump();
+  const auto recs = trace.records();
+  ASSERT_EQ(recs.size(), 2u);
+  EXPECT_GE(recs[0].end_ns, 0);  // completion matched its record although it came first
+  EXPECT_GE(recs[1].end_ns, 0);
+}
+
+TEST_F(DispatcherTest, CompletionsTeachTheProfileStore) {
+  auto d = make("priority");
+  dev.kernel_duration_ns = 2500;
+  d->submit(kernel_op(kHp, 31));
+  dev.complete_all();
+  d->pump();
+  ASSERT_TRUE(profiles.find(31));
+  EXPECT_DOUBLE_EQ(profiles.find(31)->duration_ns, 2500);
+}
+
+}  // namespace
+}  // namespace sched
