@@ -1,0 +1,11 @@
+// The CUDA driver API as the shim sees it. Defining __CUDA_API_VERSION_INTERNAL (what the driver
+// itself does) makes cuda.h declare every ABI variant under its own name (cuMemFree_v2,
+// cuLaunchKernel_ptsz, ...) instead of remapping names with macros, so the shim can define each
+// exported symbol exactly once and compare its type with cudaTypedefs.h.
+#pragma once
+
+#ifndef __CUDA_API_VERSION_INTERNAL
+#define __CUDA_API_VERSION_INTERNAL 1
+#endif
+#include <cuda.h>
+#include <cudaTypedefs.h>

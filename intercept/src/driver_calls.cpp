@@ -1,0 +1,127 @@
+#include "driver_calls.h"
+
+#include <cstring>
+
+#include "kernel_catalog.h"
+#include "real_driver.h"
+
+namespace orion {
+
+CUresult DriverCall::submit() const {
+  if (context_ != nullptr && real::cuCtxGetCurrent && real::cuCtxSetCurrent) {
+    CUcontext current = nullptr;
+    if (real::cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != context_) {
+      CUresult rc = real::cuCtxSetCurrent(context_);
+      if (rc != CUDA_SUCCESS) return rc;
+    }
+  }
+  return invoke();
+}
+
+void DriverCall::capture_context() {
+  CUcontext current = nullptr;
+  if (real::cuCtxGetCurrent && real::cuCtxGetCurrent(&current) == CUDA_SUCCESS) context_ = current;
+}
+
+KernelLaunch::KernelLaunch(Api api, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                           unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream stream,
+                           void** params, void** extra)
+    : DriverCall(stream), api_(api), f_(f), params_(params), extra_(extra) {
+  config_.gridDimX = gx;
+  config_.gridDimY = gy;
+  config_.gridDimZ = gz;
+  config_.blockDimX = bx;
+  config_.blockDimY = by;
+  config_.blockDimZ = bz;
+  config_.sharedMemBytes = smem;
+  config_.hStream = stream;
+}
+
+KernelLaunch::KernelLaunch(Api api, const CUlaunchConfig* config, CUfunction f, void** params,
+                           void** extra)
+    : DriverCall(config->hStream), api_(api), f_(f), config_(*config), params_(params),
+      extra_(extra) {}
+
+CUresult KernelLaunch::invoke() const {
+  const CUlaunchConfig& c = config_;
+  switch (api_) {
+    case Api::kLaunch:
+      return real::cuLaunchKernel(f_, c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX, c.blockDimY,
+                                  c.blockDimZ, c.sharedMemBytes, c.hStream, params_, extra_);
+    case Api::kLaunchPtsz:
+      return real::cuLaunchKernel_ptsz(f_, c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX,
+                                       c.blockDimY, c.blockDimZ, c.sharedMemBytes, c.hStream,
+                                       params_, extra_);
+    case Api::kCooperative:
+      return real::cuLaunchCooperativeKernel(f_, c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX,
+                                             c.blockDimY, c.blockDimZ, c.sharedMemBytes,
+                                             c.hStream, params_);
+    case Api::kCooperativePtsz:
+      return real::cuLaunchCooperativeKernel_ptsz(f_, c.gridDimX, c.gridDimY, c.gridDimZ,
+                                                  c.blockDimX, c.blockDimY, c.blockDimZ,
+                                                  c.sharedMemBytes, c.hStream, params_);
+    case Api::kEx:
+      return real::cuLaunchKernelEx(&config_, f_, params_, extra_);
+    case Api::kExPtsz:
+      return real::cuLaunchKernelEx_ptsz(&config_, f_, params_, extra_);
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+std::unique_ptr<sched::OpPayload> KernelLaunch::clone(const sched::OpPayload& p) {
+  const auto& src = static_cast<const KernelLaunch&>(p);
+  std::unique_ptr<KernelLaunch> copy(new KernelLaunch(src.api_, src.f_, 1, 1, 1, 1, 1, 1, 0,
+                                                      src.stream(), nullptr, nullptr));
+  if (!copy->deep_copy_from(src)) return nullptr;
+  copy->capture_context();
+  return copy;
+}
+
+bool KernelLaunch::deep_copy_from(const KernelLaunch& src) {
+  config_ = src.config_;
+  if (src.config_.numAttrs > 0 && src.config_.attrs != nullptr) {
+    attrs_.assign(src.config_.attrs, src.config_.attrs + src.config_.numAttrs);
+    config_.attrs = attrs_.data();
+  }
+  params_ = nullptr;
+  extra_ = nullptr;
+  if (src.params_ != nullptr) {
+    // The sizes of the arguments come from the driver's parameter info; without it the
+    // arguments cannot be copied and the caller must wait.
+    const FunctionInfo& info = function_info(src.f_);
+    if (!info.params_known) return false;
+    param_bytes_.resize(info.param_bytes);
+    param_ptrs_.resize(info.param_sizes.size());
+    for (size_t i = 0; i < info.param_sizes.size(); ++i) {
+      unsigned char* dst = param_bytes_.data() + info.param_offsets[i];
+      std::memcpy(dst, src.params_[i], info.param_sizes[i]);
+      param_ptrs_[i] = dst;
+    }
+    if (param_ptrs_.empty()) param_ptrs_.push_back(nullptr);  // a valid array even with no args
+    params_ = param_ptrs_.data();
+  }
+  if (src.extra_ != nullptr) {
+    // Only the documented packed-buffer form can be copied.
+    const void* buffer = nullptr;
+    const size_t* size = nullptr;
+    for (void** e = src.extra_; *e != CU_LAUNCH_PARAM_END; e += 2) {
+      if (e[0] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+        buffer = e[1];
+      } else if (e[0] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+        size = static_cast<const size_t*>(e[1]);
+      } else {
+        return false;
+      }
+    }
+    if (buffer == nullptr || size == nullptr) return false;
+    extra_size_ = *size;
+    extra_bytes_.assign(static_cast<const unsigned char*>(buffer),
+                        static_cast<const unsigned char*>(buffer) + extra_size_);
+    extra_array_ = {CU_LAUNCH_PARAM_BUFFER_POINTER, extra_bytes_.data(),
+                    CU_LAUNCH_PARAM_BUFFER_SIZE, &extra_size_, CU_LAUNCH_PARAM_END};
+    extra_ = extra_array_.data();
+  }
+  return true;
+}
+
+}  // namespace orion

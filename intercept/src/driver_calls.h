@@ -1,0 +1,97 @@
+// Payloads of intercepted calls: what the real-driver backend needs to make the call later.
+// A payload built in a wrapper borrows the caller's arguments; clone() makes an owned deep copy
+// for a deferred op (or returns nullptr when it cannot, and the caller then waits).
+#pragma once
+
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "cuda_api.h"
+#include "scheduler/op.h"
+
+namespace orion {
+
+class DriverCall : public sched::OpPayload {
+ public:
+  explicit DriverCall(CUstream stream) : stream_(stream) {}
+  // Makes the real driver call. Called by the backend, possibly from another thread: makes the
+  // caller's context current first when the payload recorded one.
+  CUresult submit() const;
+  CUstream stream() const { return stream_; }
+  // Records the calling thread's current context (done for every payload that may be submitted
+  // from another thread: clones, and calls the caller waits for).
+  void capture_context();
+
+ protected:
+  virtual CUresult invoke() const = 0;
+
+ private:
+  CUstream stream_;
+  CUcontext context_ = nullptr;
+};
+
+// Any driver call whose arguments are plain values (handles, sizes, device pointers): copying
+// the arguments is a deep copy.
+template <typename Fn, typename... Args>
+class ValueCall final : public DriverCall {
+ public:
+  ValueCall(CUstream stream, Fn fn, Args... args) : DriverCall(stream), fn_(fn), args_(args...) {}
+  static std::unique_ptr<sched::OpPayload> clone(const sched::OpPayload& p) {
+    auto copy = std::make_unique<ValueCall>(static_cast<const ValueCall&>(p));
+    copy->capture_context();
+    return copy;
+  }
+
+ protected:
+  CUresult invoke() const override { return std::apply(fn_, args_); }
+
+ private:
+  Fn fn_;
+  std::tuple<Args...> args_;
+};
+
+template <typename Fn, typename... Args>
+ValueCall<Fn, Args...> value_call(CUstream stream, Fn fn, Args... args) {
+  return ValueCall<Fn, Args...>(stream, fn, args...);
+}
+
+// One kernel launch through any launch entry point. Borrowed: points at the caller's
+// kernelParams / extra / config. Cloned: owns copies of all three.
+class KernelLaunch final : public DriverCall {
+ public:
+  enum class Api { kLaunch, kLaunchPtsz, kCooperative, kCooperativePtsz, kEx, kExPtsz };
+
+  // cuLaunchKernel / cuLaunchCooperativeKernel (+ _ptsz).
+  KernelLaunch(Api api, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+               unsigned by, unsigned bz, unsigned smem, CUstream stream, void** params,
+               void** extra);
+  // cuLaunchKernelEx (+ _ptsz).
+  KernelLaunch(Api api, const CUlaunchConfig* config, CUfunction f, void** params, void** extra);
+
+  static std::unique_ptr<sched::OpPayload> clone(const sched::OpPayload& p);
+
+  CUfunction function() const { return f_; }
+  const CUlaunchConfig& config() const { return config_; }
+
+ protected:
+  CUresult invoke() const override;
+
+ private:
+  bool deep_copy_from(const KernelLaunch& src);
+
+  Api api_;
+  CUfunction f_;
+  CUlaunchConfig config_{};  // grid, block, smem, stream (+ attrs for Ex)
+  void** params_;
+  void** extra_;
+  // Owned storage of a clone.
+  std::vector<CUlaunchAttribute> attrs_;
+  std::vector<unsigned char> param_bytes_;
+  std::vector<void*> param_ptrs_;
+  std::vector<unsigned char> extra_bytes_;
+  size_t extra_size_ = 0;
+  std::vector<void*> extra_array_;
+};
+
+}  // namespace orion

@@ -1,0 +1,75 @@
+// The scheduler's Device backed by the real CUDA driver. submit() makes the intercepted call;
+// completion of tracked ops (high-priority and best-effort classes) is observed with a pooled
+// CUevent recorded after each one and polled with cuEventQuery. Kernel durations are learned
+// from the elapsed time between consecutive tracked ops of a busy stream. Polling queries the
+// newest pending event of a stream first: when it is done, the whole backlog retires with one
+// driver call (the dispatcher retires earlier ops of the stream with the latest completion).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda_api.h"
+#include "scheduler/device.h"
+
+namespace orion {
+
+class DriverDevice final : public sched::Device {
+ public:
+  DriverDevice() = default;
+  ~DriverDevice() override = default;
+
+  int submit(const sched::Op& op) override;
+  void poll() override;
+  void set_listener(sched::CompletionListener* listener) override;
+  int sm_count() const override;
+  int max_active_blocks_per_sm(const sched::KernelInfo& kernel) override;
+  int64_t now_ns() const override;
+
+  // Ops submitted and not yet seen complete (for statistics and tests).
+  uint64_t tracked_in_flight() const;
+
+ private:
+  struct Pending {
+    uint64_t seq;
+    sched::OpKind kind;
+    sched::KernelId kernel;
+    CUevent done;
+    bool stream_was_busy;  // the previous tracked op of this stream was still running at submit
+  };
+  struct StreamTrack {
+    std::deque<Pending> pending;
+    CUevent last_done = nullptr;  // kept until the next completion, to time it
+  };
+
+  void track(const sched::Op& op, CUstream stream);
+  CUevent take_event();  // under mutex_
+  void report(const std::vector<sched::Completion>& done);
+
+  std::mutex poll_mutex_;  // one poller at a time (taken with try_lock); guards the scratch below
+  struct Look {
+    sched::StreamId stream;
+    CUevent newest;
+    size_t pending;
+  };
+  std::vector<Look> looks_;
+  std::vector<CUevent> oldest_;
+  std::vector<sched::Completion> done_;
+  mutable std::mutex mutex_;  // the pending queues and the event pool; never held across a query
+  std::unordered_map<sched::StreamId, StreamTrack> streams_;
+  std::vector<CUevent> free_events_;
+  std::atomic<sched::CompletionListener*> listener_{nullptr};
+  std::atomic<uint64_t> in_flight_{0};
+
+  mutable std::atomic<int> sm_count_{0};
+  std::mutex occupancy_mutex_;
+  std::map<std::tuple<sched::KernelId, uint64_t, uint32_t>, int> occupancy_;
+};
+
+}  // namespace orion

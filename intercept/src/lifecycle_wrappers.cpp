@@ -1,0 +1,95 @@
+// Stream and event lifetime, and stream capture.
+//
+// Stream classes: cuStreamCreateWithPriority maps CUDA's priority (lower = more urgent) to a
+// class: priority <= ORION_HP_PRIORITY (default -1) is high priority, >= ORION_BE_PRIORITY
+// (default 0) best effort, anything between unmanaged. LibTorch creates its low-priority pool
+// streams at priority 0 (-> best effort) and high-priority ones at the device's greatest priority
+// (-> high priority). cuStreamCreate, the NULL/legacy and per-thread streams are unmanaged.
+#include "wrapper_support.h"
+
+using orion::Shim;
+namespace real = orion::real;
+
+ORION_EXPORT CUresult CUDAAPI cuStreamCreate(CUstream* out, unsigned int flags) {
+  ORION_REQUIRE_REAL(cuStreamCreate);
+  CUresult rc = real::cuStreamCreate(out, flags);
+  if (rc == CUDA_SUCCESS && out != nullptr) {
+    // A handle value can be reused after a destroy: start from the default class again.
+    if (Shim* shim = orion::active_shim()) {
+      shim->set_stream_class(Shim::stream_id(*out, false), sched::StreamClass::kUnmanaged);
+    }
+  }
+  return rc;
+}
+
+ORION_EXPORT CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* out, unsigned int flags,
+                                                         int priority) {
+  ORION_REQUIRE_REAL(cuStreamCreateWithPriority);
+  CUresult rc = real::cuStreamCreateWithPriority(out, flags, priority);
+  if (rc == CUDA_SUCCESS && out != nullptr) {
+    if (Shim* shim = orion::active_shim()) {
+      shim->set_stream_class(Shim::stream_id(*out, false), shim->class_for_priority(priority));
+    }
+  }
+  return rc;
+}
+
+ORION_EXPORT CUresult CUDAAPI cuStreamDestroy_v2(CUstream s) {
+  ORION_REQUIRE_REAL(cuStreamDestroy_v2);
+  if (Shim* shim = orion::active_shim()) {
+    // Queued work of a destroyed stream still runs (CUDA semantics): forget_stream drains first.
+    shim->dispatcher().forget_stream(Shim::stream_id(s, false));
+  }
+  return real::cuStreamDestroy_v2(s);
+}
+
+ORION_EXPORT CUresult CUDAAPI cuEventDestroy_v2(CUevent e) {
+  ORION_REQUIRE_REAL(cuEventDestroy_v2);
+  if (Shim* shim = orion::active_shim()) {
+    // A queued record of this event must reach the driver while the event still exists.
+    int drained = shim->dispatcher().drain_event(orion::event_id(e));
+    shim->dispatcher().forget_event(orion::event_id(e));
+    CUresult rc = real::cuEventDestroy_v2(e);
+    return drained != 0 ? static_cast<CUresult>(drained) : rc;
+  }
+  return real::cuEventDestroy_v2(e);
+}
+
+// --- capture: drain at begin; nothing is deferred while any capture is active ---
+#define ORION_UNPAREN(...) __VA_ARGS__
+#define ORION_BEGIN_CAPTURE(sym, PARAMS, ARGS)                                 \
+  ORION_EXPORT CUresult CUDAAPI sym PARAMS {                                   \
+    ORION_REQUIRE_REAL(sym);                                                   \
+    if (Shim* shim = orion::active_shim()) {                                   \
+      CUresult drained = shim->begin_capture();                                \
+      CUresult rc = real::sym ARGS;                                            \
+      if (rc != CUDA_SUCCESS) shim->end_capture();                             \
+      return drained != CUDA_SUCCESS ? drained : rc;                           \
+    }                                                                          \
+    return real::sym ARGS;                                                     \
+  }
+ORION_BEGIN_CAPTURE(cuStreamBeginCapture_v2, (CUstream s, CUstreamCaptureMode mode), (s, mode))
+ORION_BEGIN_CAPTURE(cuStreamBeginCapture_v2_ptsz, (CUstream s, CUstreamCaptureMode mode), (s, mode))
+ORION_BEGIN_CAPTURE(cuStreamBeginCaptureToGraph,
+                    (CUstream s, CUgraph g, const CUgraphNode* deps, const CUgraphEdgeData* data,
+                     size_t n, CUstreamCaptureMode mode),
+                    (s, g, deps, data, n, mode))
+ORION_BEGIN_CAPTURE(cuStreamBeginCaptureToGraph_ptsz,
+                    (CUstream s, CUgraph g, const CUgraphNode* deps, const CUgraphEdgeData* data,
+                     size_t n, CUstreamCaptureMode mode),
+                    (s, g, deps, data, n, mode))
+
+#define ORION_END_CAPTURE(sym)                                                 \
+  ORION_EXPORT CUresult CUDAAPI sym(CUstream s, CUgraph* graph) {              \
+    ORION_REQUIRE_REAL(sym);                                                   \
+    CUresult rc = real::sym(s, graph);                                         \
+    /* Over with a graph, or over because it was invalidated or left work unjoined. */  \
+    bool ended = rc == CUDA_SUCCESS || rc == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||  \
+                 rc == CUDA_ERROR_STREAM_CAPTURE_UNJOINED;                              \
+    if (Shim* shim = orion::active_shim(); shim && ended && shim->capturing()) {       \
+      shim->end_capture();                                                              \
+    }                                                                                   \
+    return rc;                                                                 \
+  }
+ORION_END_CAPTURE(cuStreamEndCapture)
+ORION_END_CAPTURE(cuStreamEndCapture_ptsz)

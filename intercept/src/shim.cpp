@@ -1,0 +1,183 @@
+#include "shim.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+#include "log.h"
+
+#include "driver_calls.h"
+#include "kernel_catalog.h"
+#include "real_driver.h"
+
+namespace orion {
+
+std::atomic<uintptr_t> g_shim_state{0};
+
+namespace {
+
+std::mutex g_init_mutex;
+// The shim lives until the process ends (calls may still arrive from atexit handlers and other
+// threads after shutdown): this reference keeps it reachable for leak checkers too.
+Shim* volatile g_shim_forever = nullptr;  // volatile: the store must not be optimised away
+
+void shutdown_at_exit() {
+  uintptr_t v = g_shim_state.exchange(1, std::memory_order_acq_rel);
+  if (v > 1) reinterpret_cast<Shim*>(v)->shutdown();
+}
+
+void configure_logging(const Settings& s) { set_log_level(s.log_level); }
+
+}  // namespace
+
+Shim* init_shim_slow() {
+  std::lock_guard lock(g_init_mutex);
+  uintptr_t v = g_shim_state.load(std::memory_order_acquire);
+  if (v > 1) return reinterpret_cast<Shim*>(v);
+  if (v == 1) return nullptr;
+
+  std::string error;
+  std::optional<Settings> settings = settings_from_env(&error);
+  if (!settings) {
+    std::fprintf(stderr, "libgpu_scheduler: %s\n", error.c_str());
+    std::exit(2);
+  }
+  if (!settings->enabled) {
+    g_shim_state.store(1, std::memory_order_release);
+    return nullptr;
+  }
+  configure_logging(*settings);
+  if (!load_real_driver()) {
+    g_shim_state.store(1, std::memory_order_release);
+    return nullptr;
+  }
+  Shim* shim = nullptr;
+  try {
+    shim = new Shim(*settings);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "libgpu_scheduler: %s\n", e.what());
+    std::exit(2);
+  }
+  g_shim_forever = shim;
+  shim_log().info("{}", settings->describe());
+  g_shim_state.store(reinterpret_cast<uintptr_t>(shim), std::memory_order_release);
+  std::atexit(shutdown_at_exit);
+  return shim;
+}
+
+Shim::Shim(Settings settings) : settings_(std::move(settings)) {
+  // make_policy throws std::invalid_argument naming the bad policy or parameter.
+  auto policy = sched::make_policy(settings_.policy, settings_.policy_params);
+  sched::DispatcherOptions options;
+  options.be_max_wait_ns = settings_.be_max_wait_us * 1000;
+  options.pump_interval_ns = settings_.pump_interval_us * 1000;
+  // Our own helper thread pumps, so that shutdown can stop it while the dispatcher stays alive
+  // for calls that still arrive during process exit.
+  options.background_thread = false;
+  options.default_class = sched::StreamClass::kUnmanaged;
+  if (!settings_.profile_import.empty()) {
+    // Throws std::invalid_argument naming the file, line and field.
+    size_t rows = profiles_.load_orion_csv(settings_.profile_import);
+    shim_log().info("imported {} kernel profiles from {}", rows,
+                 settings_.profile_import);
+  }
+  options.profiles = &profiles_;
+  if (!settings_.trace_path.empty()) {
+    trace_ = std::make_unique<sched::TraceWriter>();
+    options.trace = trace_.get();
+  }
+  dispatcher_ = std::make_unique<sched::Dispatcher>(device_, std::move(policy), options);
+  pump_thread_ = std::thread([this] { pump_loop(); });
+}
+
+void Shim::pump_loop() {
+  const auto period = std::chrono::microseconds(settings_.pump_interval_us);
+  while (!stop_.load(std::memory_order_acquire)) {
+    dispatcher_->pump();
+    std::this_thread::sleep_for(period);
+  }
+}
+
+int Shim::flush() {
+  int rc = dispatcher_->drain_all();
+  if (trace_) {
+    // Completions still outstanding are picked up by later flushes.
+    dispatcher_->pump();
+    std::string err = trace_->flush(settings_.trace_path);
+    if (!err.empty()) shim_log().error("ORION_TRACE: {}", err);
+  }
+  return rc;
+}
+
+void Shim::shutdown() {
+  stop_.store(true, std::memory_order_release);
+  if (pump_thread_.joinable()) pump_thread_.join();
+  int rc = flush();
+  if (rc != 0) shim_log().error("deferred work failed at exit with CUresult {}", rc);
+  if (!settings_.profile_export.empty()) {
+    std::string err = profiles_.save_orion_csv(settings_.profile_export);
+    if (!err.empty()) shim_log().error("ORION_PROFILE_EXPORT: {}", err);
+  }
+  sched::DispatcherStats s = dispatcher_->stats();
+  shim_log().info("{} ops submitted ({} inline), {} deferred, "
+               "{} forced by starvation, {} caller waits, {} driver errors",
+               s.submitted, s.submitted_inline, s.deferred,
+               s.forced_by_starvation, s.caller_waits, s.backend_errors);
+}
+
+CUresult Shim::begin_capture() {
+  captures_.fetch_add(1, std::memory_order_acq_rel);
+  return static_cast<CUresult>(dispatcher_->drain_all());
+}
+
+int Shim::drain_for_legacy_stream(sched::StreamId id) {
+  if (id != kLegacyStream || !have_best_effort_.load(std::memory_order_acquire)) return 0;
+  return dispatcher_->drain_all();
+}
+
+sched::StreamClass Shim::class_for_priority(int priority) const {
+  if (priority <= settings_.hp_priority_max) return sched::StreamClass::kHighPriority;
+  if (priority >= settings_.be_priority_min) return sched::StreamClass::kBestEffort;
+  return sched::StreamClass::kUnmanaged;
+}
+
+void Shim::set_stream_class(sched::StreamId id, sched::StreamClass cls) {
+  if (cls == sched::StreamClass::kBestEffort) have_best_effort_.store(true, std::memory_order_release);
+  dispatcher_->set_stream_class(id, cls);
+}
+
+CUresult Shim::submit(sched::Op&& op) {
+  if (int rc = drain_for_legacy_stream(op.stream); rc != 0) return static_cast<CUresult>(rc);
+  return static_cast<CUresult>(dispatcher_->submit(std::move(op)));
+}
+
+CUresult Shim::launch(const KernelLaunch& call, bool per_thread) {
+  const CUlaunchConfig& c = call.config();
+  const FunctionInfo& info = function_info(call.function());
+  sched::Op op;
+  op.kind = sched::OpKind::kKernel;
+  op.stream = stream_id(c.hStream, per_thread);
+  op.kernel.id = reinterpret_cast<sched::KernelId>(call.function());
+  const char* name = info.registered_name.load(std::memory_order_acquire);
+  if (name == nullptr && !info.name.empty()) {
+    name = profiles_.register_kernel(op.kernel.id, info.name);
+    info.registered_name.store(name, std::memory_order_release);
+  }
+  op.kernel.name = name;
+  op.kernel.grid = {c.gridDimX, c.gridDimY, c.gridDimZ};
+  op.kernel.block = {c.blockDimX, c.blockDimY, c.blockDimZ};
+  op.kernel.shared_mem_bytes = c.sharedMemBytes;
+  op.borrowed = &call;
+  op.clone = &KernelLaunch::clone;
+  if (info.communication &&
+      dispatcher_->stream_class(op.stream) != sched::StreamClass::kCommunication) {
+    // NCCL kernels spin until their peers arrive: the stream is a communication stream from now
+    // on (set_stream_class drains what it had queued first, keeping its order).
+    dispatcher_->set_stream_class(op.stream, sched::StreamClass::kCommunication);
+    comm_streams_.fetch_add(1, std::memory_order_relaxed);
+    shim_log().debug("stream {:#x} carries {} -> communication", op.stream, info.name);
+  }
+  return submit(std::move(op));
+}
+
+}  // namespace orion

@@ -1,0 +1,94 @@
+// The shim's state when scheduling is on: settings, the real-driver backend, the dispatcher, and
+// the helpers the wrappers share. In pass-through mode there is no Shim (active_shim() returns
+// nullptr) and every wrapper calls the real driver directly.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <thread>
+
+#include "cuda_api.h"
+#include "driver_device.h"
+#include "scheduler/dispatcher.h"
+#include "scheduler/profile_store.h"
+#include "scheduler/trace.h"
+#include "settings.h"
+
+namespace orion {
+
+class Shim {
+ public:
+  explicit Shim(Settings settings);
+  ~Shim() = delete;  // lives until the process ends (calls may arrive from atexit handlers)
+
+  sched::Dispatcher& dispatcher() { return *dispatcher_; }
+  const Settings& settings() const { return settings_; }
+
+  // Scheduler stream identity of a handle: NULL and CU_STREAM_LEGACY are the legacy stream (0);
+  // NULL through a _ptsz entry point, and CU_STREAM_PER_THREAD, are the per-thread stream.
+  static sched::StreamId stream_id(CUstream s, bool per_thread) {
+    auto v = reinterpret_cast<uintptr_t>(s);
+    if (v == 0) return per_thread ? kPerThreadStream : kLegacyStream;
+    if (v == 1) return kLegacyStream;
+    return v;
+  }
+  static constexpr sched::StreamId kLegacyStream = 0;
+  static constexpr sched::StreamId kPerThreadStream = 2;
+
+  // While any stream capture is active nothing is deferred (a deferred launch would silently
+  // drop out of the graph).
+  bool capturing() const { return captures_.load(std::memory_order_acquire) > 0; }
+  CUresult begin_capture();  // drains everything, then counts the capture
+  void end_capture() { captures_.fetch_sub(1, std::memory_order_acq_rel); }
+
+  // Work on the legacy stream waits for all blocking streams: drain queued best-effort work.
+  int drain_for_legacy_stream(sched::StreamId id);
+
+  // Stream creation with a priority: CUDA's lower number = more urgent.
+  sched::StreamClass class_for_priority(int priority) const;
+  void set_stream_class(sched::StreamId id, sched::StreamClass cls);
+
+  // Submits an op through the dispatcher. `call` is the borrowed payload; `clone` may be null
+  // (the caller then waits until the op reached the driver).
+  CUresult submit(sched::Op&& op);
+  // A kernel launch: kernel facts for the policy, communication detection, then submit().
+  CUresult launch(const class KernelLaunch& call, bool per_thread);
+
+  // Drains everything and writes the trace (ORION_TRACE). Returns the first deferred error.
+  int flush();
+  // Stops the helper thread, flushes, exports profiles; afterwards every call passes through.
+  void shutdown();
+
+  uint64_t communication_streams() const { return comm_streams_.load(std::memory_order_relaxed); }
+  DriverDevice& device() { return device_; }
+
+ private:
+  void pump_loop();
+
+  Settings settings_;
+  DriverDevice device_;
+  sched::ProfileStore profiles_;
+  std::unique_ptr<sched::TraceWriter> trace_;
+  std::unique_ptr<sched::Dispatcher> dispatcher_;
+  std::atomic<int> captures_{0};
+  std::atomic<bool> have_best_effort_{false};
+  std::atomic<uint64_t> comm_streams_{0};
+  std::atomic<bool> stop_{false};
+  std::thread pump_thread_;
+};
+
+// 0 = not initialised, 1 = pass-through (or shut down), otherwise a Shim*.
+extern std::atomic<uintptr_t> g_shim_state;
+Shim* init_shim_slow();
+
+// The active shim, or nullptr when calls should go straight to the driver. First call reads the
+// settings (a bad setting ends the process with status 2, see settings.h).
+inline Shim* active_shim() {
+  uintptr_t v = g_shim_state.load(std::memory_order_acquire);
+  if (v > 1) return reinterpret_cast<Shim*>(v);
+  if (v == 1) return nullptr;
+  return init_shim_slow();
+}
+
+}  // namespace orion

@@ -1,0 +1,85 @@
+// Stream-ordered operations other than launches: copies, sets, event records, waits and
+// stream-ordered allocation. They share the per-stream FIFO with kernels so that a deferred
+// kernel and the copy after it stay in program order.
+//
+// Deferred (the op owns a copy of its value arguments): device-to-device and peer copies,
+// copies whose host side is pinned memory, memsets, event records, stream waits,
+// cuMemFreeAsync. The caller waits until its op reached the driver (never deferred past the call)
+// for: copies touching pageable host memory (their return means "source staged" / "data
+// arrived"), copies described by a struct pointer, and cuMemAllocAsync (it returns the pointer).
+#include "wrapper_support.h"
+
+using orion::Shim;
+namespace real = orion::real;
+
+#define ORION_UNPAREN(...) __VA_ARGS__
+
+#define ORION_STREAM_OP(sym, per_thread, kind, clonable, stream, event, bytes, PARAMS, ARGS)   \
+  ORION_EXPORT CUresult CUDAAPI sym PARAMS {                                                  \
+    ORION_REQUIRE_REAL(sym);                                                                  \
+    if (Shim* shim = orion::scheduling_shim()) {                                              \
+      const sched::StreamId id = Shim::stream_id(stream, per_thread);                         \
+      auto call = orion::value_call(stream, real::sym, ORION_UNPAREN ARGS);                   \
+      const bool can_defer = (clonable);                                                      \
+      if (!can_defer) call.capture_context();                                                 \
+      return orion::submit_call(shim, sched::OpKind::kind, id, call, can_defer, event, bytes); \
+    }                                                                                         \
+    return real::sym ARGS;                                                                    \
+  }
+
+// Each entry point in its legacy and per-thread variant.
+#define ORION_STREAM_OP2(sym, sym_pt, kind, clonable, stream, event, bytes, PARAMS, ARGS) \
+  ORION_STREAM_OP(sym, false, kind, clonable, stream, event, bytes, PARAMS, ARGS)         \
+  ORION_STREAM_OP(sym_pt, true, kind, clonable, stream, event, bytes, PARAMS, ARGS)
+
+// --- copies ---
+ORION_STREAM_OP2(cuMemcpyAsync, cuMemcpyAsync_ptsz, kCopy,
+                 orion::deferrable_copy(shim, id, dst, src), s, 0, n,
+                 (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s))
+ORION_STREAM_OP2(cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync_v2_ptsz, kCopy,
+                 orion::deferrable_copy(shim, id, dst, src), s, 0, n,
+                 (CUdeviceptr dst, const void* src, size_t n, CUstream s), (dst, src, n, s))
+ORION_STREAM_OP2(cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync_v2_ptsz, kCopy,
+                 orion::deferrable_copy(shim, id, dst, src), s, 0, n,
+                 (void* dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s))
+ORION_STREAM_OP2(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz, kCopy, true, s, 0, n,
+                 (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s))
+ORION_STREAM_OP2(cuMemcpy2DAsync_v2, cuMemcpy2DAsync_v2_ptsz, kCopy, false, s, 0, 0,
+                 (const CUDA_MEMCPY2D* p, CUstream s), (p, s))
+ORION_STREAM_OP2(cuMemcpy3DAsync_v2, cuMemcpy3DAsync_v2_ptsz, kCopy, false, s, 0, 0,
+                 (const CUDA_MEMCPY3D* p, CUstream s), (p, s))
+ORION_STREAM_OP2(cuMemcpyPeerAsync, cuMemcpyPeerAsync_ptsz, kCopy, true, s, 0, n,
+                 (CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n,
+                  CUstream s),
+                 (dst, dst_ctx, src, src_ctx, n, s))
+
+// --- memsets ---
+ORION_STREAM_OP2(cuMemsetD8Async, cuMemsetD8Async_ptsz, kMemset, true, s, 0, n,
+                 (CUdeviceptr dst, unsigned char v, size_t n, CUstream s), (dst, v, n, s))
+ORION_STREAM_OP2(cuMemsetD16Async, cuMemsetD16Async_ptsz, kMemset, true, s, 0, n * 2,
+                 (CUdeviceptr dst, unsigned short v, size_t n, CUstream s), (dst, v, n, s))
+ORION_STREAM_OP2(cuMemsetD32Async, cuMemsetD32Async_ptsz, kMemset, true, s, 0, n * 4,
+                 (CUdeviceptr dst, unsigned int v, size_t n, CUstream s), (dst, v, n, s))
+ORION_STREAM_OP2(cuMemsetD2D8Async, cuMemsetD2D8Async_ptsz, kMemset, true, s, 0, w * h,
+                 (CUdeviceptr dst, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s),
+                 (dst, pitch, v, w, h, s))
+ORION_STREAM_OP2(cuMemsetD2D16Async, cuMemsetD2D16Async_ptsz, kMemset, true, s, 0, w * h * 2,
+                 (CUdeviceptr dst, size_t pitch, unsigned short v, size_t w, size_t h, CUstream s),
+                 (dst, pitch, v, w, h, s))
+ORION_STREAM_OP2(cuMemsetD2D32Async, cuMemsetD2D32Async_ptsz, kMemset, true, s, 0, w * h * 4,
+                 (CUdeviceptr dst, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s),
+                 (dst, pitch, v, w, h, s))
+
+// --- events and waits (the dispatcher orders streams through them) ---
+ORION_STREAM_OP2(cuEventRecord, cuEventRecord_ptsz, kEventRecord, true, s, orion::event_id(e), 0,
+                 (CUevent e, CUstream s), (e, s))
+ORION_STREAM_OP2(cuEventRecordWithFlags, cuEventRecordWithFlags_ptsz, kEventRecord, true, s,
+                 orion::event_id(e), 0, (CUevent e, CUstream s, unsigned int flags), (e, s, flags))
+ORION_STREAM_OP2(cuStreamWaitEvent, cuStreamWaitEvent_ptsz, kStreamWaitEvent, true, s,
+                 orion::event_id(e), 0, (CUstream s, CUevent e, unsigned int flags), (s, e, flags))
+
+// --- stream-ordered memory pools ---
+ORION_STREAM_OP2(cuMemAllocAsync, cuMemAllocAsync_ptsz, kMemPool, false, s, 0, n,
+                 (CUdeviceptr * dptr, size_t n, CUstream s), (dptr, n, s))
+ORION_STREAM_OP2(cuMemFreeAsync, cuMemFreeAsync_ptsz, kMemPool, true, s, 0, 0,
+                 (CUdeviceptr dptr, CUstream s), (dptr, s))

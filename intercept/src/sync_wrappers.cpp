@@ -1,0 +1,89 @@
+// Blocking calls and queries: before the driver sees them, everything they depend on must have
+// been submitted. An error of a deferred op (returned by the drain) is reported here, at the
+// first call that synchronises with it, as CUDA reports asynchronous errors.
+#include "wrapper_support.h"
+
+using orion::Shim;
+namespace real = orion::real;
+
+namespace {
+
+// The first error wins: a deferred op's failure, else the blocking call's own result.
+CUresult first_error(int drained, CUresult own) {
+  return drained != 0 ? static_cast<CUresult>(drained) : own;
+}
+
+// Drains what a synchronisation on `s` depends on: the stream itself, or for the legacy stream
+// (which waits for every blocking stream) everything.
+int drain_stream(Shim* shim, CUstream s, bool per_thread) {
+  sched::StreamId id = Shim::stream_id(s, per_thread);
+  if (id == Shim::kLegacyStream) return shim->dispatcher().drain_all();
+  return shim->dispatcher().drain_stream(id);
+}
+
+}  // namespace
+
+#define ORION_STREAM_SYNC(sym, per_thread)                                    \
+  ORION_EXPORT CUresult CUDAAPI sym(CUstream s) {                             \
+    ORION_REQUIRE_REAL(sym);                                                  \
+    if (Shim* shim = orion::scheduling_shim()) {                              \
+      int drained = drain_stream(shim, s, per_thread);                        \
+      return first_error(drained, real::sym(s));                              \
+    }                                                                         \
+    return real::sym(s);                                                      \
+  }
+ORION_STREAM_SYNC(cuStreamSynchronize, false)
+ORION_STREAM_SYNC(cuStreamSynchronize_ptsz, true)
+ORION_STREAM_SYNC(cuStreamQuery, false)
+ORION_STREAM_SYNC(cuStreamQuery_ptsz, true)
+
+#define ORION_EVENT_SYNC(sym)                                                            \
+  ORION_EXPORT CUresult CUDAAPI sym(CUevent e) {                                         \
+    ORION_REQUIRE_REAL(sym);                                                             \
+    if (Shim* shim = orion::scheduling_shim()) {                                         \
+      int drained = shim->dispatcher().drain_event(orion::event_id(e));                  \
+      return first_error(drained, real::sym(e));                                         \
+    }                                                                                    \
+    return real::sym(e);                                                                 \
+  }
+ORION_EVENT_SYNC(cuEventSynchronize)
+ORION_EVENT_SYNC(cuEventQuery)
+
+ORION_EXPORT CUresult CUDAAPI cuCtxSynchronize() {
+  ORION_REQUIRE_REAL(cuCtxSynchronize);
+  if (Shim* shim = orion::scheduling_shim()) {
+    int drained = shim->dispatcher().drain_all();
+    return first_error(drained, real::cuCtxSynchronize());
+  }
+  return real::cuCtxSynchronize();
+}
+
+// Synchronous copies, sets and cuMemFree synchronise with the device (legacy default stream
+// semantics; cuMemFree may free memory queued work still uses): drain everything first.
+#define ORION_UNPAREN(...) __VA_ARGS__
+#define ORION_DEVICE_SYNC(sym, PARAMS, ARGS)                                  \
+  ORION_EXPORT CUresult CUDAAPI sym PARAMS {                                  \
+    ORION_REQUIRE_REAL(sym);                                                  \
+    if (Shim* shim = orion::scheduling_shim()) {                              \
+      int drained = shim->dispatcher().drain_all();                           \
+      return first_error(drained, real::sym ARGS);                            \
+    }                                                                         \
+    return real::sym ARGS;                                                    \
+  }
+#define ORION_DEVICE_SYNC2(sym, sym_pt, PARAMS, ARGS) \
+  ORION_DEVICE_SYNC(sym, PARAMS, ARGS)                \
+  ORION_DEVICE_SYNC(sym_pt, PARAMS, ARGS)
+
+ORION_DEVICE_SYNC2(cuMemcpy, cuMemcpy_ptds, (CUdeviceptr dst, CUdeviceptr src, size_t n),
+                   (dst, src, n))
+ORION_DEVICE_SYNC2(cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds,
+                   (CUdeviceptr dst, const void* src, size_t n), (dst, src, n))
+ORION_DEVICE_SYNC2(cuMemcpyDtoH_v2, cuMemcpyDtoH_v2_ptds, (void* dst, CUdeviceptr src, size_t n),
+                   (dst, src, n))
+ORION_DEVICE_SYNC2(cuMemcpyDtoD_v2, cuMemcpyDtoD_v2_ptds,
+                   (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n))
+ORION_DEVICE_SYNC2(cuMemsetD8_v2, cuMemsetD8_v2_ptds, (CUdeviceptr dst, unsigned char v, size_t n),
+                   (dst, v, n))
+ORION_DEVICE_SYNC2(cuMemsetD32_v2, cuMemsetD32_v2_ptds, (CUdeviceptr dst, unsigned int v, size_t n),
+                   (dst, v, n))
+ORION_DEVICE_SYNC(cuMemFree_v2, (CUdeviceptr p), (p))

@@ -1,0 +1,60 @@
+// Shared preamble of every exported wrapper.
+#pragma once
+
+#include "driver_calls.h"
+#include "real_driver.h"
+#include "shim.h"
+
+// The real entry point must exist before anything else happens; a missing driver or a driver
+// too old for this entry point is reported as the driver itself would.
+#define ORION_REQUIRE_REAL(sym)                                                   \
+  do {                                                                            \
+    if (!::orion::load_real_driver()) return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED; \
+    if (::orion::real::sym == nullptr) return CUDA_ERROR_NOT_FOUND;               \
+  } while (0)
+
+#define ORION_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace orion {
+
+// The shim when this call should be scheduled; nullptr for pass-through and during capture.
+inline Shim* scheduling_shim() {
+  Shim* s = active_shim();
+  return (s != nullptr && !s->capturing()) ? s : nullptr;
+}
+
+// Submits a value-argument stream-ordered call (copy, memset, event op, ...).
+template <typename Call>
+CUresult submit_call(Shim* shim, sched::OpKind kind, sched::StreamId stream, const Call& call,
+                     bool clonable, sched::EventId event = 0, uint64_t bytes = 0) {
+  sched::Op op;
+  op.kind = kind;
+  op.stream = stream;
+  op.event = event;
+  op.bytes = bytes;
+  op.borrowed = &call;
+  op.clone = clonable ? &Call::clone : nullptr;
+  return shim->submit(std::move(op));
+}
+
+inline sched::EventId event_id(CUevent e) { return reinterpret_cast<sched::EventId>(e); }
+
+// Whether the driver knows this address (device memory, or pinned/registered host memory). A
+// copy from or to pageable host memory is synchronous with the host in CUDA (the call returns
+// once the source is staged / the data arrived), so it must not be deferred past the call.
+inline bool driver_memory(CUdeviceptr p) {
+  CUmemorytype type{};
+  return real::cuPointerGetAttribute != nullptr &&
+         real::cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) == CUDA_SUCCESS;
+}
+inline bool driver_memory(const void* p) { return driver_memory(reinterpret_cast<CUdeviceptr>(p)); }
+
+// A copy may be deferred (gets an owned payload) only on a best-effort stream (where it could be
+// deferred at all) and only when neither side is pageable host memory.
+template <typename A, typename B>
+bool deferrable_copy(Shim* shim, sched::StreamId stream, A dst, B src) {
+  return shim->dispatcher().stream_class(stream) == sched::StreamClass::kBestEffort &&
+         driver_memory(dst) && driver_memory(src);
+}
+
+}  // namespace orion

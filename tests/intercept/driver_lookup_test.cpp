@@ -1,0 +1,208 @@
+// How programs reach the driver, and that each path lands in the shim: libcudart's sequence
+// (dlopen, dlsym(handle, "cuGetProcAddress_v2"), the empty-name probe, versioned lookups with
+// flags), Triton's dlsym(handle, "cuLaunchKernelEx"), and NCCL's launches with `extra`.
+// Interposition is the same in both modes; run twice by ctest (scheduled and pass-through).
+#include <cudaTypedefs.h>
+
+#include <string>
+
+#include "test_support.h"
+
+namespace {
+
+using namespace icpt_test;
+
+std::string library_of(void* fn) {
+  Dl_info info{};
+  if (fn == nullptr || dladdr(fn, &info) == 0 || info.dli_fname == nullptr) return "<none>";
+  return info.dli_fname;
+}
+bool in_shim(void* fn) { return library_of(fn).find("libgpu_scheduler") != std::string::npos; }
+bool in_fake_driver(void* fn) { return library_of(fn).find("libcuda.so") != std::string::npos; }
+
+class DriverLookup : public ShimTest {
+ protected:
+  void SetUp() override {
+    ShimTest::SetUp();
+    if (HasFatalFailure()) return;
+    driver_ = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(driver_, nullptr) << dlerror();
+    get_proc_ = reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(driver_, "cuGetProcAddress_v2"));
+    ASSERT_NE(get_proc_, nullptr);
+    const size_t sizes[] = {sizeof(void*), sizeof(int), sizeof(float)};
+    kernel_ = fake_cuda_make_function("triton_kernel", 3, sizes);
+  }
+  void TearDown() override {
+    if (driver_ != nullptr) dlclose(driver_);
+    ShimTest::TearDown();
+  }
+
+  void* lookup(const char* name, int version, cuuint64_t flags, CUresult expect = CUDA_SUCCESS) {
+    void* fn = nullptr;
+    CUdriverProcAddressQueryResult status{};
+    EXPECT_EQ(get_proc_(name, &fn, version, flags, &status), expect) << name << "@" << version;
+    return fn;
+  }
+
+  void* driver_ = nullptr;
+  PFN_cuGetProcAddress_v12000 get_proc_ = nullptr;
+  CUfunction kernel_ = nullptr;
+};
+
+TEST_F(DriverLookup, DlsymOnTheDriverHandleFindsTheShim) {
+  EXPECT_TRUE(in_shim(reinterpret_cast<void*>(get_proc_))) << library_of((void*)get_proc_);
+  EXPECT_TRUE(in_shim(dlsym(driver_, "cuLaunchKernelEx")));
+  EXPECT_TRUE(in_shim(dlsym(driver_, "cuLaunchKernel_ptsz")));
+  EXPECT_TRUE(in_shim(dlsym(driver_, "cuGetProcAddress")));
+  // Not wrapped: the driver's own function.
+  EXPECT_TRUE(in_fake_driver(dlsym(driver_, "cuFuncGetName")));
+  // Missing symbols stay missing, with the usual dlerror().
+  dlerror();
+  EXPECT_EQ(dlsym(driver_, "cuNoSuchFunction"), nullptr);
+  EXPECT_NE(dlerror(), nullptr);
+  // Ordinary lookups still work through the interposed dlsym.
+  EXPECT_NE(dlsym(RTLD_DEFAULT, "orion_get_stats"), nullptr);
+  EXPECT_NE(dlsym(RTLD_NEXT, "malloc"), nullptr);
+}
+
+TEST_F(DriverLookup, CudartSequenceGetsWrappersWithTheRequestedSemantics) {
+  // libcudart's probe: a real (non-stub) driver answers "not found", not 34 (stub library).
+  void* probe = nullptr;
+  CUdriverProcAddressQueryResult status{};
+  EXPECT_EQ(get_proc_("", &probe, 13000, 0, &status), CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(probe, nullptr);
+
+  void* legacy = lookup("cuLaunchKernel", 4000, 0);
+  void* per_thread = lookup("cuLaunchKernel", 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+  ASSERT_TRUE(in_shim(legacy));
+  ASSERT_TRUE(in_shim(per_thread));
+  EXPECT_NE(legacy, per_thread);
+  // A request for the lookup function itself returns ours, in the requested ABI.
+  EXPECT_EQ(lookup("cuGetProcAddress", 12000, 0), dlsym(driver_, "cuGetProcAddress_v2"));
+  EXPECT_EQ(lookup("cuGetProcAddress", 11030, 0), dlsym(driver_, "cuGetProcAddress"));
+  // Versioned ABIs: cuMemcpyHtoDAsync at 3020 is the _v2 ABI we wrap; at 2000 it does not exist
+  // in this driver and nothing is made up.
+  EXPECT_TRUE(in_shim(lookup("cuMemcpyHtoDAsync", 3020, 0)));
+  EXPECT_EQ(lookup("cuMemcpyHtoDAsync", 2000, 0, CUDA_ERROR_NOT_FOUND), nullptr);
+  // Functions without a per-thread variant keep their one ABI under the per-thread flag.
+  EXPECT_TRUE(in_shim(lookup("cuEventSynchronize", 2000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)));
+  // Not wrapped: untouched.
+  EXPECT_TRUE(in_fake_driver(lookup("cuFuncGetName", 12030, 0)));
+
+  // Each pointer reaches the driver entry point of the same semantics, exactly once.
+  int a = 3;
+  float b = 1.5f;
+  void* ptr = reinterpret_cast<void*>(0xABCDEF00);
+  void* params[] = {&ptr, &a, &b};
+  fake_cuda_reset();
+  auto launch_legacy = reinterpret_cast<PFN_cuLaunchKernel_v4000>(legacy);
+  auto launch_pt = reinterpret_cast<PFN_cuLaunchKernel_v7000_ptsz>(per_thread);
+  ASSERT_EQ(launch_legacy(kernel_, 1, 2, 3, 4, 5, 6, 0, nullptr, params, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(launch_pt(kernel_, 1, 2, 3, 4, 5, 6, 0, nullptr, params, nullptr), CUDA_SUCCESS);
+  auto log = calls();
+  ASSERT_EQ(count_launches(log, kernel_), 2u);
+  std::vector<const fake_cuda_call*> launches;
+  for (const auto& c : log) {
+    if (is_launch(c)) launches.push_back(&c);
+  }
+  EXPECT_STREQ(launches[0]->name, "cuLaunchKernel");
+  EXPECT_STREQ(launches[1]->name, "cuLaunchKernel_ptsz");
+  for (const fake_cuda_call* c : launches) {
+    EXPECT_EQ(c->grid[2], 3u);
+    EXPECT_EQ(c->block[2], 6u);
+    void* got_ptr = nullptr;
+    int got_a = 0;
+    float got_b = 0;
+    std::memcpy(&got_ptr, c->params, sizeof got_ptr);
+    std::memcpy(&got_a, c->params + 8, sizeof got_a);
+    std::memcpy(&got_b, c->params + 12, sizeof got_b);
+    EXPECT_EQ(got_ptr, ptr);
+    EXPECT_EQ(got_a, 3);
+    EXPECT_EQ(got_b, 1.5f);
+  }
+}
+
+TEST_F(DriverLookup, TritonStyleLaunchKernelExWithAttributes) {
+  auto launch_ex = reinterpret_cast<PFN_cuLaunchKernelEx_v11060>(dlsym(driver_, "cuLaunchKernelEx"));
+  ASSERT_TRUE(in_shim(reinterpret_cast<void*>(launch_ex)));
+  CUstream be = nullptr, hp = nullptr;
+  ASSERT_EQ(cuStreamCreateWithPriority(&be, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamCreateWithPriority(&hp, 0, -5), CUDA_SUCCESS);
+  // HP in flight so that the best-effort launch is deferred (scheduled mode) and its config,
+  // attributes and arguments must survive the caller's frame.
+  fake_cuda_set_stream_busy(hp, 1);
+  CUfunction hp_kernel = fake_cuda_make_function("hp", 0, nullptr);
+  ASSERT_EQ(cuLaunchKernel(hp_kernel, 1, 1, 1, 1, 1, 1, 0, hp, nullptr, nullptr), CUDA_SUCCESS);
+  {
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = 2;
+    attr.value.clusterDim.y = 1;
+    attr.value.clusterDim.z = 1;
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = 64;
+    cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = 256;
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = 1024;
+    cfg.hStream = be;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    void* ptr = reinterpret_cast<void*>(0x1234);
+    int n = 77;
+    float scale = 0.25f;
+    void* params[] = {&ptr, &n, &scale};
+    ASSERT_EQ(launch_ex(&cfg, kernel_, params, nullptr), CUDA_SUCCESS);
+    n = -1;  // the caller moves on
+  }
+  ASSERT_EQ(cuStreamSynchronize(be), CUDA_SUCCESS);
+  auto log = calls();
+  ASSERT_EQ(count_launches(log, kernel_), 1u);
+  const fake_cuda_call& c = log.at(find_launch(log, kernel_));
+  EXPECT_STREQ(c.name, "cuLaunchKernelEx");
+  EXPECT_EQ(c.grid[0], 64u);
+  EXPECT_EQ(c.block[0], 256u);
+  EXPECT_EQ(c.shared_mem, 1024u);
+  EXPECT_EQ(c.stream, h(be));
+  int n_got = 0;
+  std::memcpy(&n_got, c.params + 8, sizeof n_got);
+  EXPECT_EQ(n_got, 77);
+  fake_cuda_set_stream_busy(hp, 0);
+  EXPECT_EQ(cuStreamDestroy(be), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy(hp), CUDA_SUCCESS);
+}
+
+TEST_F(DriverLookup, NcclStyleLaunchThroughDriverEntryPointIsNotDeferred) {
+  // NCCL: cudaGetDriverEntryPointByVersion -> cuGetProcAddress("cuLaunchKernelEx", 12000, ...).
+  auto launch_ex = reinterpret_cast<PFN_cuLaunchKernelEx_v11060>(lookup("cuLaunchKernelEx", 12000, 0));
+  ASSERT_TRUE(in_shim(reinterpret_cast<void*>(launch_ex)));
+  CUstream comm = nullptr, hp = nullptr;
+  ASSERT_EQ(cuStreamCreateWithPriority(&comm, 0, 0), CUDA_SUCCESS);  // would be best effort
+  ASSERT_EQ(cuStreamCreateWithPriority(&hp, 0, -5), CUDA_SUCCESS);
+  fake_cuda_set_stream_busy(hp, 1);
+  CUfunction hp_kernel = fake_cuda_make_function("hp", 0, nullptr);
+  ASSERT_EQ(cuLaunchKernel(hp_kernel, 1, 1, 1, 1, 1, 1, 0, hp, nullptr, nullptr), CUDA_SUCCESS);
+  CUfunction nccl = fake_cuda_make_function("ncclKernel_SendRecv", 0, nullptr);
+  unsigned char args[40];
+  for (int i = 0; i < 40; ++i) args[i] = static_cast<unsigned char>(i * 3);
+  size_t size = sizeof args;
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, args, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                   CU_LAUNCH_PARAM_END};
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = 2;
+  cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = 640;
+  cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.hStream = comm;
+  ASSERT_EQ(launch_ex(&cfg, nccl, nullptr, extra), CUDA_SUCCESS);
+  auto log = calls();
+  ASSERT_EQ(count_launches(log, nccl), 1u) << "communication kernel deferred";
+  const fake_cuda_call& c = log.at(find_launch(log, nccl));
+  ASSERT_EQ(c.param_bytes, sizeof args);
+  EXPECT_EQ(std::memcmp(c.params, args, sizeof args), 0);
+  fake_cuda_set_stream_busy(hp, 0);
+  EXPECT_EQ(cuStreamDestroy(comm), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy(hp), CUDA_SUCCESS);
+}
+
+}  // namespace

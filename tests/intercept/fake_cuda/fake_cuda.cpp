@@ -1,0 +1,333 @@
+// A fake CUDA driver (libcuda.so.1) for testing the shim without a GPU. Every exported driver
+// function records itself in an in-process log; streams keep a virtual timeline (kernels take a
+// configurable duration), events remember the time they were recorded. Nothing runs on a GPU.
+// This file: state, control API, functions, launches, copies. fake_cuda_streams.cpp: streams,
+// events, capture and cuGetProcAddress.
+#include "fake_cuda_state.h"  // first: it selects cuda.h's internal (all-variants) mode
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+namespace fake_cuda_impl {
+
+State& st() {
+  static State* s = new State();  // never destroyed: calls may come from atexit handlers
+  return *s;
+}
+
+fake_cuda_call& begin(State& s, const char* name) {
+  if (!s.logging) {
+    // Benchmarks: no log, no failure injection (finish() finds nothing under an empty name).
+    static fake_cuda_call scratch;  // written under s.mu only
+    return scratch;
+  }
+  fake_cuda_call c{};
+  std::snprintf(c.name, sizeof c.name, "%s", name);
+  c.index = s.log.size();
+  s.log.push_back(c);
+  return s.log.back();
+}
+
+CUresult finish(State& s, fake_cuda_call& c, CUresult ok) {
+  if (s.fail_next.empty()) {
+    c.result = ok;
+    return ok;
+  }
+  auto it = s.fail_next.find(c.name);
+  if (it != s.fail_next.end()) {
+    c.result = it->second;
+    s.fail_next.erase(it);
+    return static_cast<CUresult>(c.result);
+  }
+  c.result = ok;
+  return ok;
+}
+
+uint64_t sid(CUstream s, bool per_thread) {
+  auto v = reinterpret_cast<uint64_t>(s);
+  if (v == 1) return 0;
+  if (v == 0) return per_thread ? 2 : 0;
+  return v;
+}
+
+CUresult launch(const char* name, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream hs, void** params,
+                void** extra, bool per_thread) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  fake_cuda_call& c = begin(s, name);
+  c.stream = reinterpret_cast<uint64_t>(hs);
+  c.function = reinterpret_cast<uint64_t>(f);
+  c.grid[0] = gx, c.grid[1] = gy, c.grid[2] = gz;
+  c.block[0] = bx, c.block[1] = by, c.block[2] = bz;
+  c.shared_mem = smem;
+  auto fit = s.functions.find(c.function);
+  if (fit == s.functions.end()) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
+  Function& fn = *fit->second;
+  if (params != nullptr && fn.params_known) {
+    for (size_t i = 0; i < fn.sizes.size(); ++i) {
+      size_t end = fn.offsets[i] + fn.sizes[i];
+      if (end > FAKE_CUDA_MAX_PARAM_BYTES) break;
+      std::memcpy(c.params + fn.offsets[i], params[i], fn.sizes[i]);
+      c.param_bytes = std::max(c.param_bytes, end);
+    }
+  } else if (extra != nullptr) {
+    const void* buf = nullptr;
+    size_t size = 0;
+    for (void** e = extra; *e != CU_LAUNCH_PARAM_END; e += 2) {
+      if (e[0] == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = e[1];
+      if (e[0] == CU_LAUNCH_PARAM_BUFFER_SIZE) size = *static_cast<size_t*>(e[1]);
+    }
+    if (buf == nullptr || size > FAKE_CUDA_MAX_PARAM_BYTES) return finish(s, c, CUDA_ERROR_INVALID_VALUE);
+    std::memcpy(c.params, buf, size);
+    c.param_bytes = size;
+  }
+  s.streams[sid(hs, per_thread)].time_ns += fn.duration_ns;
+  return finish(s, c);
+}
+
+// A logged call with no effect beyond the log (copies, sets, graph launches, frees, ...).
+CUresult simple(const char* name, CUstream hs, uint64_t value, int64_t duration_ns) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  fake_cuda_call& c = begin(s, name);
+  c.stream = reinterpret_cast<uint64_t>(hs);
+  c.value = value;
+  s.streams[sid(hs, std::strstr(name, "_pt") != nullptr)].time_ns += duration_ns;
+  return finish(s, c);
+}
+
+
+}  // namespace fake_cuda_impl
+
+using namespace fake_cuda_impl;
+
+
+// ---------------- control API ----------------
+
+FAKE_EXPORT void fake_cuda_reset(void) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  s.log.clear();
+  s.fail_next.clear();
+  for (auto& [id, str] : s.streams) str.busy = false;
+  s.proc_lookups = 0;
+}
+FAKE_EXPORT size_t fake_cuda_call_count(void) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  return s.log.size();
+}
+FAKE_EXPORT int fake_cuda_get_call(size_t index, fake_cuda_call* out) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  if (index >= s.log.size() || out == nullptr) return -1;
+  *out = s.log[index];
+  return 0;
+}
+FAKE_EXPORT CUfunction fake_cuda_make_function(const char* name, size_t count, const size_t* sizes) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  auto* fn = new Function();
+  fn->name = name ? name : "";
+  if (sizes != nullptr) {
+    fn->params_known = true;
+    size_t off = 0;
+    for (size_t i = 0; i < count; ++i) {
+      size_t align = std::min<size_t>(sizes[i], 8);
+      off = (off + align - 1) / align * align;
+      fn->offsets.push_back(off);
+      fn->sizes.push_back(sizes[i]);
+      off += sizes[i];
+    }
+  }
+  uint64_t h = (s.next_handle += 0x100);
+  s.functions[h] = fn;
+  return reinterpret_cast<CUfunction>(h);
+}
+FAKE_EXPORT void fake_cuda_set_kernel_duration_ns(CUfunction f, int64_t ns) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  if (auto it = s.functions.find(reinterpret_cast<uint64_t>(f)); it != s.functions.end()) {
+    it->second->duration_ns = ns;
+  }
+}
+FAKE_EXPORT void fake_cuda_fail_next(const char* symbol, int result) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  s.fail_next[symbol] = result;
+}
+FAKE_EXPORT void fake_cuda_set_stream_busy(CUstream hs, int busy) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  Stream& str = s.streams[sid(hs, false)];
+  if (str.busy && !busy) ++str.busy_epoch;
+  str.busy = busy != 0;
+}
+FAKE_EXPORT size_t fake_cuda_proc_lookups(void) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  return s.proc_lookups;
+}
+
+// ---------------- driver: init, contexts, devices, functions ----------------
+
+FAKE_EXPORT CUresult CUDAAPI cuInit(unsigned int) { return CUDA_SUCCESS; }
+FAKE_EXPORT CUresult CUDAAPI cuDriverGetVersion(int* v) {
+  *v = 13000;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext* c) {
+  *c = reinterpret_cast<CUcontext>(0xC0);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext) { return CUDA_SUCCESS; }
+FAKE_EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice* d) {
+  *d = 0;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult CUDAAPI cuCtxGetStreamPriorityRange(int* least, int* greatest) {
+  if (least) *least = 0;
+  if (greatest) *greatest = -5;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult CUDAAPI cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice) {
+  *v = (a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) ? 132 : 0;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult CUDAAPI cuFuncGetName(const char** name, CUfunction f) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  auto it = s.functions.find(reinterpret_cast<uint64_t>(f));
+  if (it == s.functions.end()) return CUDA_ERROR_INVALID_HANDLE;
+  *name = it->second->name.c_str();
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult CUDAAPI cuFuncGetParamInfo(CUfunction f, size_t i, size_t* off, size_t* size) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  auto it = s.functions.find(reinterpret_cast<uint64_t>(f));
+  if (it == s.functions.end()) return CUDA_ERROR_INVALID_HANDLE;
+  const Function& fn = *it->second;
+  if (!fn.params_known) return CUDA_ERROR_NOT_SUPPORTED;
+  if (i >= fn.sizes.size()) return CUDA_ERROR_INVALID_VALUE;
+  *off = fn.offsets[i];
+  *size = fn.sizes[i];
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* n, CUfunction,
+                                                                         int block, size_t) {
+  *n = std::max(1, std::min(32, 2048 / std::max(block, 1)));
+  return CUDA_SUCCESS;
+}
+
+// Device memory: small test addresses and what cuMemAllocAsync handed out. Anything else is
+// "pageable host memory" the driver does not know.
+FAKE_EXPORT CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attr,
+                                                   CUdeviceptr p) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  const bool device = (p != 0 && p < 0x10000000) || (p >= 0x7f0000000000 && p <= s.next_devptr);
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  if (attr == CU_POINTER_ATTRIBUTE_MEMORY_TYPE) *static_cast<CUmemorytype*>(data) = CU_MEMORYTYPE_DEVICE;
+  return CUDA_SUCCESS;
+}
+
+// ---------------- launches ----------------
+
+FAKE_EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                            unsigned bx, unsigned by, unsigned bz, unsigned smem,
+                                            CUstream s, void** p, void** e) {
+  return launch("cuLaunchKernel", f, gx, gy, gz, bx, by, bz, smem, s, p, e, false);
+}
+FAKE_EXPORT CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy,
+                                                 unsigned gz, unsigned bx, unsigned by,
+                                                 unsigned bz, unsigned smem, CUstream s, void** p,
+                                                 void** e) {
+  return launch("cuLaunchKernel_ptsz", f, gx, gy, gz, bx, by, bz, smem, s, p, e, true);
+}
+FAKE_EXPORT CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy,
+                                                       unsigned gz, unsigned bx, unsigned by,
+                                                       unsigned bz, unsigned smem, CUstream s,
+                                                       void** p) {
+  return launch("cuLaunchCooperativeKernel", f, gx, gy, gz, bx, by, bz, smem, s, p, nullptr, false);
+}
+FAKE_EXPORT CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx,
+                                                            unsigned gy, unsigned gz, unsigned bx,
+                                                            unsigned by, unsigned bz,
+                                                            unsigned smem, CUstream s, void** p) {
+  return launch("cuLaunchCooperativeKernel_ptsz", f, gx, gy, gz, bx, by, bz, smem, s, p, nullptr,
+                true);
+}
+FAKE_EXPORT CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** p,
+                                              void** e) {
+  return launch("cuLaunchKernelEx", f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX,
+                c->blockDimY, c->blockDimZ, c->sharedMemBytes, c->hStream, p, e, false);
+}
+FAKE_EXPORT CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* c, CUfunction f,
+                                                   void** p, void** e) {
+  return launch("cuLaunchKernelEx_ptsz", f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX,
+                c->blockDimY, c->blockDimZ, c->sharedMemBytes, c->hStream, p, e, true);
+}
+FAKE_EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec g, CUstream s) {
+  return simple("cuGraphLaunch", s, reinterpret_cast<uint64_t>(g));
+}
+FAKE_EXPORT CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
+  return simple("cuGraphLaunch_ptsz", s, reinterpret_cast<uint64_t>(g));
+}
+// Host functions run when submitted (the fake has no device to wait for).
+FAKE_EXPORT CUresult CUDAAPI cuLaunchHostFunc(CUstream s, CUhostFn fn, void* data) {
+  CUresult rc = simple("cuLaunchHostFunc", s, reinterpret_cast<uint64_t>(data));
+  if (rc == CUDA_SUCCESS && fn != nullptr) fn(data);
+  return rc;
+}
+FAKE_EXPORT CUresult CUDAAPI cuLaunchHostFunc_ptsz(CUstream s, CUhostFn fn, void* data) {
+  CUresult rc = simple("cuLaunchHostFunc_ptsz", s, reinterpret_cast<uint64_t>(data));
+  if (rc == CUDA_SUCCESS && fn != nullptr) fn(data);
+  return rc;
+}
+
+// ---------------- copies, sets, pools ----------------
+
+#define FAKE_UNPAREN(...) __VA_ARGS__
+#define FAKE_SIMPLE(sym, PARAMS, stream, value) \
+  FAKE_EXPORT CUresult CUDAAPI sym PARAMS { return simple(#sym, stream, value); }
+#define FAKE_SIMPLE2(sym, sym_pt, PARAMS, stream, value) \
+  FAKE_SIMPLE(sym, PARAMS, stream, value)                \
+  FAKE_SIMPLE(sym_pt, PARAMS, stream, value)
+
+FAKE_SIMPLE2(cuMemcpyAsync, cuMemcpyAsync_ptsz, (CUdeviceptr, CUdeviceptr, size_t n, CUstream s), s, n)
+FAKE_SIMPLE2(cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr, const void*, size_t n, CUstream s), s, n)
+FAKE_SIMPLE2(cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync_v2_ptsz, (void*, CUdeviceptr, size_t n, CUstream s), s, n)
+FAKE_SIMPLE2(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz, (CUdeviceptr, CUdeviceptr, size_t n, CUstream s), s, n)
+FAKE_SIMPLE2(cuMemcpy2DAsync_v2, cuMemcpy2DAsync_v2_ptsz, (const CUDA_MEMCPY2D*, CUstream s), s, 0)
+FAKE_SIMPLE2(cuMemcpy3DAsync_v2, cuMemcpy3DAsync_v2_ptsz, (const CUDA_MEMCPY3D*, CUstream s), s, 0)
+FAKE_SIMPLE2(cuMemcpyPeerAsync, cuMemcpyPeerAsync_ptsz, (CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t n, CUstream s), s, n)
+FAKE_SIMPLE2(cuMemsetD8Async, cuMemsetD8Async_ptsz, (CUdeviceptr, unsigned char, size_t n, CUstream s), s, n)
+FAKE_SIMPLE2(cuMemsetD16Async, cuMemsetD16Async_ptsz, (CUdeviceptr, unsigned short, size_t n, CUstream s), s, n)
+FAKE_SIMPLE2(cuMemsetD32Async, cuMemsetD32Async_ptsz, (CUdeviceptr, unsigned int, size_t n, CUstream s), s, n)
+FAKE_SIMPLE2(cuMemsetD2D8Async, cuMemsetD2D8Async_ptsz, (CUdeviceptr, size_t, unsigned char, size_t w, size_t h, CUstream s), s, w * h)
+FAKE_SIMPLE2(cuMemsetD2D16Async, cuMemsetD2D16Async_ptsz, (CUdeviceptr, size_t, unsigned short, size_t w, size_t h, CUstream s), s, w * h)
+FAKE_SIMPLE2(cuMemsetD2D32Async, cuMemsetD2D32Async_ptsz, (CUdeviceptr, size_t, unsigned int, size_t w, size_t h, CUstream s), s, w * h)
+FAKE_SIMPLE2(cuMemFreeAsync, cuMemFreeAsync_ptsz, (CUdeviceptr p, CUstream s), s, p)
+FAKE_SIMPLE2(cuMemcpy, cuMemcpy_ptds, (CUdeviceptr, CUdeviceptr, size_t n), nullptr, n)
+FAKE_SIMPLE2(cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds, (CUdeviceptr, const void*, size_t n), nullptr, n)
+FAKE_SIMPLE2(cuMemcpyDtoH_v2, cuMemcpyDtoH_v2_ptds, (void*, CUdeviceptr, size_t n), nullptr, n)
+FAKE_SIMPLE2(cuMemcpyDtoD_v2, cuMemcpyDtoD_v2_ptds, (CUdeviceptr, CUdeviceptr, size_t n), nullptr, n)
+FAKE_SIMPLE2(cuMemsetD8_v2, cuMemsetD8_v2_ptds, (CUdeviceptr, unsigned char, size_t n), nullptr, n)
+FAKE_SIMPLE2(cuMemsetD32_v2, cuMemsetD32_v2_ptds, (CUdeviceptr, unsigned int, size_t n), nullptr, n)
+FAKE_SIMPLE(cuMemFree_v2, (CUdeviceptr p), nullptr, p)
+
+#define FAKE_ALLOC_ASYNC(sym)                                                   \
+  FAKE_EXPORT CUresult CUDAAPI sym(CUdeviceptr* p, size_t n, CUstream s) {      \
+    CUresult rc = simple(#sym, s, n);                                           \
+    if (rc == CUDA_SUCCESS) {                                                   \
+      std::lock_guard lock(st().mu);                                            \
+      *p = st().next_devptr += ((n + 255) / 256 + 1) * 256;                     \
+    }                                                                           \
+    return rc;                                                                  \
+  }
+FAKE_ALLOC_ASYNC(cuMemAllocAsync)
+FAKE_ALLOC_ASYNC(cuMemAllocAsync_ptsz)
+

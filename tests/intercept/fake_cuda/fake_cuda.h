@@ -1,0 +1,63 @@
+/* Control and inspection API of the test-only fake libcuda.so.1 (never installed, never used
+ * outside tests/intercept). The fake records every driver call a test program or the shim makes,
+ * keeps a virtual timeline per stream, and can be told to fail a call. */
+#ifndef FAKE_CUDA_H_
+#define FAKE_CUDA_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { FAKE_CUDA_MAX_PARAM_BYTES = 256 };
+
+typedef struct fake_cuda_call {
+  char name[64];          /* the exported symbol that was reached, e.g. "cuLaunchKernel_ptsz" */
+  uint64_t index;         /* position in the log */
+  uint64_t stream;        /* raw CUstream value (0 when the call has none) */
+  uint64_t function;      /* CUfunction of launches */
+  uint64_t event;         /* CUevent of event calls */
+  uint64_t value;         /* copy/set size in bytes, graph handle, pointer, ... (per call) */
+  unsigned grid[3], block[3], shared_mem;
+  size_t param_bytes;     /* launches: the argument bytes the driver received */
+  unsigned char params[FAKE_CUDA_MAX_PARAM_BYTES];
+  int result;             /* CUresult returned */
+} fake_cuda_call;
+
+/* Clears the log, failure injections and busy streams (streams/events/functions stay valid). */
+void fake_cuda_reset(void);
+size_t fake_cuda_call_count(void);
+/* Copies log entry `index`; returns 0, or -1 when out of range. */
+int fake_cuda_get_call(size_t index, fake_cuda_call* out);
+
+/* A kernel function with `count` parameters of the given sizes (cuFuncGetParamInfo answers
+ * them). sizes == NULL: the fake's cuFuncGetParamInfo answers CUDA_ERROR_NOT_SUPPORTED for it. */
+CUfunction fake_cuda_make_function(const char* name, size_t count, const size_t* sizes);
+void fake_cuda_set_kernel_duration_ns(CUfunction f, int64_t ns);
+
+/* The next call of exported symbol `symbol` returns `result` (it is still logged). */
+void fake_cuda_fail_next(const char* symbol, int result);
+
+/* A busy stream holds its work: events recorded on it while busy and cuStreamQuery report
+ * CUDA_ERROR_NOT_READY until the stream is released (busy = 0) or synchronised. */
+void fake_cuda_set_stream_busy(CUstream stream, int busy);
+
+/* cuGetProcAddress lookups answered so far (to check the probe sequence). */
+size_t fake_cuda_proc_lookups(void);
+
+/* Logging on (default) or off (benchmarks: the log would grow without bound). */
+void fake_cuda_set_logging(int enabled);
+
+/* The fake's own function for an exported symbol name, bypassing dlsym (and so the shim), e.g.
+ * to measure the cost of calling the driver directly. NULL if the fake does not export it. */
+void* fake_cuda_own_symbol(const char* symbol);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FAKE_CUDA_H_ */

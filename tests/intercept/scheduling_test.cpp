@@ -1,0 +1,443 @@
+// The shim's scheduling behaviour seen from a program linked directly against the driver:
+// per-stream order, drains at blocking calls and queries, cross-stream events, deep copies of
+// deferred arguments, communication and captured work, and error propagation. Run twice by
+// ctest: scheduled (USE_ORION_SCHEDULER=1, priority policy) and pass-through (=0).
+#include <atomic>
+#include <cerrno>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "test_support.h"
+
+namespace {
+
+using namespace icpt_test;
+
+class Scheduling : public ShimTest {
+ protected:
+  void SetUp() override {
+    ShimTest::SetUp();
+    if (HasFatalFailure()) return;
+    ASSERT_EQ(cuStreamCreateWithPriority(&hp_, 0, -5), CUDA_SUCCESS);
+    ASSERT_EQ(cuStreamCreateWithPriority(&be_, 0, 0), CUDA_SUCCESS);
+    ASSERT_EQ(cuStreamCreate(&plain_, 0), CUDA_SUCCESS);
+    const size_t sizes[] = {sizeof(int), sizeof(double)};
+    k_hp_ = fake_cuda_make_function("hp_kernel", 2, sizes);
+    k_be_ = fake_cuda_make_function("be_kernel", 2, sizes);
+    k_other_ = fake_cuda_make_function("other_kernel", 2, sizes);
+  }
+  void TearDown() override {
+    fake_cuda_reset();
+    EXPECT_EQ(cuStreamDestroy(hp_), CUDA_SUCCESS);
+    EXPECT_EQ(cuStreamDestroy(be_), CUDA_SUCCESS);
+    EXPECT_EQ(cuStreamDestroy(plain_), CUDA_SUCCESS);
+    ShimTest::TearDown();
+  }
+
+  static CUresult launch(CUfunction f, CUstream s, int a, double b = 0.5) {
+    void* params[] = {&a, &b};
+    return cuLaunchKernel(f, 2, 1, 1, 128, 1, 1, 0, s, params, nullptr);
+  }
+
+  // HP work that stays in flight: its stream is held busy in the fake driver.
+  void hold_high_priority() {
+    fake_cuda_set_stream_busy(hp_, 1);
+    ASSERT_EQ(launch(k_hp_, hp_, 1), CUDA_SUCCESS);
+  }
+
+  // A launch on the best-effort stream while HP is in flight: deferred when scheduling.
+  void expect_deferred(CUfunction f) {
+    auto log = calls();
+    if (scheduled_) {
+      EXPECT_EQ(count_launches(log, f), 0u) << "best-effort launch was not deferred";
+    } else {
+      EXPECT_EQ(count_launches(log, f), 1u) << "pass-through must call the driver at once";
+    }
+  }
+
+  CUstream hp_ = nullptr, be_ = nullptr, plain_ = nullptr;
+  CUfunction k_hp_ = nullptr, k_be_ = nullptr, k_other_ = nullptr;
+};
+
+TEST_F(Scheduling, UnmanagedAndHighPriorityLaunchesReachTheDriverAtOnceWithIdenticalBytes) {
+  ASSERT_EQ(launch(k_hp_, hp_, 7, 2.25), CUDA_SUCCESS);
+  ASSERT_EQ(launch(k_other_, plain_, 8, -1.0), CUDA_SUCCESS);
+  auto log = calls();
+  ASSERT_EQ(count_launches(log, k_hp_), 1u);
+  ASSERT_EQ(count_launches(log, k_other_), 1u);
+  const fake_cuda_call& c = log[find_launch(log, k_hp_)];
+  EXPECT_STREQ(c.name, "cuLaunchKernel");
+  EXPECT_EQ(c.stream, h(hp_));
+  EXPECT_EQ(c.grid[0], 2u);
+  EXPECT_EQ(c.block[0], 128u);
+  int a = 0;
+  double b = 0;
+  std::memcpy(&a, c.params, sizeof a);
+  std::memcpy(&b, c.params + 8, sizeof b);
+  EXPECT_EQ(a, 7);
+  EXPECT_EQ(b, 2.25);
+}
+
+TEST_F(Scheduling, PassThroughMakesExactlyTheProgramsCallsInItsOrder) {
+  CUevent ev = nullptr;
+  ASSERT_EQ(cuEventCreate(&ev, 0), CUDA_SUCCESS);
+  fake_cuda_reset();
+  ASSERT_EQ(launch(k_hp_, hp_, 1), CUDA_SUCCESS);
+  ASSERT_EQ(launch(k_be_, be_, 2), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(ev, be_), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamWaitEvent(plain_, ev, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD8Async(0x1000, 1, 8, plain_), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(plain_), CUDA_SUCCESS);
+  const std::vector<std::string> program = {"cuLaunchKernel", "cuLaunchKernel", "cuEventRecord",
+                                            "cuStreamWaitEvent", "cuMemsetD8Async",
+                                            "cuStreamSynchronize"};
+  std::vector<std::string> seen;
+  for (const auto& c : calls()) {
+    // The scheduler's own completion tracking records and polls events the program never
+    // created (scheduled mode only).
+    if (std::strncmp(c.name, "cuEvent", 7) == 0 && c.event != h(ev)) continue;
+    seen.push_back(c.name);
+  }
+  EXPECT_EQ(seen, program);
+  if (!scheduled_) {
+    EXPECT_EQ(calls().size(), program.size()) << "pass-through added driver calls";
+  }
+  EXPECT_EQ(cuEventDestroy(ev), CUDA_SUCCESS);
+}
+
+TEST_F(Scheduling, StreamSynchronizeDrainsDeferredWorkInOrder) {
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  ASSERT_EQ(launch(k_other_, be_, 2), CUDA_SUCCESS);
+  expect_deferred(k_be_);
+  if (scheduled_) {
+    EXPECT_GE(stats().deferred, 2u);
+  }
+  ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  auto log = calls();
+  long first = find_launch(log, k_be_), second = find_launch(log, k_other_);
+  long sync = find_named(log, "cuStreamSynchronize", h(be_));
+  ASSERT_GE(first, 0);
+  ASSERT_GE(second, 0);
+  EXPECT_LT(first, second) << "per-stream FIFO order broken";
+  EXPECT_LT(second, sync) << "synchronize reached the driver before the work it waits for";
+  EXPECT_EQ(count_launches(log, k_be_), 1u);
+}
+
+TEST_F(Scheduling, DeferredLaunchOwnsACopyOfItsArguments) {
+  hold_high_priority();
+  int a = 41;
+  double b = 3.5;
+  void* params[] = {&a, &b};
+  ASSERT_EQ(cuLaunchKernel(k_be_, 1, 1, 1, 32, 1, 1, 0, be_, params, nullptr), CUDA_SUCCESS);
+  // The caller's frame is gone as far as CUDA is concerned: overwrite it.
+  a = -1;
+  b = -1.0;
+  unsigned char packed[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  size_t packed_size = sizeof packed;
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, packed, CU_LAUNCH_PARAM_BUFFER_SIZE,
+                   &packed_size, CU_LAUNCH_PARAM_END};
+  ASSERT_EQ(cuLaunchKernel(k_other_, 1, 1, 1, 32, 1, 1, 0, be_, nullptr, extra), CUDA_SUCCESS);
+  std::memset(packed, 0xEE, sizeof packed);
+  ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  auto log = calls();
+  const fake_cuda_call& k = log.at(find_launch(log, k_be_));
+  int got_a = 0;
+  double got_b = 0;
+  std::memcpy(&got_a, k.params, sizeof got_a);
+  std::memcpy(&got_b, k.params + 8, sizeof got_b);
+  EXPECT_EQ(got_a, 41);
+  EXPECT_EQ(got_b, 3.5);
+  const fake_cuda_call& e = log.at(find_launch(log, k_other_));
+  ASSERT_EQ(e.param_bytes, 12u);
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(e.params[i], i + 1) << "extra byte " << i;
+}
+
+TEST_F(Scheduling, QueriesDrainWhatTheyDependOn) {
+  hold_high_priority();
+  CUevent ev = nullptr;
+  ASSERT_EQ(cuEventCreate(&ev, 0), CUDA_SUCCESS);
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(ev, be_), CUDA_SUCCESS);
+  expect_deferred(k_be_);
+  ASSERT_EQ(cuEventQuery(ev), CUDA_SUCCESS);
+  auto log = calls();
+  long k = find_launch(log, k_be_);
+  long rec = find_call(log, [&](const fake_cuda_call& c) {
+    return std::strcmp(c.name, "cuEventRecord") == 0 && c.event == h(ev);
+  });
+  ASSERT_GE(k, 0);
+  ASSERT_GE(rec, 0);
+  EXPECT_LT(k, rec);
+  ASSERT_EQ(launch(k_other_, be_, 2), CUDA_SUCCESS);
+  expect_deferred(k_other_);
+  EXPECT_EQ(cuStreamQuery(be_), CUDA_SUCCESS);
+  log = calls();
+  EXPECT_LT(find_launch(log, k_other_), find_named(log, "cuStreamQuery", h(be_)));
+  EXPECT_EQ(cuEventDestroy(ev), CUDA_SUCCESS);
+}
+
+TEST_F(Scheduling, EventsOrderWorkAcrossStreams) {
+  hold_high_priority();
+  CUevent ev = nullptr;
+  ASSERT_EQ(cuEventCreate(&ev, 0), CUDA_SUCCESS);
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(ev, be_), CUDA_SUCCESS);
+  expect_deferred(k_be_);
+  // High priority waits for the best-effort producer: the producer is drained up to the record.
+  ASSERT_EQ(cuStreamWaitEvent(hp_, ev, 0), CUDA_SUCCESS);
+  ASSERT_EQ(launch(k_other_, hp_, 2), CUDA_SUCCESS);
+  auto log = calls();
+  long k = find_launch(log, k_be_);
+  long rec = find_call(log, [&](const fake_cuda_call& c) {
+    return std::strcmp(c.name, "cuEventRecord") == 0 && c.event == h(ev);
+  });
+  long wait = find_named(log, "cuStreamWaitEvent", h(hp_));
+  long consumer = find_launch(log, k_other_);
+  ASSERT_GE(k, 0);
+  ASSERT_GE(rec, 0);
+  ASSERT_GE(wait, 0);
+  EXPECT_LT(k, rec);
+  EXPECT_LT(rec, wait);
+  EXPECT_LT(wait, consumer);
+  EXPECT_EQ(cuEventDestroy(ev), CUDA_SUCCESS);
+}
+
+TEST_F(Scheduling, CopiesSetsHostFunctionsAndGraphsKeepStreamOrder) {
+  hold_high_priority();
+  static std::atomic<int> host_calls{0};
+  host_calls = 0;
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoDAsync(0x1000, 0x2000, 64, be_), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyAsync(0x3000, 0x4000, 32, be_), CUDA_SUCCESS);  // device to device
+  ASSERT_EQ(cuMemsetD32Async(0x1000, 7, 16, be_), CUDA_SUCCESS);
+  ASSERT_EQ(cuLaunchHostFunc(be_, [](void*) { host_calls.fetch_add(1); }, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphLaunch(reinterpret_cast<CUgraphExec>(0x4242), be_), CUDA_SUCCESS);
+  EXPECT_EQ(host_calls.load(), scheduled_ ? 0 : 1);
+  ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  EXPECT_EQ(host_calls.load(), 1);
+  auto log = calls();
+  long k = find_launch(log, k_be_);
+  long cp = find_named(log, "cuMemcpyDtoDAsync_v2", h(be_));
+  long unified = find_named(log, "cuMemcpyAsync", h(be_));
+  long set = find_named(log, "cuMemsetD32Async", h(be_));
+  long host = find_named(log, "cuLaunchHostFunc", h(be_));
+  long graph = find_named(log, "cuGraphLaunch", h(be_));
+  ASSERT_GE(k, 0);
+  EXPECT_LT(k, cp);
+  EXPECT_LT(cp, unified);
+  EXPECT_LT(unified, set);
+  EXPECT_LT(set, host);
+  EXPECT_LT(host, graph);
+  EXPECT_EQ(log.at(cp).value, 64u);
+  EXPECT_EQ(log.at(graph).value, 0x4242u);
+}
+
+TEST_F(Scheduling, LegacyStreamAndDeviceWideCallsWaitForBestEffortWork) {
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  expect_deferred(k_be_);
+  ASSERT_EQ(launch(k_other_, nullptr, 2), CUDA_SUCCESS);  // legacy NULL stream
+  auto log = calls();
+  ASSERT_GE(find_launch(log, k_be_), 0);
+  EXPECT_LT(find_launch(log, k_be_), find_launch(log, k_other_));
+
+  ASSERT_EQ(launch(k_be_, be_, 3), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemFree(0x5000), CUDA_SUCCESS);
+  log = calls();
+  EXPECT_EQ(count_launches(log, k_be_), 2u);
+  long last_be = -1;
+  for (size_t i = 0; i < log.size(); ++i) {
+    if (is_launch(log[i]) && log[i].function == h(k_be_)) last_be = static_cast<long>(i);
+  }
+  EXPECT_LT(last_be, find_named(log, "cuMemFree_v2", 0));
+}
+
+TEST_F(Scheduling, StreamAndEventDestroyDrainFirst) {
+  hold_high_priority();
+  CUstream extra_be = nullptr;
+  ASSERT_EQ(cuStreamCreateWithPriority(&extra_be, 0, 0), CUDA_SUCCESS);
+  CUevent ev = nullptr;
+  ASSERT_EQ(cuEventCreate(&ev, 0), CUDA_SUCCESS);
+  ASSERT_EQ(launch(k_be_, extra_be, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(ev, be_), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventDestroy(ev), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamDestroy(extra_be), CUDA_SUCCESS);
+  auto log = calls();
+  long rec = find_call(log, [&](const fake_cuda_call& c) {
+    return std::strcmp(c.name, "cuEventRecord") == 0 && c.event == h(ev);
+  });
+  long destroy_ev = find_call(log, [&](const fake_cuda_call& c) {
+    return std::strcmp(c.name, "cuEventDestroy_v2") == 0 && c.event == h(ev);
+  });
+  ASSERT_GE(rec, 0);
+  EXPECT_LT(rec, destroy_ev);
+  ASSERT_GE(find_launch(log, k_be_), 0);
+  EXPECT_LT(find_launch(log, k_be_), find_named(log, "cuStreamDestroy_v2", h(extra_be)));
+}
+
+TEST_F(Scheduling, CommunicationKernelsAreNeverDeferred) {
+  hold_high_priority();
+  CUfunction nccl = fake_cuda_make_function("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0, nullptr);
+  unsigned char args[16] = {9, 8, 7, 6, 5, 4, 3, 2, 1};
+  size_t args_size = sizeof args;
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, args, CU_LAUNCH_PARAM_BUFFER_SIZE, &args_size,
+                   CU_LAUNCH_PARAM_END};
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = 512;
+  cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.hStream = be_;
+  ASSERT_EQ(cuLaunchKernelEx(&cfg, nccl, nullptr, extra), CUDA_SUCCESS);
+  auto log = calls();
+  ASSERT_EQ(count_launches(log, nccl), 1u) << "NCCL kernel was deferred";
+  const fake_cuda_call& c = log.at(find_launch(log, nccl));
+  EXPECT_STREQ(c.name, "cuLaunchKernelEx");
+  ASSERT_EQ(c.param_bytes, sizeof args);
+  EXPECT_EQ(std::memcmp(c.params, args, sizeof args), 0);
+  // The stream now carries communication: later work on it is not deferred either.
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  EXPECT_EQ(count_launches(calls(), k_be_), 1u);
+  if (scheduled_) {
+    EXPECT_GE(stats().communication_streams, 1u);
+  }
+  // Give the stream back its best-effort class for the next tests' streams.
+  if (scheduled_) {
+    auto set_class = shim_fn<orion_set_stream_class_fn>("orion_set_stream_class");
+    ASSERT_NE(set_class, nullptr);
+    EXPECT_EQ(set_class(be_, "best_effort"), 0);
+  }
+}
+
+TEST_F(Scheduling, NothingIsDeferredWhileACaptureIsActive) {
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  expect_deferred(k_be_);
+  ASSERT_EQ(cuStreamBeginCapture(plain_, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  auto log = calls();
+  ASSERT_GE(find_launch(log, k_be_), 0) << "capture begin did not drain";
+  EXPECT_LT(find_launch(log, k_be_), find_named(log, "cuStreamBeginCapture_v2", h(plain_)));
+  ASSERT_EQ(launch(k_other_, be_, 2), CUDA_SUCCESS);
+  EXPECT_EQ(count_launches(calls(), k_other_), 1u) << "work deferred during a capture";
+  CUgraph graph = nullptr;
+  ASSERT_EQ(cuStreamEndCapture(plain_, &graph), CUDA_SUCCESS);
+  CUfunction after = fake_cuda_make_function("after_capture", 0, nullptr);
+  ASSERT_EQ(cuLaunchKernel(after, 1, 1, 1, 1, 1, 1, 0, be_, nullptr, nullptr), CUDA_SUCCESS);
+  expect_deferred(after);
+}
+
+TEST_F(Scheduling, UnknownArgumentSizesMakeTheCallerWaitInsteadOfCopying) {
+  hold_high_priority();
+  CUfunction opaque = fake_cuda_make_function("opaque_args", 2, nullptr);
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    fake_cuda_set_stream_busy(hp_, 0);
+  });
+  int a = 5;
+  double b = 6;
+  void* params[] = {&a, &b};
+  ASSERT_EQ(cuLaunchKernel(opaque, 1, 1, 1, 1, 1, 1, 0, be_, params, nullptr), CUDA_SUCCESS);
+  // Returned: the launch must already be in the driver (its arguments were only borrowed).
+  EXPECT_EQ(count_launches(calls(), opaque), 1u);
+  releaser.join();
+  if (scheduled_) {
+    EXPECT_GE(stats().caller_waits, 1u);
+  }
+}
+
+TEST_F(Scheduling, CopiesFromPageableHostMemoryAreNotDeferredPastTheCall) {
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    fake_cuda_set_stream_busy(hp_, 0);
+  });
+  std::vector<unsigned char> pageable(4096, 1);
+  ASSERT_EQ(cuMemcpyHtoDAsync(0x1000, pageable.data(), pageable.size(), be_), CUDA_SUCCESS);
+  // The copy (and the kernel before it) reached the driver before the call returned: the
+  // program may now reuse its buffer.
+  auto log = calls();
+  long k = find_launch(log, k_be_);
+  long cp = find_named(log, "cuMemcpyHtoDAsync_v2", h(be_));
+  ASSERT_GE(k, 0);
+  ASSERT_GE(cp, 0);
+  EXPECT_LT(k, cp);
+  EXPECT_EQ(log.at(cp).value, 4096u);
+  releaser.join();
+}
+
+TEST_F(Scheduling, DriverErrorsReachTheCaller) {
+  fake_cuda_fail_next("cuLaunchKernel", CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+  EXPECT_EQ(launch(k_other_, plain_, 1), CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+
+  hold_high_priority();
+  fake_cuda_fail_next("cuLaunchKernel", CUDA_ERROR_ILLEGAL_ADDRESS);
+  CUresult at_launch = launch(k_be_, be_, 1);
+  if (scheduled_) {
+    // Deferred: the error comes back at the first call that synchronises with the op.
+    EXPECT_EQ(at_launch, CUDA_SUCCESS);
+    EXPECT_EQ(cuStreamSynchronize(be_), CUDA_ERROR_ILLEGAL_ADDRESS);
+    EXPECT_GE(stats().backend_errors, 1u);
+  } else {
+    EXPECT_EQ(at_launch, CUDA_ERROR_ILLEGAL_ADDRESS);
+  }
+  EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS) << "an error is reported once";
+}
+
+TEST_F(Scheduling, StreamClassCanBeSetThroughTheCApi) {
+  auto set_class = shim_fn<orion_set_stream_class_fn>("orion_set_stream_class");
+  ASSERT_NE(set_class, nullptr);
+  EXPECT_EQ(set_class(plain_, "no_such_class"), EINVAL);
+  int rc = set_class(plain_, "best_effort");
+  if (!scheduled_) {
+    EXPECT_EQ(rc, ENODEV);
+    return;
+  }
+  ASSERT_EQ(rc, 0);
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, plain_, 1), CUDA_SUCCESS);
+  expect_deferred(k_be_);
+  auto flush = shim_fn<orion_flush_fn>("orion_flush");
+  ASSERT_NE(flush, nullptr);
+  EXPECT_EQ(flush(), 0);
+  EXPECT_EQ(count_launches(calls(), k_be_), 1u);
+}
+
+TEST_F(Scheduling, TraceShowsKernelDurationsLearnedFromTheDriver) {
+  auto flush = shim_fn<orion_flush_fn>("orion_flush");
+  ASSERT_NE(flush, nullptr);
+  if (!scheduled_) {
+    EXPECT_EQ(flush(), ENODEV);
+    return;
+  }
+  const char* path = std::getenv("ORION_TRACE");
+  ASSERT_NE(path, nullptr) << "ctest sets ORION_TRACE";
+  CUfunction timed = fake_cuda_make_function("timed_kernel", 0, nullptr);
+  fake_cuda_set_kernel_duration_ns(timed, 5000);
+  // Two launches queued behind each other on a held stream: the second one is timed by the
+  // events around it once the stream runs.
+  fake_cuda_set_stream_busy(hp_, 1);
+  ASSERT_EQ(cuLaunchKernel(timed, 1, 1, 1, 1, 1, 1, 0, hp_, nullptr, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuLaunchKernel(timed, 1, 1, 1, 1, 1, 1, 0, hp_, nullptr, nullptr), CUDA_SUCCESS);
+  fake_cuda_set_stream_busy(hp_, 0);
+  ASSERT_TRUE(wait_idle());
+  ASSERT_EQ(flush(), 0);
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << path;
+  nlohmann::json trace = nlohmann::json::parse(in);
+  int timed_events = 0;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.value("name", "") != "timed_kernel" || e.value("ph", "") != "X") continue;
+    const double dur = e.value("dur", 0.0);
+    if (dur > 0) {
+      // cuEventElapsedTime answers in float milliseconds: ~1 ns of rounding at this size.
+      EXPECT_NEAR(dur, 5.0, 0.01) << "microseconds, from the fake driver timeline";
+      ++timed_events;
+    }
+  }
+  EXPECT_EQ(timed_events, 1);
+}
+
+}  // namespace

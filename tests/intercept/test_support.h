@@ -1,0 +1,114 @@
+// Helpers shared by the shim's test programs: the fake driver's call log, the shim's C API found
+// the way programs find it (dlsym), and the mode this run was started in.
+#pragma once
+
+#include <dlfcn.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "fake_cuda.h"
+#include "orion.h"
+
+namespace icpt_test {
+
+inline std::vector<fake_cuda_call> calls() {
+  std::vector<fake_cuda_call> out(fake_cuda_call_count());
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (fake_cuda_get_call(i, &out[i]) != 0) out.resize(i);
+  }
+  return out;
+}
+
+// Index of the first call after `from` matching `pred`, or -1.
+inline long find_call(const std::vector<fake_cuda_call>& log,
+                      const std::function<bool(const fake_cuda_call&)>& pred, size_t from = 0) {
+  for (size_t i = from; i < log.size(); ++i) {
+    if (pred(log[i])) return static_cast<long>(i);
+  }
+  return -1;
+}
+
+inline bool is_launch(const fake_cuda_call& c) { return std::strncmp(c.name, "cuLaunch", 8) == 0; }
+
+inline long find_launch(const std::vector<fake_cuda_call>& log, CUfunction f) {
+  return find_call(log, [&](const fake_cuda_call& c) {
+    return is_launch(c) && c.function == reinterpret_cast<uint64_t>(f);
+  });
+}
+inline size_t count_launches(const std::vector<fake_cuda_call>& log, CUfunction f) {
+  size_t n = 0;
+  for (const auto& c : log) n += is_launch(c) && c.function == reinterpret_cast<uint64_t>(f);
+  return n;
+}
+inline long find_named(const std::vector<fake_cuda_call>& log, const char* name, uint64_t stream) {
+  return find_call(log, [&](const fake_cuda_call& c) {
+    return std::strcmp(c.name, name) == 0 && c.stream == stream;
+  });
+}
+inline uint64_t h(const void* p) { return reinterpret_cast<uint64_t>(p); }
+
+// Which mode ctest started us in: ORION_TEST_MODE=scheduled|passthrough (a run without it is a
+// setup error, not a silent pass).
+inline bool scheduled_mode() {
+  const char* m = std::getenv("ORION_TEST_MODE");
+  if (m == nullptr) {
+    ADD_FAILURE() << "ORION_TEST_MODE is not set: run through ctest";
+    return false;
+  }
+  return std::string(m) == "scheduled";
+}
+
+template <typename Fn>
+Fn shim_fn(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
+}
+
+inline orion_stats stats() {
+  orion_stats s{};
+  auto get = shim_fn<orion_get_stats_fn>("orion_get_stats");
+  if (get != nullptr) get(&s, sizeof s);
+  return s;
+}
+
+// Waits until the shim has nothing queued or in flight (completions are polled by its thread).
+inline bool wait_idle(std::chrono::milliseconds limit = std::chrono::milliseconds(5000)) {
+  auto get = shim_fn<orion_get_stats_fn>("orion_get_stats");
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    orion_stats s{};
+    if (get == nullptr || get(&s, sizeof s) != 0) return true;  // pass-through: nothing to wait
+    if (s.queued_now == 0 && s.tracked_in_flight == 0) return true;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return false;
+}
+
+// Every test starts from a shim that is loaded and in the mode ctest asked for.
+class ShimTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto is_active = shim_fn<orion_is_active_fn>("orion_is_active");
+    ASSERT_NE(is_active, nullptr) << "libgpu_scheduler.so is not loaded (LD_PRELOAD)";
+    ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+    scheduled_ = scheduled_mode();
+    ASSERT_EQ(is_active() == 1, scheduled_) << "shim mode does not match ORION_TEST_MODE";
+    ASSERT_TRUE(wait_idle());
+    fake_cuda_reset();
+  }
+  void TearDown() override {
+    fake_cuda_reset();  // releases busy streams
+    EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+    EXPECT_TRUE(wait_idle());
+  }
+  bool scheduled_ = false;
+};
+
+}  // namespace icpt_test
