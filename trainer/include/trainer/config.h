@@ -23,6 +23,7 @@ struct ModelConfig {
   int64_t vocab_size = -1;       // -1: take it from the dataset's tokenizer
   int64_t ffn_hidden_size = -1;  // -1: 4 x hidden_size
   double dropout = 0.0;
+  bool operator==(const ModelConfig&) const = default;
 };
 
 struct DatasetConfig {
@@ -32,6 +33,7 @@ struct DatasetConfig {
   std::string path;                      // file or folder; empty: the embedded corpus
   std::string tokenizer = "byte";        // "byte" or "sentencepiece"
   std::string tokenizer_model;           // .model file for sentencepiece
+  bool operator==(const DatasetConfig&) const = default;
 };
 
 struct TrainingConfig {
@@ -49,6 +51,7 @@ struct TrainingConfig {
   std::string dtype = "auto";    // auto (bf16 autocast on GPU, fp32 on CPU) | fp32 | bf16
   int log_interval = 1;
   std::string output_dir = "runs/latest";  // metrics.jsonl, timeline.json, summary
+  bool operator==(const TrainingConfig&) const = default;
 };
 
 struct ParallelConfig {
@@ -60,9 +63,10 @@ struct ParallelConfig {
   std::string priority = "backward_first";  // backward_first | forward_first | none
   std::string partition = "uniform";        // uniform | explicit | parameters | time
   std::vector<int64_t> partition_layers;    // explicit per-stage layer counts, e.g. [12, 13, 13, 11]
-  std::vector<double> recompute_ratio;      // per stage, in [0, 1]; empty: none
+  std::vector<double> recompute_ratio;      // 1 for all, 1 per rank or 1 per stage, in [0, 1]; empty: none
   std::string device = "auto";              // auto | cpu | cuda
   std::string transport = "inprocess";
+  bool operator==(const ParallelConfig&) const = default;
 };
 
 struct PipelineConfig {
@@ -72,15 +76,18 @@ struct PipelineConfig {
   ParallelConfig parallel;
 
   // Reads YAML; unknown keys, wrong types and bad values throw ConfigError naming the key path
-  // (e.g. "training.num_microbatches") and the file.
+  // (e.g. "training.num_microbatches"), the file and the line. Cross-field rules are checked by
+  // validate() (call it after the overrides).
   static PipelineConfig from_yaml_file(const std::string& path);
   static PipelineConfig from_yaml_string(const std::string& text, const std::string& origin = "<string>");
-  // Applies "section.field=value" overrides (the CLI's --set and per-field flags).
+  // Applies "section.field=value" overrides (the CLI's --set and per-field flags). Lists are
+  // written as YAML, "parallel.partition_layers=[12,13,13,11]"; strings are taken verbatim.
   void apply_override(const std::string& assignment);
   // Cross-field checks (stages vs layers, micro-batches dividing the batch, ...). Throws ConfigError.
   // vocab_size may still be -1 here; the runner resolves it from the tokenizer.
   void validate() const;
   std::string to_yaml() const;
+  bool operator==(const PipelineConfig&) const = default;
 };
 
 }  // namespace gpipe

@@ -9,6 +9,8 @@
 
 namespace gpipe {
 
+struct PipelineConfig;
+
 enum class ActionType : uint8_t {
   kForward,         // F: forward of one micro-batch through one (virtual) stage
   kBackward,        // B: full backward (input and weight gradients together)
@@ -20,6 +22,7 @@ enum class ActionType : uint8_t {
   kRecvBackward,    // receive the output gradient from the next stage
 };
 const char* short_name(ActionType t);  // "F", "B", "I", "W", "SF", "RF", "SB", "RB"
+bool is_communication(ActionType t);   // SF, RF, SB, RB
 
 struct Action {
   ActionType type;
@@ -49,14 +52,20 @@ struct Schedule {
 // Compute-only programs (F/B/I/W) for each family. Throws std::invalid_argument for impossible
 // shapes (e.g. interleaved 1F1B with micro-batches not a multiple of ranks), naming the rule.
 Schedule make_schedule(ScheduleKind kind, int num_ranks, int num_microbatches, int stages_per_rank = 1);
+// The compute-only schedule a config asks for: parallel.schedule over parallel.model_parallel_size
+// ranks with parallel.virtual_stages chunks each and training.num_microbatches micro-batches.
+Schedule make_schedule(const PipelineConfig& config);
 // Inserts the SEND/RECV actions each compute action implies, in an order that cannot deadlock
 // with blocking point-to-point transports (receives right before the compute that needs them,
-// sends right after the compute that produces them).
+// sends right after the compute that produces them; the sends after one compute and the
+// receives before the next form one group, see below). Interleaved 1F1B uses Megatron's steady
+// state pairing: both receives of a forward+backward pair before the forward, both sends after
+// the backward. Validated clean for every kind over p in 1..8, m in 1..16.
 Schedule with_communication(const Schedule& compute_only);
 
 struct ValidationIssue {
   int rank = -1;
-  int step = -1;  // index into per_rank[rank]
+  int step = -1;  // index into per_rank[rank]; -1 when no single action is to blame (a missing one)
   std::string message;
 };
 struct ValidationResult {
@@ -71,11 +80,37 @@ struct ValidationResult {
 // W needs I), and checks completeness (every F and backward exactly once per stage and
 // micro-batch). Reports deadlocks (with each blocked rank's action) and mismatches.
 ValidationResult validate(const Schedule& schedule);
-// Step x rank grid ("step | rank0 | rank1 ..."), marking the actions named in `result`'s issues.
+// Step x rank grid ("step | rank 0 | rank 1 ...", cells like "F3", "RF3", "SF1+RB0" for a group,
+// "2F3" when ranks hold several stages), marking the actions named in `result`'s issues as
+// "!B1!" with a trailing " <" on the row; actions a deadlock left unrun go in a last "stuck"
+// row. The issue messages follow the grid.
 std::string render_grid(const Schedule& schedule, const ValidationResult& result);
 
 // Bubble share of wall time under unit costs (F=1, B=2 or I=1 + W=1): idle rank-time / (ranks x makespan).
+// Communication actions cost nothing (the zero-comm-cost limit). GPipe and 1F1B give exactly
+// (p-1)/(m+p-1) with F=1, B=2. Throws std::invalid_argument if the compute order deadlocks.
 double simulated_bubble_fraction(const Schedule& schedule, double forward_cost = 1.0,
                                  double backward_cost = 2.0);
+
+// Activation memory: the most (stage, micro-batch) activations each rank holds at once, walking
+// its program: +1 at F, -1 at its B or I (the input-gradient pass frees the bulk; what W still
+// needs, the layer inputs, is the zero-bubble paper's smaller M_W and is not counted).
+// 1F1B: min(p-r, m) on rank r; GPipe: m; ZB-H1: the same as 1F1B.
+std::vector<int> peak_activations(const Schedule& schedule);
+
+// Communication semantics the validator checks (those of NCCL point-to-point inside a group):
+//  * A maximal run of consecutive SF/RF/SB/RB actions on one rank is ONE group, posted at once
+//    (ncclGroupStart/End, torch's batch_isend_irecv). The group completes only when every op in
+//    it has been matched by the peer's posted counterpart: sends are rendezvous, not buffered,
+//    which is what a large NCCL send does. A schedule that passes here also runs with buffered
+//    or asynchronous sends.
+//  * Between one ordered pair of ranks, sends and receives match in posting order whatever the
+//    tensor (NCCL has no tags): the k-th send from rank a to b must be what b's k-th receive from
+//    a expects, SF(s, mb) <-> RF(s+1, mb) and SB(s, mb) <-> RB(s-1, mb); anything else is a
+//    mismatch (wrong tensor delivered, or a hang on a size mismatch).
+//  * A schedule with no communication actions at all is checked as compute-only: a dependency
+//    on another rank is met once that rank has run the producing action.
+// Executors must post each group as one batch (batch_isend_irecv / ncclGroupStart..End); a
+// transport with buffered sends (the in-process one) may post them one by one.
 
 }  // namespace gpipe

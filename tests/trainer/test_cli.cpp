@@ -1,0 +1,158 @@
+// parse_cli(): flags, --set, direct flags, precedence, errors and exit codes, info actions.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <unistd.h>
+
+#include "trainer/cli.h"
+
+namespace gpipe {
+namespace {
+
+using ::testing::HasSubstr;
+
+RunOptions parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "gpipe_runner");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  return parse_cli(static_cast<int>(argv.size()), argv.data());
+}
+
+// Runs parse() expecting an exception; returns (exit code, the one line report_error printed).
+std::pair<int, std::string> failure(std::vector<std::string> args) {
+  try {
+    parse(std::move(args));
+  } catch (const std::exception& e) {
+    std::ostringstream out, err;
+    const int code = report_error(e, out, err);
+    return {code, code == 0 ? out.str() : err.str()};
+  }
+  return {-1, "(no error)"};
+}
+
+class CliWithFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = std::filesystem::temp_directory_path() / ("ourgpipe_cli_test_" + std::to_string(::getpid()) + ".yaml");
+    std::ofstream(path_) << "model:\n  num_layers: 8\ntraining:\n  num_microbatches: 2\n  learning_rate: 0.01\n"
+                            "parallel:\n  model_parallel_size: 2\n  schedule: gpipe\n";
+  }
+  void TearDown() override { std::filesystem::remove(path_); }
+  std::filesystem::path path_;
+};
+
+TEST(Cli, NoFlagsGivesValidatedDefaults) {
+  const RunOptions o = parse({});
+  EXPECT_TRUE(o.config_path.empty());
+  EXPECT_EQ(o.config, PipelineConfig{});
+  EXPECT_FALSE(o.print_config || o.print_schedule || o.validate_only);
+}
+
+TEST_F(CliWithFile, FileThenSetThenDirectFlags) {
+  const RunOptions o = parse({"--config", path_.string(), "--set", "training.learning_rate=3e-4", "--set",
+                              "training.num_microbatches=4", "--microbatches", "1", "--scheduler", "naive"});
+  EXPECT_EQ(o.config.model.num_layers, 8);                   // from the file
+  EXPECT_DOUBLE_EQ(o.config.training.learning_rate, 3e-4);  // --set beats the file
+  EXPECT_EQ(o.config.training.num_microbatches, 1);         // direct flag beats --set
+  EXPECT_EQ(o.config.parallel.scheduler, "naive");
+  EXPECT_EQ(o.overrides.front(), "training.learning_rate=3e-4");
+}
+
+TEST(Cli, DirectFlagsMapToFields) {
+  const RunOptions o = parse({"--schedule", "interleaved_1f1b", "--virtual-stages", "2", "--stages", "2", "--microbatches",
+                              "4", "--steps", "10", "--device", "cpu", "--output-dir", "runs/x", "--seed", "7",
+                              "--dtype", "fp32", "--lr", "0.002"});
+  EXPECT_EQ(o.config.parallel.schedule, "interleaved_1f1b");
+  EXPECT_EQ(o.config.parallel.virtual_stages, 2);
+  EXPECT_EQ(o.config.parallel.model_parallel_size, 2);
+  EXPECT_EQ(o.config.training.num_microbatches, 4);
+  EXPECT_EQ(o.config.training.max_steps, 10);
+  EXPECT_EQ(o.config.parallel.device, "cpu");
+  EXPECT_EQ(o.config.training.output_dir, "runs/x");
+  EXPECT_EQ(o.config.training.seed, 7u);
+  EXPECT_EQ(o.config.training.dtype, "fp32");
+  EXPECT_DOUBLE_EQ(o.config.training.learning_rate, 0.002);
+}
+
+TEST(Cli, PartitionTakesAListOrAMethod) {
+  RunOptions o = parse({"--partition", "[3,5,5,3]"});
+  EXPECT_EQ(o.config.parallel.partition, "explicit");
+  EXPECT_EQ(o.config.parallel.partition_layers, (std::vector<int64_t>{3, 5, 5, 3}));
+  o = parse({"--set", "parallel.partition=explicit", "--set", "parallel.partition_layers=[3,5,5,3]", "--partition", "time"});
+  EXPECT_EQ(o.config.parallel.partition, "time");
+  EXPECT_TRUE(o.config.parallel.partition_layers.empty());
+}
+
+TEST(Cli, InfoFlags) {
+  const RunOptions o = parse({"--print-config", "--print-schedule", "--validate-only"});
+  EXPECT_TRUE(o.print_config && o.print_schedule && o.validate_only);
+}
+
+TEST(Cli, ErrorsAreOneLineWithExitCodes) {
+  auto [code, line] = failure({"--bogus"});
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(line, HasSubstr("--bogus"));
+  EXPECT_EQ(std::count(line.begin(), line.end(), '\n'), 1) << line;
+
+  std::tie(code, line) = failure({"--config", "/no/such/config.yaml"});
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(line, HasSubstr("/no/such/config.yaml"));
+
+  std::tie(code, line) = failure({"--set", "training.learning_rate"});
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(line, HasSubstr("section.field=value"));
+
+  std::tie(code, line) = failure({"--microbatches", "three"});
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(line, HasSubstr("training.num_microbatches"));
+
+  std::tie(code, line) = failure({"--stages", "32"});  // more stages than the 16 default layers
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(line, HasSubstr("32 stages"));
+
+  std::tie(code, line) = failure({"--config"});  // missing value
+  EXPECT_EQ(code, 2);
+}
+
+TEST(Cli, HelpIsNotAnError) {
+  auto [code, text] = failure({"--help"});
+  EXPECT_EQ(code, 0);
+  EXPECT_THAT(text, HasSubstr("--print-schedule"));
+  EXPECT_THAT(text, HasSubstr("--set"));
+}
+
+TEST(Cli, ExitCodeMapping) {
+  EXPECT_EQ(exit_code_for(CliHelp("h")), 0);
+  EXPECT_EQ(exit_code_for(CliError("x")), 2);
+  EXPECT_EQ(exit_code_for(ConfigError("x")), 2);
+  EXPECT_EQ(exit_code_for(std::invalid_argument("unknown model 'x'")), 2);
+  EXPECT_EQ(exit_code_for(std::runtime_error("x")), 1);
+}
+
+TEST(Cli, InfoActions) {
+  std::ostringstream out;
+  RunOptions o = parse({"--print-config", "--lr", "0.5"});
+  EXPECT_EQ(run_info_actions(o, out), 0);
+  EXPECT_EQ(PipelineConfig::from_yaml_string(out.str()), o.config);
+
+  out.str("");
+  o = parse({"--print-schedule", "--stages", "2", "--microbatches", "2"});
+  EXPECT_EQ(run_info_actions(o, out), 0);
+  EXPECT_THAT(out.str(), ::testing::ContainsRegex("step +\\| rank 0 +\\| rank 1\n"));
+  EXPECT_THAT(out.str(), HasSubstr("simulated bubble 33.3%"));  // (p-1)/(m+p-1) = 1/3
+
+  out.str("");
+  o = parse({"--validate-only", "--schedule", "zb_h1"});
+  EXPECT_EQ(run_info_actions(o, out), 0);
+  EXPECT_THAT(out.str(), HasSubstr("schedule zb_h1 ok"));
+
+  o = parse({});
+  EXPECT_EQ(run_info_actions(o, out), std::nullopt);
+}
+
+}  // namespace
+}  // namespace gpipe

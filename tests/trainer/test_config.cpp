@@ -1,0 +1,246 @@
+// PipelineConfig: YAML load, per-field and cross-field errors, overrides, round-trip.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
+
+#include "trainer/config.h"
+
+namespace gpipe {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// The config of the seed's README, verbatim (comments included).
+constexpr const char* kSeedYaml = R"(model:
+  name: gpt
+  hidden_size: 512
+  num_layers: 16
+  num_heads: 16
+  sequence_length: 128
+  vocab_size: -1  # from the dataset
+
+dataset:
+  name: code_search_net
+  batch_size: 4
+
+training:
+  learning_rate: 0.0001
+  epochs: 2
+  num_microbatches: 4
+  profile_iteration: 100
+  exit_after_profile: true
+
+parallel:
+  model_parallel_size: 4
+  scheduler: async_threaded  # or naive
+  use_orion_scheduler: false
+)";
+
+std::string load_error(const std::string& yaml) {
+  try {
+    PipelineConfig::from_yaml_string(yaml, "test.yaml").validate();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::string override_error(const std::vector<std::string>& overrides) {
+  try {
+    PipelineConfig c;
+    for (const auto& o : overrides) c.apply_override(o);
+    c.validate();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Config, SeedExampleLoadsWithItsValues) {
+  const PipelineConfig c = PipelineConfig::from_yaml_string(kSeedYaml, "seed.yaml");
+  EXPECT_NO_THROW(c.validate());
+  EXPECT_EQ(c.model.hidden_size, 512);
+  EXPECT_EQ(c.model.vocab_size, -1);
+  EXPECT_EQ(c.dataset.name, "code_search_net");
+  EXPECT_DOUBLE_EQ(c.training.learning_rate, 1e-4);
+  EXPECT_TRUE(c.training.exit_after_profile);
+  EXPECT_EQ(c.parallel.model_parallel_size, 4);
+  EXPECT_EQ(c.parallel.scheduler, "async_threaded");
+}
+
+TEST(Config, EmptyDocumentGivesDefaults) {
+  EXPECT_EQ(PipelineConfig::from_yaml_string(""), PipelineConfig{});
+  EXPECT_NO_THROW(PipelineConfig{}.validate());
+}
+
+TEST(Config, YamlRoundTripsEveryField) {
+  PipelineConfig c;
+  c.model.name = "gpt";
+  c.model.num_layers = 49;
+  c.model.hidden_size = 96;
+  c.model.num_heads = 4;
+  c.model.dropout = 0.125;
+  c.model.vocab_size = 50257;
+  c.dataset.batch_size = 16;
+  c.dataset.path = "data/my corpus: v2.jsonl";  // needs quoting in YAML
+  c.dataset.tokenizer = "sentencepiece";
+  c.dataset.tokenizer_model = "tok.model";
+  c.training.learning_rate = 3e-4;
+  c.training.min_lr_ratio = 0.1;
+  c.training.seed = 18446744073709551615ull;  // the largest uint64
+  c.training.num_microbatches = 8;
+  c.training.exit_after_profile = false;
+  c.parallel.schedule = "zb_h1";
+  c.parallel.partition = "explicit";
+  c.parallel.partition_layers = {12, 13, 13, 11};
+  c.parallel.recompute_ratio = {0.0, 0.5, 0.25, 1.0};
+  ASSERT_NO_THROW(c.validate());
+  const std::string yaml = c.to_yaml();
+  const PipelineConfig back = PipelineConfig::from_yaml_string(yaml);
+  EXPECT_EQ(back, c) << yaml;
+  EXPECT_EQ(back.to_yaml(), yaml);
+}
+
+TEST(Config, UnknownKeysAreErrorsWithSuggestions) {
+  EXPECT_THAT(load_error("training:\n  learnig_rate: 0.1\n"),
+              AllOf(HasSubstr("test.yaml:2:3"), HasSubstr("training.learnig_rate"), HasSubstr("did you mean 'training.learning_rate'")));
+  EXPECT_THAT(load_error("trainng:\n  epochs: 1\n"), AllOf(HasSubstr("unknown section 'trainng'"), HasSubstr("'training'")));
+  // A field of another section: point to where it lives.
+  EXPECT_THAT(load_error("training:\n  batch_size: 8\n"), HasSubstr("did you mean 'dataset.batch_size'"));
+  // Nothing close: list what exists.
+  EXPECT_THAT(load_error("model:\n  zzzzzzzz: 1\n"), AllOf(HasSubstr("model.zzzzzzzz"), HasSubstr("model.hidden_size")));
+}
+
+TEST(Config, BadTypesNameKeyLineAndValue) {
+  EXPECT_THAT(load_error("model:\n  name: gpt\n  num_layers: 3.5\n"),
+              AllOf(HasSubstr("test.yaml:3:15"), HasSubstr("model.num_layers"), HasSubstr("expected an integer"), HasSubstr("'3.5'")));
+  EXPECT_THAT(load_error("training:\n  learning_rate: fast\n"), AllOf(HasSubstr("training.learning_rate"), HasSubstr("a number")));
+  EXPECT_THAT(load_error("training:\n  exit_after_profile: maybe\n"), HasSubstr("true or false"));
+  EXPECT_THAT(load_error("training:\n  seed: -3\n"), HasSubstr("training.seed"));
+  EXPECT_THAT(load_error("parallel:\n  partition_layers: 12\n"), HasSubstr("a list of integers"));
+  EXPECT_THAT(load_error("model: 7\n"), HasSubstr("model: expected a map"));
+  EXPECT_THAT(load_error("[1, 2]\n"), HasSubstr("expected a map with sections"));
+  EXPECT_THAT(load_error("model: {name: gpt\n"), AllOf(HasSubstr("test.yaml:"), HasSubstr("not valid YAML")));
+  EXPECT_THAT(load_error("model:\n  num_layers: 8\n  num_layers: 9\n"),
+              AllOf(HasSubstr("test.yaml:3:3"), HasSubstr("duplicate key 'model.num_layers'")));
+  EXPECT_THAT(load_error("model: {}\nmodel: {}\n"), HasSubstr("duplicate key 'model'"));
+  EXPECT_THAT(load_error("model:\n  [a]: 1\n"), HasSubstr("keys must be plain names"));
+}
+
+TEST(Config, MissingFileNamesThePath) {
+  const std::string path = "/nonexistent/dir/gpt_small.yaml";
+  try {
+    PipelineConfig::from_yaml_file(path);
+    FAIL() << "no error for a missing file";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(std::string(e.what()), AllOf(HasSubstr(path), HasSubstr("cannot read")));
+  }
+}
+
+TEST(Config, LoadsFromFile) {
+  const auto path = std::filesystem::temp_directory_path() / ("ourgpipe_config_test_" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(path) << kSeedYaml;
+  const PipelineConfig c = PipelineConfig::from_yaml_file(path.string());
+  std::filesystem::remove(path);
+  EXPECT_EQ(c.training.num_microbatches, 4);
+}
+
+struct BadCase {
+  std::vector<std::string> overrides;
+  std::vector<std::string> expected;  // substrings of the error
+};
+
+class ImpossibleConfig : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(ImpossibleConfig, GivesItsNamedError) {
+  const std::string error = override_error(GetParam().overrides);
+  for (const std::string& s : GetParam().expected) EXPECT_THAT(error, HasSubstr(s));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Config, ImpossibleConfig,
+    ::testing::Values(
+        BadCase{{"parallel.model_parallel_size=8", "model.num_layers=6"}, {"8 stages", "model.num_layers is 6"}},
+        BadCase{{"parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=5", "model.num_layers=16"},
+                {"20 stages", "virtual_stages 5"}},
+        BadCase{{"dataset.batch_size=6", "training.num_microbatches=4"}, {"training.num_microbatches 4", "does not divide", "batch_size 6"}},
+        BadCase{{"dataset.batch_size=2", "training.num_microbatches=4"}, {"larger than dataset.batch_size"}},
+        BadCase{{"model.hidden_size=100", "model.num_heads=16"}, {"model.hidden_size 100", "model.num_heads 16"}},
+        BadCase{{"parallel.partition=explicit", "parallel.partition_layers=[4,4,8]"}, {"3 entries", "4 stages"}},
+        BadCase{{"parallel.partition=explicit", "parallel.partition_layers=[4,4,4,5]"}, {"sums to 17", "num_layers is 16"}},
+        BadCase{{"parallel.partition=explicit"}, {"partition_layers is empty"}},
+        BadCase{{"parallel.partition_layers=[4,4,4,4]"}, {"partition is uniform", "partition: explicit"}},
+        BadCase{{"parallel.partition_layers=[4,0,8,4]"}, {"parallel.partition_layers", "each >= 1"}},
+        BadCase{{"parallel.recompute_ratio=[0.5,0.5]"}, {"recompute_ratio has 2 entries", "4 stages", "one per rank"}},
+        BadCase{{"parallel.recompute_ratio=[0,0.5,1.5,0]"}, {"parallel.recompute_ratio", "[0, 1]"}},
+        BadCase{{"parallel.schedule=2f2b"}, {"parallel.schedule", "'2f2b'", "gpipe, 1f1b, interleaved_1f1b, zb_h1"}},
+        BadCase{{"parallel.scheduler=fast"}, {"parallel.scheduler", "naive, async_threaded"}},
+        BadCase{{"parallel.priority=high"}, {"parallel.priority", "backward_first"}},
+        BadCase{{"parallel.device=tpu"}, {"parallel.device", "auto, cpu, cuda"}},
+        BadCase{{"parallel.partition=random"}, {"parallel.partition", "uniform, explicit, parameters, time"}},
+        BadCase{{"parallel.schedule=interleaved_1f1b"}, {"interleaved_1f1b needs parallel.virtual_stages >= 2"}},
+        BadCase{{"parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=2", "training.num_microbatches=2",
+                 "dataset.batch_size=4"},
+                {"multiple of parallel.model_parallel_size"}},
+        BadCase{{"parallel.schedule=zb_h1", "parallel.virtual_stages=2"}, {"virtual_stages is 2", "zb_h1"}},
+        BadCase{{"dataset.tokenizer=sentencepiece"}, {"tokenizer_model is empty"}},
+        BadCase{{"parallel.use_orion_scheduler=true", "parallel.device=cpu"}, {"use_orion_scheduler", "cpu"}},
+        BadCase{{"training.learning_rate=0"}, {"training.learning_rate", "> 0"}},
+        BadCase{{"model.dropout=1"}, {"model.dropout", "[0, 1)"}},
+        BadCase{{"training.max_steps=0"}, {"training.max_steps"}},
+        BadCase{{"model.vocab_size=0"}, {"model.vocab_size", "-1"}},
+        BadCase{{"training.dtype=fp16"}, {"training.dtype", "auto, fp32, bf16"}}));
+
+TEST(Config, OverridesSetScalarsListsAndStrings) {
+  PipelineConfig c;
+  c.apply_override("training.learning_rate=3e-4");
+  EXPECT_DOUBLE_EQ(c.training.learning_rate, 3e-4);
+  c.apply_override("parallel.partition=explicit");
+  c.apply_override("parallel.partition_layers=[3,5,5,3]");
+  EXPECT_EQ(c.parallel.partition_layers, (std::vector<int64_t>{3, 5, 5, 3}));
+  c.apply_override("training.output_dir=runs/a: b #1");  // strings verbatim
+  EXPECT_EQ(c.training.output_dir, "runs/a: b #1");
+  c.apply_override("training.exit_after_profile=false");
+  EXPECT_FALSE(c.training.exit_after_profile);
+  c.apply_override("parallel.partition_layers=[]");
+  EXPECT_TRUE(c.parallel.partition_layers.empty());
+  EXPECT_NO_THROW(c.apply_override("parallel.partition=uniform"));
+  EXPECT_NO_THROW(c.validate());
+}
+
+TEST(Config, MalformedOverridesAreErrors) {
+  EXPECT_THAT(override_error({"learning_rate=1"}), HasSubstr("expected section.field=value"));
+  EXPECT_THAT(override_error({"training.learning_rate"}), HasSubstr("expected section.field=value"));
+  EXPECT_THAT(override_error({"training.lr=1"}), AllOf(HasSubstr("unknown key 'training.lr'"), HasSubstr("training.learning_rate")));
+  EXPECT_THAT(override_error({"trianing.epochs=1"}), HasSubstr("did you mean 'training'"));
+  EXPECT_THAT(override_error({"training.epochs="}), HasSubstr("needs a value"));
+  EXPECT_THAT(override_error({"training.epochs=two"}), AllOf(HasSubstr("training.epochs"), HasSubstr("'two'")));
+  EXPECT_THAT(override_error({"parallel.partition_layers=[1,2"}), HasSubstr("not valid YAML"));
+}
+
+TEST(Config, RecomputeRatioIsOneForAllPerRankOrPerStage) {
+  for (const char* ok : {"[0.5]", "[0,0.25,0.5,1]", "[0,0,0,0,1,1,1,1]"}) {
+    PipelineConfig c;
+    c.apply_override("parallel.schedule=interleaved_1f1b");
+    c.apply_override("parallel.virtual_stages=2");
+    c.apply_override(std::string("parallel.recompute_ratio=") + ok);
+    EXPECT_NO_THROW(c.validate()) << ok;
+  }
+}
+
+TEST(Config, ValidateCatchesValuesSetInCode) {
+  PipelineConfig c;
+  c.parallel.schedule = "looped_bfs";
+  EXPECT_THROW(c.validate(), ConfigError);
+  c = PipelineConfig{};
+  c.training.num_microbatches = 0;
+  EXPECT_THROW(c.validate(), ConfigError);
+}
+
+}  // namespace
+}  // namespace gpipe
