@@ -41,6 +41,9 @@ class DatasetInterface {
   virtual int64_t num_batches() const = 0;
   // Global batch `index` of `epoch` ([batch_size, sequence_length]); deterministic for a seed.
   virtual Batch process_batch(int64_t epoch, int64_t index) = 0;
+  // Seed of the per-epoch shuffle (the runner passes training.seed; call any time before
+  // process_batch). Default: a dataset without randomness ignores it.
+  virtual void set_seed(uint64_t /*seed*/) {}
 };
 
 // What one layer of the model costs, for partition balancing. Layer 0 is the embedding, the last
@@ -64,6 +67,12 @@ struct StageSpec {
 
 // A stage's sub-model: a Module with the stage's layers. forward() takes token ids on the first
 // stage and hidden states otherwise; the last stage returns logits.
+// Activation recomputation (StageSpec::recompute_ratio) is internal to the module: with grad mode
+// on, forward() runs the recomputed blocks inside one autograd node that keeps only their input,
+// and the ordinary backward (tensor.backward(grad) or torch::autograd::grad, also split into
+// input- and weight-gradient calls for ZB-H1) re-runs them with grad. The engine calls nothing
+// extra. Such a module must not be run under autocast states that change between forward and
+// backward on the calling thread (the node restores the forward's autocast state itself).
 class StageModule : public torch::nn::Module {
  public:
   virtual at::Tensor forward(const at::Tensor& input) = 0;

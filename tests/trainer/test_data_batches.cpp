@@ -1,0 +1,117 @@
+// Token stream -> batches: shifted targets, determinism per seed, epochs, errors; the registered
+// datasets on the embedded corpus and on a text file.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include "test_data_temp_dir.h"
+#include "trainer/registry.h"
+#include "trainer/text_data.h"
+
+namespace gpipe::test {
+namespace {
+
+std::vector<int32_t> counting_tokens(int32_t n) {
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  std::iota(tokens.begin(), tokens.end(), 0);
+  return tokens;
+}
+
+TEST(TokenBatcher, TargetsAreInputsShiftedByOne) {
+  TokenBatcher batcher(counting_tokens(1000), 4, 16, "test");
+  EXPECT_EQ(batcher.num_samples(), 999 / 16);
+  EXPECT_EQ(batcher.num_batches(), (999 / 16) / 4);
+  const Batch batch = batcher.batch(0, 3, 1);
+  ASSERT_EQ(batch.input_ids.sizes(), (std::vector<int64_t>{4, 16}));
+  EXPECT_EQ(batch.input_ids.scalar_type(), at::kLong);
+  EXPECT_TRUE(at::equal(batch.targets, batch.input_ids + 1));
+  // Each row is a whole sample: it starts at a multiple of the sequence length.
+  for (int64_t b = 0; b < 4; ++b) EXPECT_EQ(batch.input_ids[b][0].item<int64_t>() % 16, 0);
+}
+
+TEST(TokenBatcher, SameSeedSameBatchesOtherSeedOrEpochOthers) {
+  TokenBatcher a(counting_tokens(5000), 4, 16, "a"), b(counting_tokens(5000), 4, 16, "b");
+  EXPECT_TRUE(at::equal(a.batch(0, 2, 7).input_ids, b.batch(0, 2, 7).input_ids));
+  EXPECT_TRUE(at::equal(a.batch(1, 0, 7).input_ids, b.batch(1, 0, 7).input_ids));
+  EXPECT_FALSE(at::equal(a.batch(0, 2, 7).input_ids, a.batch(0, 2, 8).input_ids));
+  EXPECT_FALSE(at::equal(a.batch(0, 2, 7).input_ids, a.batch(1, 2, 7).input_ids));
+}
+
+TEST(TokenBatcher, EpochVisitsEverySampleOnce) {
+  TokenBatcher batcher(counting_tokens(16 * 12 + 1), 3, 16, "test");
+  ASSERT_EQ(batcher.num_batches(), 4);
+  std::vector<int64_t> starts;
+  for (int64_t i = 0; i < batcher.num_batches(); ++i) {
+    const at::Tensor first = batcher.batch(5, i, 1).input_ids.select(1, 0);
+    for (int64_t b = 0; b < first.size(0); ++b) starts.push_back(first[b].item<int64_t>());
+  }
+  std::sort(starts.begin(), starts.end());
+  for (size_t i = 0; i < starts.size(); ++i) EXPECT_EQ(starts[i], static_cast<int64_t>(i) * 16);
+}
+
+TEST(TokenBatcher, TooLittleDataAndBadIndexAreErrors) {
+  try {
+    TokenBatcher batcher(counting_tokens(40), 4, 16, "tiny.txt");
+    FAIL() << "40 tokens cannot fill a 4 x 16 batch";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("tiny.txt"), std::string::npos) << e.what();
+  }
+  TokenBatcher batcher(counting_tokens(100), 2, 16, "test");
+  EXPECT_THROW(batcher.batch(0, batcher.num_batches(), 1), std::out_of_range);
+  EXPECT_THROW(batcher.batch(0, -1, 1), std::out_of_range);
+}
+
+TEST(TokenizeDocuments, JoinsDocumentsWithEndOfText) {
+  ByteTokenizer tokenizer;
+  const auto tokens = tokenize_documents({{"a", "hi"}, {"b", "yo"}}, tokenizer);
+  EXPECT_EQ(tokens, (std::vector<int32_t>{'h', 'i', 256, 'y', 'o', 256}));
+}
+
+TEST(TextDatasets, CodeSearchNetFallsBackToTheEmbeddedCorpus) {
+  auto dataset = dataset_registry().create("code_search_net");
+  DatasetConfig config;
+  config.batch_size = 4;
+  ModelConfig model;
+  model.sequence_length = 64;
+  dataset->set_seed(3);
+  dataset->load_dataset(config, model);
+  EXPECT_EQ(dataset->get_tokenizer().vocab_size(), 257);
+  ASSERT_GT(dataset->num_batches(), 10);
+  const Batch first = dataset->process_batch(0, 1);
+  EXPECT_EQ(first.input_ids.sizes(), (std::vector<int64_t>{4, 64}));
+  EXPECT_LT(first.input_ids.max().item<int64_t>(), 257);
+  // Another instance with the same seed serves the same batch.
+  auto again = dataset_registry().create("code_search_net");
+  again->set_seed(3);
+  again->load_dataset(config, model);
+  EXPECT_TRUE(at::equal(first.input_ids, again->process_batch(0, 1).input_ids));
+}
+
+TEST(TextDatasets, TextFileAndVocabularyCheck) {
+  TempDir temp;
+  const std::filesystem::path path = temp.path() + "/small.txt";
+  {
+    std::ofstream out(path);
+    for (int i = 0; i < 100; ++i) out << "line " << i << " of a small text file\n";
+  }
+  auto dataset = dataset_registry().create("text");
+  DatasetConfig config;
+  config.name = "text";
+  config.path = path.string();
+  config.batch_size = 2;
+  ModelConfig model;
+  model.sequence_length = 32;
+  dataset->load_dataset(config, model);
+  const Batch batch = dataset->process_batch(0, 0);
+  const auto& tokenizer = dataset->get_tokenizer();
+  std::vector<int64_t> row(batch.input_ids[0].data_ptr<int64_t>(), batch.input_ids[0].data_ptr<int64_t>() + 32);
+  EXPECT_NE(tokenizer.decode(row).find("small text"), std::string::npos) << tokenizer.decode(row);
+  model.vocab_size = 100;  // smaller than the byte vocabulary
+  EXPECT_THROW(dataset->load_dataset(config, model), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace gpipe::test

@@ -1,0 +1,142 @@
+// Readers: CodeSearchNet JSONL and JSONL.gz written here, plain text files and folders, the
+// embedded corpus, and errors that name the file and line.
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_data_temp_dir.h"
+#include "trainer/text_data.h"
+
+namespace gpipe::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+class DataFiles : public ::testing::Test {
+ protected:
+  TempDir temp_;
+  fs::path dir_{temp_.path()};
+
+  static std::string record(const std::string& func, const std::string& docstring, const std::string& code) {
+    nlohmann::json j = {{"repo", "octo/demo"}, {"path", "demo.py"}, {"func_name", func},
+                        {"original_string", docstring + code}, {"language", "python"}, {"code", code},
+                        {"code_tokens", nlohmann::json::array({"def", func})}, {"docstring", docstring},
+                        {"docstring_tokens", nlohmann::json::array()}, {"sha", "abc"},
+                        {"url", "https://example.com"}, {"partition", "train"}};
+    return j.dump();
+  }
+  std::string write(const std::string& name, const std::string& content) const {
+    const fs::path path = dir_ / name;
+    fs::create_directories(path.parent_path());
+    std::ofstream(path, std::ios::binary) << content;
+    return path.string();
+  }
+  std::string write_gz(const std::string& name, const std::string& content) const {
+    const std::string path = (dir_ / name).string();
+    fs::create_directories((dir_ / name).parent_path());
+    gzFile file = gzopen(path.c_str(), "wb");
+    EXPECT_NE(file, nullptr);
+    EXPECT_EQ(gzwrite(file, content.data(), static_cast<unsigned>(content.size())), static_cast<int>(content.size()));
+    gzclose(file);
+    return path;
+  }
+};
+
+TEST_F(DataFiles, CodeSearchNetJsonlGivesDocstringPlusCode) {
+  const std::string path = write("a.jsonl", record("f", "Adds.", "def f(a, b):\n    return a + b") + "\n\n" +
+                                                record("g", "", "def g():\n    pass") + "\n");
+  const auto docs = read_codesearchnet(path);
+  ASSERT_EQ(docs.size(), 2u);
+  EXPECT_EQ(docs[0].text, "Adds.\ndef f(a, b):\n    return a + b");
+  EXPECT_EQ(docs[1].text, "def g():\n    pass");
+  EXPECT_EQ(docs[1].source, path + ":3");
+}
+
+TEST_F(DataFiles, CodeSearchNetGzipAndFolderInSortedOrder) {
+  write_gz("train/python_train_1.jsonl.gz", record("second", "Two.", "def second(): pass") + "\n");
+  write_gz("train/python_train_0.jsonl.gz", record("first", "One.", "def first(): pass"));  // no final newline
+  write("train/notes.txt", "not data");
+  const auto docs = read_codesearchnet((dir_ / "train").string());
+  ASSERT_EQ(docs.size(), 2u);
+  EXPECT_EQ(docs[0].text, "One.\ndef first(): pass");
+  EXPECT_EQ(docs[1].text, "Two.\ndef second(): pass");
+}
+
+TEST_F(DataFiles, CodeSearchNetErrorsNameFileAndLine) {
+  const std::string bad_json = write("bad.jsonl", record("f", "d", "c") + "\n{\"code\": \n");
+  try {
+    read_codesearchnet(bad_json);
+    FAIL() << "invalid JSON must throw";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(bad_json + ":2"), std::string::npos) << e.what();
+  }
+  const std::string no_code = write("nocode.jsonl", "{\"docstring\": \"only docs\"}\n");
+  try {
+    read_codesearchnet(no_code);
+    FAIL() << "a record without code must throw";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(no_code + ":1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("\"code\""), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(read_codesearchnet((dir_ / "missing.jsonl").string()), std::runtime_error);
+  fs::create_directories(dir_ / "empty");
+  EXPECT_THROW(read_codesearchnet((dir_ / "empty").string()), std::runtime_error);
+}
+
+TEST_F(DataFiles, TruncatedGzipIsAnError) {
+  std::string body;
+  for (int i = 0; i < 200; ++i) body += record("f" + std::to_string(i), "doc", "def f(): return " + std::to_string(i)) + "\n";
+  const std::string path = write_gz("whole.jsonl.gz", body);
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string truncated = write("cut.jsonl.gz", bytes.substr(0, bytes.size() / 2));
+  try {
+    read_codesearchnet(truncated);
+    FAIL() << "a truncated gzip file must throw";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(truncated), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(DataFiles, TextFolderIsSortedAndSkipsHiddenFiles) {
+  write("b.txt", "second");
+  write("a/z.md", "first");
+  write(".hidden", "never");
+  write(".git/config", "never");
+  const auto docs = read_text_path(dir_.string());
+  ASSERT_EQ(docs.size(), 2u);
+  EXPECT_EQ(docs[0].text, "first");
+  EXPECT_EQ(docs[1].text, "second");
+  EXPECT_EQ(read_text_path((dir_ / "b.txt").string()).at(0).text, "second");
+  try {
+    read_text_path((dir_ / "nope").string());
+    FAIL() << "a missing path must throw";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("nope"), std::string::npos) << e.what();
+  }
+}
+
+TEST(EmbeddedCorpus, HoldsTheProjectSourcesInSortedOrder) {
+  const auto docs = embedded_corpus();
+  ASSERT_GT(docs.size(), 10u);
+  bool found_header = false;
+  size_t bytes = 0;
+  for (size_t i = 0; i < docs.size(); ++i) {
+    bytes += docs[i].text.size();
+    if (i > 0) {
+      EXPECT_LT(docs[i - 1].source, docs[i].source);
+    }
+    if (docs[i].source == "embedded:trainer/include/trainer/text_data.h") {
+      found_header = true;
+      EXPECT_NE(docs[i].text.find("class TokenBatcher"), std::string::npos);
+    }
+  }
+  EXPECT_TRUE(found_header);
+  EXPECT_GT(bytes, 50'000u);
+}
+
+}  // namespace
+}  // namespace gpipe::test
