@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# End-to-end checks of the gpipe_runner executable: exit codes and messages for bad input, the
+# schedule grid, and a short real run that writes its outputs.
+# Usage: runner_cli_test.sh /path/to/gpipe_runner /path/to/repo
+set -u
+runner=$1; repo=$2
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+failures=0
+expect() {  # expect NAME WANT_RC PATTERN -- ARGS...
+  local name=$1 want=$2 pattern=$3; shift 4
+  "$runner" "$@" >"$tmp/out" 2>&1; local rc=$?
+  if [ "$rc" -ne "$want" ] || ! grep -qE -- "$pattern" "$tmp/out"; then
+    echo "FAIL $name: rc=$rc (want $want), output did not match /$pattern/:"; sed 's/^/  | /' "$tmp/out" | tail -5
+    failures=$((failures + 1))
+  else
+    echo "ok   $name"
+  fi
+}
+cfg=$repo/configs/gpt_cpu_tiny.yaml
+expect missing_config 2 "cannot read config file '/no/such.yaml'" -- --config /no/such.yaml
+expect microbatches_divide 2 "does not divide dataset.batch_size" -- --config "$cfg" --set training.num_microbatches=3 --validate-only
+expect stages_vs_layers 2 "every stage needs at least one transformer block" -- --config "$cfg" --stages 64 --validate-only
+expect unknown_schedule 2 "parallel.schedule" -- --config "$cfg" --schedule nope --validate-only
+expect unknown_flag 2 "--bogus" -- --bogus
+printf 'model:\n  hidden_size: [1\n' >"$tmp/bad.yaml"
+expect bad_yaml 2 "bad.yaml:[0-9]+:[0-9]+" -- --config "$tmp/bad.yaml"
+expect unknown_model 2 "unknown model 'nope'" -- --config "$cfg" --set model.name=nope --steps 1 --output-dir "$tmp/run0"
+expect print_schedule 0 "step +\| rank 0 +\| rank 1" -- --config "$cfg" --print-schedule
+expect short_run 0 "Training summary" -- --config "$cfg" --steps 2 --output-dir "$tmp/run"
+for f in summary.json metrics.jsonl timeline.json; do
+  [ -s "$tmp/run/$f" ] || { echo "FAIL short_run: $f not written"; failures=$((failures + 1)); }
+done
+echo "runner_cli_test: $failures failure(s)"
+[ "$failures" -eq 0 ]

@@ -1,0 +1,68 @@
+// Measured bubble fraction under a fixed cost model: blocks that sleep F ms in forward and B ms
+// in backward (sleeping does not compete for the cores). GPipe and 1F1B must match
+// (p-1)/(m+p-1) within +-0.05; interleaved 1F1B must match the schedule simulator's value for
+// the same costs within +-0.05. Only the async executor overlaps ranks, so only it is measured.
+#include <gtest/gtest.h>
+
+#include "test_engine_helpers.h"
+#include "trainer/executor.h"
+#include "trainer/timeline.h"
+
+namespace gpipe::testing {
+namespace {
+
+constexpr double kMargin = 0.05;
+constexpr int64_t kForwardMs = 8;
+constexpr int64_t kBackwardMs = 16;
+
+double measure(const TinySetup& s) {
+  auto trainer = make_tiny_trainer(s);
+  const Batch batch = tiny_batch(s.batch, s.seq, s.vocab, 3);
+  ActionRecorder recorder;
+  trainer->forward_backward(batch, &recorder);  // warm-up (allocator, lazy init)
+  trainer->forward_backward(batch, &recorder);
+  return recorder.bubble_fraction();
+}
+
+TinySetup sleepy(const std::string& schedule, int ranks, int microbatches, int virtual_stages = 1) {
+  TinySetup s;
+  s.schedule = schedule;
+  s.executor = "async_threaded";
+  s.ranks = ranks;
+  s.microbatches = microbatches;
+  s.virtual_stages = virtual_stages;
+  s.batch = microbatches;
+  s.blocks = ranks * virtual_stages;  // one sleeping block per virtual stage
+  s.costs = {kForwardMs / virtual_stages, kBackwardMs / virtual_stages};
+  return s;
+}
+
+TEST(BubbleTest, GPipeMatchesFormula) {
+  const int p = 4, m = 8;
+  const double expected = double(p - 1) / (m + p - 1);
+  EXPECT_NEAR(measure(sleepy("gpipe", p, m)), expected, kMargin);
+}
+
+TEST(BubbleTest, OneFOneBMatchesFormula) {
+  const int p = 4, m = 8;
+  const double expected = double(p - 1) / (m + p - 1);
+  EXPECT_NEAR(measure(sleepy("1f1b", p, m)), expected, kMargin);
+}
+
+TEST(BubbleTest, MoreMicrobatchesShrinkTheBubble) {
+  const int p = 4, m = 16;
+  const double expected = double(p - 1) / (m + p - 1);
+  EXPECT_NEAR(measure(sleepy("1f1b", p, m)), expected, kMargin);
+}
+
+TEST(BubbleTest, InterleavedMatchesSimulator) {
+  const int p = 4, m = 8, v = 2;
+  TinySetup s = sleepy("interleaved_1f1b", p, m, v);
+  auto trainer = make_tiny_trainer(s);
+  const double simulated = simulated_bubble_fraction(trainer->schedule(), 1.0, 2.0);
+  EXPECT_LT(simulated, double(p - 1) / (m + p - 1)) << "interleaving should shrink the bubble";
+  EXPECT_NEAR(measure(s), simulated, kMargin);
+}
+
+}  // namespace
+}  // namespace gpipe::testing

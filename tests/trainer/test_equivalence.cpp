@@ -1,0 +1,157 @@
+// After one step, every schedule on both executors gives the unpipelined model's loss and
+// parameter gradients (same weights, same batch, one stage with all layers, no micro-batching).
+// Tolerance (fp32): rtol 1e-4, atol 1e-5.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <string>
+#include <tuple>
+
+#include "test_engine_helpers.h"
+#include "trainer/device.h"
+#include "trainer/executor.h"
+#include "trainer/stage_runtime.h"
+
+namespace gpipe::testing {
+namespace {
+
+constexpr double kRtol = 1e-4;
+constexpr double kAtol = 1e-5;
+
+struct Reference {
+  double loss = 0;
+  std::vector<at::Tensor> grads;  // in layer order
+};
+
+// The whole model as one stage, run on the whole batch.
+Reference unpipelined(const TinySetup& s, const Batch& batch) {
+  TinyModel model(s.blocks, s.costs);
+  model.configure(tiny_config(s).model);
+  TinyStage stage;
+  StageSpec all{0, 1, 0, s.blocks + 2, 0.0};
+  auto module = stage.create_sub_model(model, all, tiny_config(s).training.seed);
+  at::Tensor loss = stage.compute_loss(module->forward(stage.prepare_input(batch)), batch);
+  loss.backward();
+  Reference ref;
+  ref.loss = loss.item<double>();
+  for (const auto& p : module->parameters()) ref.grads.push_back(p.grad().clone());
+  return ref;
+}
+
+using Param = std::tuple<std::string, std::string>;  // schedule, executor
+
+class EquivalenceTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(EquivalenceTest, OneStepMatchesUnpipelinedLossAndGradients) {
+  TinySetup s;
+  s.schedule = std::get<0>(GetParam());
+  s.executor = std::get<1>(GetParam());
+  if (s.schedule == "interleaved_1f1b") s.virtual_stages = 2;
+  const Batch batch = tiny_batch(s.batch, s.seq, s.vocab, 7);
+  const Reference ref = unpipelined(s, batch);
+
+  auto trainer = make_tiny_trainer(s);
+  ASSERT_EQ(trainer->schedule().num_stages(), s.ranks * s.virtual_stages);
+  const double loss = trainer->forward_backward(batch);
+  EXPECT_NEAR(loss, ref.loss, kAtol + kRtol * std::abs(ref.loss));
+
+  std::vector<at::Tensor> grads;
+  for (const auto& st : trainer->stages()) {
+    for (const auto& p : st->parameters()) {
+      ASSERT_TRUE(p.grad().defined()) << "stage " << st->spec().stage << " has a parameter without gradient";
+      grads.push_back(p.grad());
+    }
+  }
+  ASSERT_EQ(grads.size(), ref.grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    ASSERT_EQ(grads[i].sizes(), ref.grads[i].sizes()) << "parameter " << i;
+    EXPECT_TRUE(at::allclose(grads[i], ref.grads[i], kRtol, kAtol))
+        << "parameter " << i << " max abs diff " << (grads[i] - ref.grads[i]).abs().max().item<double>();
+  }
+  // A second step starts from clean gradients (zero_grad) and gives the same result again.
+  const double again = trainer->forward_backward(batch);
+  EXPECT_DOUBLE_EQ(again, loss);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllSchedulesBothExecutors, EquivalenceTest,
+                         ::testing::Combine(::testing::Values("gpipe", "1f1b", "interleaved_1f1b", "zb_h1"),
+                                            ::testing::Values("naive", "async_threaded")),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                         });
+
+TEST(EquivalenceTest, FourRanksEightMicrobatchesOneFOneB) {
+  TinySetup s;
+  s.ranks = 4;
+  s.microbatches = 8;
+  s.batch = 16;
+  s.blocks = 6;
+  const Batch batch = tiny_batch(s.batch, s.seq, s.vocab, 11);
+  const Reference ref = unpipelined(s, batch);
+  auto trainer = make_tiny_trainer(s);
+  EXPECT_NEAR(trainer->forward_backward(batch), ref.loss, kAtol + kRtol * std::abs(ref.loss));
+  size_t i = 0;
+  for (const auto& st : trainer->stages()) {
+    for (const auto& p : st->parameters()) {
+      ASSERT_LT(i, ref.grads.size());
+      EXPECT_TRUE(at::allclose(p.grad(), ref.grads[i], kRtol, kAtol)) << "parameter " << i;
+      ++i;
+    }
+  }
+  EXPECT_EQ(i, ref.grads.size());
+}
+
+// The async executor on CUDA: per-micro-batch pool streams with priorities and events between
+// them must still give the CPU reference's gradients (fp32; looser tolerance for GPU kernels).
+TEST(EquivalenceTest, CudaStreamsMatchTheCpuReference) {
+  if (!cuda_usable()) GTEST_SKIP() << "needs a CUDA GPU (none visible, or a build without LibTorch-CUDA)";
+  for (const std::string schedule : {"1f1b", "zb_h1"}) {
+    TinySetup s;
+    s.schedule = schedule;
+    s.device = "cuda";
+    const Batch batch = tiny_batch(s.batch, s.seq, s.vocab, 13);
+    const Reference ref = unpipelined(s, batch);
+    auto trainer = make_tiny_trainer(s);
+    EXPECT_NEAR(trainer->forward_backward(batch), ref.loss, 1e-4 + 1e-3 * std::abs(ref.loss)) << schedule;
+    size_t i = 0;
+    for (const auto& st : trainer->stages()) {
+      for (const auto& p : st->parameters()) {
+        ASSERT_LT(i, ref.grads.size());
+        EXPECT_TRUE(p.grad().is_cuda());
+        EXPECT_TRUE(at::allclose(p.grad().cpu(), ref.grads[i], 1e-3, 1e-4)) << schedule << " parameter " << i;
+        ++i;
+      }
+    }
+  }
+}
+
+// A rank that fails (token ids outside the vocabulary: the embedding throws on rank 0) makes the
+// step fail fast with that rank's error, not with its peers' timeouts; the next step runs clean.
+class FailingRankTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FailingRankTest, RootCauseIsReportedAndTheNextStepRuns) {
+  TinySetup s;
+  s.executor = GetParam();
+  auto trainer = make_tiny_trainer(s);
+  Batch bad = tiny_batch(s.batch, s.seq, s.vocab, 1);
+  bad.input_ids = bad.input_ids + 1000;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    trainer->forward_backward(bad);
+    FAIL() << "a batch with out-of-range token ids ran";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("rank 0 action 0F0"), std::string::npos) << what;
+    EXPECT_EQ(what.find("waited"), std::string::npos) << "a peer's timeout was reported instead: " << what;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "peers were not aborted";
+  const Batch good = tiny_batch(s.batch, s.seq, s.vocab, 2);
+  EXPECT_NO_THROW(trainer->forward_backward(good));
+}
+
+INSTANTIATE_TEST_SUITE_P(BothExecutors, FailingRankTest, ::testing::Values("naive", "async_threaded"));
+
+}  // namespace
+}  // namespace gpipe::testing

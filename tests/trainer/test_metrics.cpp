@@ -1,0 +1,126 @@
+// Metrics: GPU peak table and override, JSONL records, summary keys, LR schedule.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "test_engine_temp_dir.h"
+#include "trainer/lr_schedule.h"
+#include "trainer/metrics.h"
+
+namespace gpipe {
+namespace {
+
+TEST(MetricsTest, PeakFlopsFromDeviceName) {
+  EXPECT_EQ(peak_flops_for_device_name("NVIDIA H100 80GB HBM3"), 989e12);
+  EXPECT_EQ(peak_flops_for_device_name("NVIDIA H200"), 989e12);
+  EXPECT_EQ(peak_flops_for_device_name("NVIDIA H100 PCIe"), 756e12);
+  EXPECT_EQ(peak_flops_for_device_name("NVIDIA A100-SXM4-80GB"), 312e12);
+  EXPECT_FALSE(peak_flops_for_device_name("cpu").has_value());
+}
+
+TEST(MetricsTest, PeakOverrideFromEnvironment) {
+  ::setenv("OURGPIPE_PEAK_TFLOPS", "100", 1);
+  EXPECT_EQ(peak_flops_override_from_env(), 100e12);
+  ::setenv("OURGPIPE_PEAK_TFLOPS", "fast", 1);
+  EXPECT_THROW(peak_flops_override_from_env(), std::invalid_argument);
+  ::unsetenv("OURGPIPE_PEAK_TFLOPS");
+  EXPECT_FALSE(peak_flops_override_from_env().has_value());
+}
+
+TEST(MetricsTest, JsonlAndSummary) {
+  const std::string dir = testing::fresh_temp_dir("metrics_test");
+  RunInfo info;
+  info.schedule = "1f1b";
+  info.executor = "async_threaded";
+  info.device = "cuda";
+  info.ranks = info.stages = 4;
+  info.microbatches = 8;
+  info.tokens_per_step = 1000;
+  info.flops_per_token = 1e9;
+  info.peak_flops_per_gpu = 1e12;
+  info.num_gpus = 4;
+  {
+    MetricsLog log(dir, info);
+    for (int i = 0; i < 3; ++i) {
+      IterationMetrics m;
+      m.step = i;
+      m.loss = 5.0 - i;
+      m.step_time_ms = i == 0 ? 900 : 100;  // the first (warm-up) step is left out of means
+      m.bubble_fraction = i == 0 ? 0.9 : 0.3;
+      m.peak_memory_bytes = 10 + i;
+      log.add(m);
+    }
+    const auto s = log.summary();
+    for (const char* key : {"tokens_per_s", "mfu", "bubble_fraction", "peak_memory_bytes", "step_time_ms_mean",
+                            "final_loss", "first_loss", "steps", "schedule", "executor", "stages", "microbatches"}) {
+      EXPECT_TRUE(s.contains(key)) << key;
+    }
+    EXPECT_DOUBLE_EQ(s["step_time_ms_mean"].get<double>(), 100.0);
+    EXPECT_DOUBLE_EQ(s["tokens_per_s"].get<double>(), 10000.0);
+    EXPECT_DOUBLE_EQ(s["mfu"].get<double>(), 1e9 * 1e4 / (1e12 * 4));
+    EXPECT_DOUBLE_EQ(s["bubble_fraction"].get<double>(), 0.3);
+    EXPECT_EQ(s["peak_memory_bytes"].get<int64_t>(), 12);
+    EXPECT_EQ(s["first_loss"].get<double>(), 5.0);
+    EXPECT_EQ(s["final_loss"].get<double>(), 3.0);
+    EXPECT_EQ(s["steps"].get<int>(), 3);
+    log.write_summary();
+    EXPECT_NE(log.summary_text().find("MFU"), std::string::npos);
+  }
+  std::ifstream jsonl(dir + "/metrics.jsonl");
+  std::string line;
+  int lines = 0;
+  while (std::getline(jsonl, line)) {
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j.at("step").get<int>(), lines);
+    ++lines;
+  }
+  EXPECT_EQ(lines, 3);
+  std::ifstream summary(dir + "/summary.json");
+  EXPECT_EQ(nlohmann::json::parse(summary).at("schedule"), "1f1b");
+  testing::remove_tree(dir);
+}
+
+TEST(MetricsTest, CpuRunsHaveNoMfu) {
+  const std::string dir = testing::fresh_temp_dir("metrics_cpu_test");
+  RunInfo info;
+  info.device = "cpu";
+  info.flops_per_token = 1e9;
+  MetricsLog log(dir, info);
+  EXPECT_FALSE(log.mfu(1000.0).has_value());
+  EXPECT_TRUE(log.summary()["mfu"].is_null());
+  EXPECT_NE(log.summary_text().find("n/a (CPU)"), std::string::npos);
+  testing::remove_tree(dir);
+}
+
+TEST(MetricsTest, UnwritableOutputDirIsANamedError) {
+  try {
+    MetricsLog log("/proc/definitely/not/writable", RunInfo{});
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("training.output_dir"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LrScheduleTest, WarmupThenCosineToFloor) {
+  const double base = 1e-3;
+  EXPECT_DOUBLE_EQ(learning_rate_at(0, 100, base, 10, 0.1), base / 10);
+  EXPECT_DOUBLE_EQ(learning_rate_at(9, 100, base, 10, 0.1), base);
+  EXPECT_DOUBLE_EQ(learning_rate_at(10, 100, base, 10, 0.1), base);
+  EXPECT_NEAR(learning_rate_at(99, 100, base, 10, 0.1), 0.1 * base, 1e-12);
+  EXPECT_NEAR(learning_rate_at(500, 100, base, 10, 0.1), 0.1 * base, 1e-12);
+  const double mid = learning_rate_at(10 + 89 / 2, 100, base, 10, 0.1);
+  EXPECT_GT(mid, 0.1 * base);
+  EXPECT_LT(mid, base);
+  for (int64_t s = 10; s < 99; ++s) {
+    EXPECT_GE(learning_rate_at(s, 100, base, 10, 0.1), learning_rate_at(s + 1, 100, base, 10, 0.1));
+  }
+  EXPECT_DOUBLE_EQ(learning_rate_at(0, 1, base, 0, 0.1), base);
+}
+
+}  // namespace
+}  // namespace gpipe

@@ -1,0 +1,78 @@
+// The Chrome-trace timeline: one track per rank and one event per action of the schedule.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "test_engine_helpers.h"
+#include "test_engine_temp_dir.h"
+#include "trainer/timeline.h"
+
+namespace gpipe::testing {
+namespace {
+
+void expect_every_action_on_its_track(const std::string& schedule, const std::string& executor, int virtual_stages) {
+  TinySetup s;
+  s.schedule = schedule;
+  s.executor = executor;
+  s.virtual_stages = virtual_stages;
+  auto trainer = make_tiny_trainer(s);
+  ActionRecorder recorder;
+  trainer->forward_backward(tiny_batch(s.batch, s.seq, s.vocab, 5), &recorder);
+  const nlohmann::json trace = to_chrome_trace(recorder, 0);
+
+  std::set<int> named_tracks;
+  std::multiset<std::pair<int, std::string>> events;  // (tid, name)
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") == "M" && e.at("name") == "thread_name") named_tracks.insert(e.at("tid").get<int>());
+    if (e.at("ph") == "X") {
+      events.insert({e.at("tid").get<int>(), e.at("name").get<std::string>()});
+      EXPECT_GE(e.at("dur").get<double>(), 0.0);
+      EXPECT_TRUE(e.at("args").contains("stage") && e.at("args").contains("microbatch") && e.at("args").contains("action"));
+    }
+  }
+  EXPECT_EQ(named_tracks, (std::set<int>{0, 1}));
+  std::multiset<std::pair<int, std::string>> expected;
+  for (int r = 0; r < trainer->schedule().num_ranks; ++r) {
+    for (const Action& a : trainer->schedule().per_rank[static_cast<size_t>(r)]) expected.insert({r, span_name(a)});
+  }
+  EXPECT_EQ(events, expected);
+  EXPECT_GT(trace.at("metadata").at("wall_us").get<double>(), 0.0);
+}
+
+TEST(TimelineTest, OneFOneBAsyncHasEveryActionOnItsRank) { expect_every_action_on_its_track("1f1b", "async_threaded", 1); }
+TEST(TimelineTest, ZeroBubbleNaiveHasEveryActionOnItsRank) { expect_every_action_on_its_track("zb_h1", "naive", 1); }
+TEST(TimelineTest, InterleavedHasEveryActionOnItsRank) {
+  expect_every_action_on_its_track("interleaved_1f1b", "async_threaded", 2);
+}
+
+TEST(TimelineTest, SpanNamesSayActionMicrobatchAndStage) {
+  EXPECT_EQ(span_name(Action{ActionType::kForward, 1, 3}), "F3 s1");
+  EXPECT_EQ(span_name(Action{ActionType::kSendBackward, 2, 0}), "SB0 s2");
+}
+
+TEST(TimelineTest, WritesAReadableFile) {
+  ActionRecorder recorder;
+  recorder.begin_step(2);
+  const auto now = ActionRecorder::Clock::now();
+  recorder.record(1, Action{ActionType::kBackward, 1, 0}, now, now + std::chrono::milliseconds(2));
+  recorder.end_step();
+  const std::string dir = fresh_temp_dir("timeline_test");
+  const std::string path = dir + "/sub/timeline.json";
+  write_chrome_trace(recorder, 4, path);
+  std::ifstream in(path);
+  const auto trace = nlohmann::json::parse(in);
+  EXPECT_EQ(trace.at("metadata").at("step"), 4);
+  int complete = 0;
+  for (const auto& e : trace.at("traceEvents")) complete += e.at("ph") == "X";
+  EXPECT_EQ(complete, 1);
+  EXPECT_NEAR(recorder.busy_us(1), 2000.0, 1.0);
+  EXPECT_EQ(recorder.busy_us(0), 0.0);
+  remove_tree(dir);
+}
+
+}  // namespace
+}  // namespace gpipe::testing

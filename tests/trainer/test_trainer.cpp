@@ -1,0 +1,148 @@
+// The runner's config path (create_components + PipelineTrainer) over the registered GPT and the
+// embedded corpus: impossible configs give their named errors, and a small GPT's loss falls.
+#include <gtest/gtest.h>
+
+#include <ATen/Parallel.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "test_engine_temp_dir.h"
+#include "trainer/config.h"
+#include "trainer/device.h"
+#include "trainer/trainer.h"
+
+namespace gpipe {
+namespace {
+
+PipelineConfig small_gpt_config() {
+  PipelineConfig c;
+  c.model.name = "gpt";
+  c.model.hidden_size = 64;
+  c.model.num_layers = 4;
+  c.model.num_heads = 4;
+  c.model.sequence_length = 32;
+  c.dataset.name = "code_search_net";
+  c.dataset.batch_size = 8;
+  c.training.num_microbatches = 4;
+  c.training.learning_rate = 3e-3;
+  c.training.warmup_steps = 5;
+  c.training.max_steps = 40;
+  c.training.epochs = 100;
+  c.training.log_interval = 10;
+  c.training.exit_after_profile = false;
+  c.training.output_dir = testing::fresh_temp_dir("trainer_test");
+  c.parallel.model_parallel_size = 2;
+  c.parallel.schedule = "1f1b";
+  c.parallel.scheduler = "async_threaded";
+  c.parallel.device = "cpu";
+  return c;
+}
+
+// Builds the pipeline as gpipe_runner does and expects a ConfigError whose message names `field`.
+void expect_config_error(const std::function<void(PipelineConfig&)>& edit, const std::string& field) {
+  PipelineConfig c = small_gpt_config();
+  edit(c);
+  try {
+    PipelineComponents parts = create_components(c);
+    PipelineTrainer trainer(c, std::move(parts));
+    FAIL() << "no error for a config with a bad " << field;
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << "message: " << e.what();
+  }
+}
+
+TEST(TrainerConfigTest, MicrobatchesMustDivideTheBatch) {
+  expect_config_error([](PipelineConfig& c) { c.training.num_microbatches = 3; }, "num_microbatches");
+}
+TEST(TrainerConfigTest, UnknownScheduleIsNamed) {
+  expect_config_error([](PipelineConfig& c) { c.parallel.schedule = "2f2b"; }, "parallel.schedule");
+}
+TEST(TrainerConfigTest, UnknownExecutorIsNamed) {
+  expect_config_error([](PipelineConfig& c) { c.parallel.scheduler = "turbo"; }, "parallel.scheduler");
+}
+TEST(TrainerConfigTest, InterleavedNeedsMicrobatchesMultipleOfRanks) {
+  expect_config_error(
+      [](PipelineConfig& c) {
+        c.parallel.schedule = "interleaved_1f1b";
+        c.parallel.virtual_stages = 2;
+        c.parallel.model_parallel_size = 4;
+        c.model.num_layers = 8;
+        c.training.num_microbatches = 2;
+      },
+      "num_microbatches");
+}
+TEST(TrainerConfigTest, MoreStagesThanLayersIsNamed) {
+  expect_config_error([](PipelineConfig& c) { c.parallel.model_parallel_size = 8; }, "num_layers");
+}
+TEST(TrainerConfigTest, UnknownModelIsNamed) {
+  expect_config_error([](PipelineConfig& c) { c.model.name = "bert"; }, "model.name");
+}
+TEST(TrainerConfigTest, MissingDataFileIsNamed) {
+  expect_config_error([](PipelineConfig& c) { c.dataset.path = "/nonexistent/corpus.jsonl"; }, "/nonexistent/corpus.jsonl");
+}
+TEST(TrainerConfigTest, CudaAskedWithoutCudaIsNamed) {
+  if (cuda_usable()) GTEST_SKIP() << "a GPU is visible: the missing-CUDA error needs a machine without one";
+  expect_config_error([](PipelineConfig& c) { c.parallel.device = "cuda"; }, "parallel.device");
+}
+TEST(TrainerConfigTest, Bf16OnCpuIsNamed) {
+  expect_config_error([](PipelineConfig& c) { c.training.dtype = "bf16"; }, "training.dtype");
+}
+TEST(TrainerConfigTest, VocabSmallerThanTokenizerIsNamed) {
+  expect_config_error([](PipelineConfig& c) { c.model.vocab_size = 10; }, "model.vocab_size");
+}
+
+TEST(TrainerTest, ResolvesVocabFromTheTokenizer) {
+  PipelineConfig c = small_gpt_config();
+  ASSERT_EQ(c.model.vocab_size, -1);
+  PipelineComponents parts = create_components(c);
+  EXPECT_EQ(c.model.vocab_size, parts.dataset->get_tokenizer().vocab_size());
+  EXPECT_GT(c.model.vocab_size, 0);
+}
+
+TEST(TrainerTest, SmallGptLossFallsOnTheEmbeddedCorpus) {
+  at::set_num_threads(1);
+  PipelineConfig c = small_gpt_config();
+  testing::remove_tree(c.training.output_dir);
+  PipelineComponents parts = create_components(c);
+  PipelineTrainer trainer(c, std::move(parts));
+  const nlohmann::json summary = trainer.train();
+  const double first = summary.at("first_loss").get<double>();
+  const double last = summary.at("final_loss").get<double>();
+  EXPECT_EQ(summary.at("steps").get<int>(), 40);
+  EXPECT_LT(last, first - 1.0) << "loss " << first << " -> " << last;
+  EXPECT_TRUE(summary.at("mfu").is_null()) << "MFU is n/a on CPU";
+  EXPECT_GT(summary.at("tokens_per_s").get<double>(), 0.0);
+  const std::filesystem::path out(c.training.output_dir);
+  EXPECT_TRUE(std::filesystem::exists(out / "metrics.jsonl"));
+  EXPECT_TRUE(std::filesystem::exists(out / "timeline.json"));
+  std::ifstream in(out / "summary.json");
+  EXPECT_EQ(nlohmann::json::parse(in).at("executor"), "async_threaded");
+  testing::remove_tree(out.string());
+}
+
+TEST(TrainerTest, SameSeedSameLosses) {
+  at::set_num_threads(1);
+  auto run = [] {
+    PipelineConfig c = small_gpt_config();
+    c.training.max_steps = 3;
+    c.training.output_dir += "_seed";
+    PipelineComponents parts = create_components(c);
+    PipelineTrainer trainer(c, std::move(parts));
+    const auto summary = trainer.train();
+    testing::remove_tree(c.training.output_dir);
+    return std::make_pair(summary.at("first_loss").get<double>(), summary.at("final_loss").get<double>());
+  };
+  const auto a = run();
+  const auto b = run();
+  EXPECT_EQ(a.first, b.first);
+  EXPECT_EQ(a.second, b.second);
+  EXPECT_NE(a.first, a.second) << "the optimizer changed nothing";
+}
+
+}  // namespace
+}  // namespace gpipe

@@ -1,0 +1,94 @@
+// The in-process transport: delivery by key, a receive nobody feeds times out naming the peer,
+// abort wakes waiters, duplicate sends are errors.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <thread>
+
+#include "trainer/transport.h"
+
+namespace gpipe {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(TransportTest, DeliversByKeyAcrossThreads) {
+  auto t = make_inprocess_transport(4);
+  const TransferKey key{TransferKind::kActivation, 2, 5};
+  std::thread sender([&] {
+    std::this_thread::sleep_for(20ms);
+    t->send(key, Message{at::full({3}, 7.0), nullptr});
+  });
+  Message m = t->recv(key, 5000ms);
+  sender.join();
+  ASSERT_TRUE(m.tensor.defined());
+  EXPECT_EQ(m.tensor.sum().item<double>(), 21.0);
+  EXPECT_EQ(t->pending(), 0u);
+}
+
+TEST(TransportTest, KeysDoNotMix) {
+  auto t = make_inprocess_transport(2);
+  t->send({TransferKind::kGradient, 0, 1}, Message{at::ones({1}), nullptr});
+  EXPECT_THROW(t->recv({TransferKind::kActivation, 1, 1}, 10ms), TransportTimeout);
+  EXPECT_THROW(t->recv({TransferKind::kGradient, 0, 0}, 10ms), TransportTimeout);
+  EXPECT_NO_THROW(t->recv({TransferKind::kGradient, 0, 1}, 10ms));
+}
+
+TEST(TransportTest, RecvWithoutSenderTimesOutNamingPeerAndKey) {
+  auto t = make_inprocess_transport(4);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    t->recv({TransferKind::kActivation, 3, 2}, 50ms);
+    FAIL() << "recv without a sender returned";
+  } catch (const TransportTimeout& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("from stage 2 on rank 2"), std::string::npos) << what;
+    EXPECT_NE(what.find("activation for stage 3, micro-batch 2"), std::string::npos) << what;
+    EXPECT_NE(what.find("rank 3 waited 50 ms"), std::string::npos) << what;
+  }
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 50ms);
+  // Gradients come from the next stage.
+  try {
+    t->recv({TransferKind::kGradient, 1, 0}, 1ms);
+    FAIL();
+  } catch (const TransportTimeout& e) {
+    EXPECT_NE(std::string(e.what()).find("from stage 2 on rank 2"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TransportTest, AbortWakesAWaitingReceiverWithTheReason) {
+  auto t = make_inprocess_transport(2);
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(20ms);
+    t->abort("rank 1 failed: out of memory");
+  });
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    t->recv({TransferKind::kActivation, 1, 0}, 10000ms);
+    FAIL() << "recv returned after abort";
+  } catch (const TransportTimeout&) {
+    FAIL() << "abort reported as a timeout";
+  } catch (const TransportError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 failed: out of memory"), std::string::npos);
+  }
+  aborter.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5000ms);
+  EXPECT_THROW(t->send({TransferKind::kActivation, 1, 0}, Message{at::ones({1}), nullptr}), TransportError);
+  t->reset();
+  EXPECT_NO_THROW(t->send({TransferKind::kActivation, 1, 0}, Message{at::ones({1}), nullptr}));
+}
+
+TEST(TransportTest, SendingOneKeyTwiceIsAnError) {
+  auto t = make_inprocess_transport(2);
+  const TransferKey key{TransferKind::kActivation, 1, 0};
+  t->send(key, Message{at::ones({1}), nullptr});
+  EXPECT_THROW(t->send(key, Message{at::ones({1}), nullptr}), TransportError);
+  EXPECT_EQ(t->pending(), 1u);
+  EXPECT_EQ(t->reset(), 1u);
+  EXPECT_EQ(t->pending(), 0u);
+}
+
+}  // namespace
+}  // namespace gpipe

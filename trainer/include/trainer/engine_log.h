@@ -1,0 +1,13 @@
+// Logging for the engine without spdlog in LibTorch translation units: LibTorch's include folder
+// carries its own fmt (12.x), which shadows the system fmt 9 that Debian's spdlog 1.10 is built
+// against. engine_log.cpp is compiled without LibTorch's include path and forwards to spdlog.
+#pragma once
+
+#include <string>
+
+namespace gpipe {
+
+void engine_log_info(const std::string& message);
+void engine_log_warn(const std::string& message);
+
+}  // namespace gpipe

@@ -1,0 +1,79 @@
+// Training metrics: per-iteration records (output_dir/metrics.jsonl), MFU from the GPU's peak,
+// and the end-of-run summary (printed, and output_dir/summary.json, whose keys the benchmark
+// script reads).
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace gpipe {
+
+// Dense bf16/fp16 tensor-core peak FLOP/s of one GPU from its name ("NVIDIA H100 80GB HBM3",
+// ...): H100/H200 SXM 989e12, H100 PCIe 756e12, A100 312e12, L40S 362e12, A10 125e12, V100
+// 125e12. nullopt for unknown names (MFU is then reported as n/a unless overridden).
+std::optional<double> peak_flops_for_device_name(const std::string& device_name);
+// The OURGPIPE_PEAK_TFLOPS environment variable (TFLOP/s per GPU), when set and positive; it
+// overrides the table. Throws std::invalid_argument naming the variable if it is not a number.
+std::optional<double> peak_flops_override_from_env();
+
+// Peak resident set size of this process (getrusage), in bytes.
+int64_t max_rss_bytes();
+
+struct IterationMetrics {
+  int64_t step = 0;  // 0-based optimizer step
+  int epoch = 0;
+  double loss = 0;
+  double learning_rate = 0;
+  double grad_norm = 0;
+  double step_time_ms = 0;
+  double tokens_per_s = 0;
+  double bubble_fraction = 0;
+  std::optional<double> mfu;
+  int64_t peak_memory_bytes = 0;
+};
+nlohmann::json to_json(const IterationMetrics& m);
+
+struct RunInfo {
+  std::string schedule, executor, device, device_name, dtype, priority;
+  int ranks = 0, stages = 0, microbatches = 0;
+  int64_t tokens_per_step = 0, parameters = 0;
+  double flops_per_token = 0;
+  std::optional<double> peak_flops_per_gpu;  // nullopt: MFU n/a
+  int num_gpus = 0;
+  bool use_orion_scheduler = false;  // parallel.use_orion_scheduler
+  std::string orion_env;             // USE_ORION_SCHEDULER as found in the environment ("" if unset)
+};
+
+// Collects iterations; writes each to metrics.jsonl as it comes; summarises at the end.
+class MetricsLog {
+ public:
+  // Opens `<output_dir>/metrics.jsonl` (truncating it); throws std::runtime_error naming the file.
+  MetricsLog(const std::string& output_dir, RunInfo info);
+  // MFU = flops_per_token x tokens/s / (peak per GPU x GPUs), when the peak is known.
+  std::optional<double> mfu(double tokens_per_s) const;
+  void add(const IterationMetrics& m);
+  const std::vector<IterationMetrics>& iterations() const { return iterations_; }
+  // Summary keys: tokens_per_s, mfu (null when n/a), bubble_fraction, peak_memory_bytes,
+  // step_time_ms_mean, final_loss, first_loss, steps, schedule, executor, stages, microbatches,
+  // plus ranks, device, device_name, dtype, priority, parameters, tokens_per_step,
+  // flops_per_token, peak_flops_per_gpu, use_orion_scheduler, orion_env, step_time_ms_first.
+  // Means leave out the first step (warm-up: allocator, lazy init) when there is more than one.
+  nlohmann::json summary() const;
+  // Writes `<output_dir>/summary.json`; returns its path.
+  std::string write_summary() const;
+  // The seed-style end-of-run block, for the log.
+  std::string summary_text() const;
+
+ private:
+  std::string output_dir_;
+  RunInfo info_;
+  std::ofstream jsonl_;
+  std::vector<IterationMetrics> iterations_;
+};
+
+}  // namespace gpipe

@@ -1,0 +1,69 @@
+// Point-to-point tensor transport between pipeline stages. A tensor in flight is named by
+// (kind, receiving stage, micro-batch); a receive that nobody feeds fails after a timeout with
+// an error naming the peer and the key, never a hang. The in-process implementation serves the
+// one-thread-per-rank executors; multi-process NCCL/Gloo transports implement the same interface.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <compare>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace gpipe {
+
+class ReadyEvent;  // device.h: what a receiver's stream waits on before using the tensor
+
+enum class TransferKind : uint8_t {
+  kActivation,  // forward output of stage-1, input of `stage`
+  kGradient,    // input gradient of stage+1, output gradient of `stage`
+};
+const char* to_string(TransferKind kind);
+
+struct TransferKey {
+  TransferKind kind = TransferKind::kActivation;
+  int stage = 0;  // the receiving virtual stage
+  int microbatch = 0;
+  int sender_stage() const { return kind == TransferKind::kActivation ? stage - 1 : stage + 1; }
+  auto operator<=>(const TransferKey&) const = default;
+};
+// e.g. "activation for stage 2, micro-batch 5"
+std::string to_string(const TransferKey& key);
+
+struct Message {
+  at::Tensor tensor;
+  std::shared_ptr<const ReadyEvent> ready;  // null on CPU: the tensor is ready when sent
+};
+
+struct TransportError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+struct TransportTimeout : TransportError {
+  using TransportError::TransportError;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // Never blocks for the receiver. Sending the same key twice before it is received is an error.
+  virtual void send(const TransferKey& key, Message message) = 0;
+  // Waits up to `timeout`; throws TransportTimeout naming the peer stage/rank and the key, or
+  // TransportError if the transport was aborted.
+  virtual Message recv(const TransferKey& key, std::chrono::milliseconds timeout) = 0;
+  // A rank failed: wake every waiting recv with TransportError(reason); later calls throw too
+  // until reset().
+  virtual void abort(const std::string& reason) = 0;
+  // Drops undelivered messages and clears an abort; returns how many messages were dropped.
+  virtual size_t reset() = 0;
+  // Messages sent but not yet received (a finished step must leave none).
+  virtual size_t pending() const = 0;
+};
+
+// All ranks in one process; `num_ranks` only names peers in errors (stage s lives on rank
+// s % num_ranks).
+std::unique_ptr<Transport> make_inprocess_transport(int num_ranks);
+
+}  // namespace gpipe
