@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Check (a): gpu_hp_be_kernels (a high-priority client's kernels against best-effort ones) without
+# and with the shim; records the HP latency ratio shim/no-shim. Usage: scripts/gpu/check_hp_be.sh OUTDIR
+set -uo pipefail
+OUTDIR=${1:?usage: scripts/gpu/check_hp_be.sh OUTDIR}
+# shellcheck source=scripts/gpu/common.sh
+source "$(dirname "$0")/common.sh"
+exe=$(find "$BUILD_DIR" -name gpu_hp_be_kernels -type f -perm -u+x 2>/dev/null | head -n 1)
+if [ -z "$exe" ] || [ ! -f "$SHIM" ]; then
+  record "a: HP/BE latency" FAIL "missing ${exe:-gpu_hp_be_kernels (tests/intercept/gpu, not built)} ${SHIM##*/}"
+  exit 1
+fi
+no_shim=$OUTDIR/logs/hp_be_no_shim.log
+with_shim=$OUTDIR/logs/hp_be_shim.log
+timeout 60 "$exe" >"$no_shim" 2>&1; rc1=$?
+LD_PRELOAD=$SHIM USE_ORION_SCHEDULER=1 ORION_POLICY=orion ORION_TRACE=$OUTDIR/hp_be_orion_trace.json \
+  timeout 60 "$exe" >"$with_shim" 2>&1; rc2=$?
+if [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ]; then
+  record "a: HP/BE latency" FAIL "gpu_hp_be_kernels rc=$rc1 without shim, rc=$rc2 with shim (logs/hp_be_*.log)"
+  exit 1
+fi
+verdict=$("$PYTHON" "$(dirname "$0")/hp_be_ratio.py" "$no_shim" "$with_shim"); rc=$?
+if [ $rc -ne 0 ]; then
+  record "a: HP/BE latency" FAIL "$verdict"
+  exit 1
+fi
+record "a: HP/BE latency" PASS "$verdict"

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Check (c): compute-sanitizer memcheck on gpu_hp_be_kernels running under the shim (the shim's
+# deferred launches, argument copies and frees are what memcheck can catch); 20 HP iterations
+# with 2 BE kernels each keep it short under instrumentation.
+# Usage: scripts/gpu/check_memcheck.sh OUTDIR
+set -uo pipefail
+OUTDIR=${1:?usage: scripts/gpu/check_memcheck.sh OUTDIR}
+# shellcheck source=scripts/gpu/common.sh
+source "$(dirname "$0")/common.sh"
+exe=$(find "$BUILD_DIR" -name gpu_hp_be_kernels -type f -perm -u+x 2>/dev/null | head -n 1)
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if [ -z "$exe" ] || [ ! -f "$SHIM" ] || [ ! -x "$sanitizer" ]; then
+  record "c: memcheck" FAIL "missing ${exe:-gpu_hp_be_kernels} / $SHIM / compute-sanitizer"
+  exit 1
+fi
+log=$OUTDIR/logs/memcheck.log
+# --target-processes all: the environment (LD_PRELOAD) reaches the program, not the sanitizer.
+timeout 120 "$sanitizer" --tool memcheck --error-exitcode 99 --target-processes all \
+  env LD_PRELOAD="$SHIM" USE_ORION_SCHEDULER=1 ORION_POLICY=orion "$exe" 20 2 >"$log" 2>&1; rc=$?
+summary=$(grep -E "ERROR SUMMARY" "$log" | tail -n 1)
+if [ $rc -ne 0 ] || ! grep -q "ERROR SUMMARY: 0 errors" "$log"; then
+  record "c: memcheck" FAIL "rc=$rc ${summary:-no ERROR SUMMARY line} (logs/memcheck.log)"
+  exit 1
+fi
+if ! grep -q "orion_scheduler=on" "$log"; then
+  record "c: memcheck" FAIL "clean, but the shim was not active under compute-sanitizer (no orion_scheduler=on in logs/memcheck.log)"
+  exit 1
+fi
+record "c: memcheck" PASS "$summary (gpu_hp_be_kernels under the shim)"

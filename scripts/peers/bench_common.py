@@ -1,0 +1,79 @@
+"""What both peer benchmarks share: command line, device and precision choice, MFU, JSON output."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+from config import ConfigError, gpt_shape, load_config
+
+# Dense bf16 tensor-core peaks (FLOP/s) by device-name fragment, from the vendors' data sheets
+# (SXM parts). OURGPIPE_PEAK_TFLOPS overrides; on CPU MFU is reported only with that override.
+PEAK_BF16_FLOPS = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12, "L40S": 362e12}
+
+
+def common_parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--config", required=True, help="YAML config (the schema gpipe_runner reads)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="override a config field (repeatable), as gpipe_runner --set")
+    p.add_argument("--steps", type=int, default=10, help="timed training steps")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps before the timed ones")
+    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    p.add_argument("--output", help="also write the JSON result to this file")
+    return p
+
+
+def load_shape(args: argparse.Namespace):
+    try:
+        cfg = load_config(args.config, args.set)
+        return cfg, gpt_shape(cfg)
+    except ConfigError as e:
+        sys.exit(f"error: {e}")
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        sys.exit("error: parallel.device=cuda but torch sees no CUDA device (use --set parallel.device=cpu)")
+    if name not in ("cpu", "cuda"):
+        sys.exit(f"error: parallel.device='{name}': use auto, cpu or cuda")
+    return torch.device(name)
+
+
+def autocast_for(dtype: str, device: torch.device):
+    """training.dtype: auto = bf16 autocast on GPU and fp32 on CPU (as gpipe_runner); bf16; fp32."""
+    if dtype not in ("auto", "bf16", "fp32"):
+        sys.exit(f"error: training.dtype='{dtype}': use auto, bf16 or fp32")
+    use_bf16 = dtype == "bf16" or (dtype == "auto" and device.type == "cuda")
+    if not use_bf16:
+        return nullcontext(), "fp32"
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16), "bf16"
+
+
+def peak_flops(device: torch.device) -> float | None:
+    override = os.environ.get("OURGPIPE_PEAK_TFLOPS")
+    if override:
+        return float(override) * 1e12
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def emit(result: dict, output: str | None) -> None:
+    text = json.dumps(result, sort_keys=True)
+    print(text, flush=True)
+    if output:
+        Path(output).write_text(text + "\n")

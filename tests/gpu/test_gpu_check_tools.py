@@ -1,0 +1,115 @@
+"""The GPU check's logic, tested on CPU: the HP/BE log parser, torch_under_shim's comparison of a
+run with and without the shim, and its CPU phases (deterministic digests, graph phase skipped)."""
+import json
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import shim_counters  # noqa: E402
+
+NO_SHIM = "orion_scheduler=not-loaded hp_iterations=200 be_kernels_per_hp=4\n" \
+          "hp_latency_us median=800.0 p90=900.0 p99=990.0 max=1200.0\nwall_ms=500.0 results=ok (0 mismatches)\n"
+
+
+def run(*args, timeout=120):
+    return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+class HpBeRatioTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = Path(self.tmp.name)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def ratio(self, shim_log: str):
+        (self.dir / "n.log").write_text(NO_SHIM)
+        (self.dir / "s.log").write_text(shim_log)
+        return run(ROOT / "scripts/gpu/hp_be_ratio.py", self.dir / "n.log", self.dir / "s.log")
+
+    def test_shorter_hp_latency_passes_with_the_ratio(self):
+        out = self.ratio(NO_SHIM.replace("not-loaded", "on").replace("median=800.0", "median=200.0"))
+        self.assertEqual(out.returncode, 0, out.stdout)
+        self.assertIn("ratio shim/no-shim=0.250", out.stdout)
+
+    def test_longer_hp_latency_fails(self):
+        out = self.ratio(NO_SHIM.replace("not-loaded", "on").replace("median=800.0", "median=1000.0"))
+        self.assertEqual(out.returncode, 1, out.stdout)
+
+    def test_shim_not_active_or_wrong_results_is_an_error(self):
+        self.assertEqual(self.ratio(NO_SHIM).returncode, 2)
+        wrong = NO_SHIM.replace("not-loaded", "on").replace("results=ok", "results=WRONG")
+        out = self.ratio(wrong)
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("results=WRONG", out.stdout)
+
+
+class TorchUnderShimTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.dir = Path(cls.tmp.name)
+        cls.program = HERE / "torch_under_shim.py"
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def write(self, name, doc):
+        path = self.dir / name
+        path.write_text(json.dumps(doc))
+        return path
+
+    def test_cpu_phases_are_deterministic_and_graph_needs_a_gpu(self):
+        digests = []
+        for i in range(2):
+            path = self.dir / f"cpu{i}.json"
+            out = run(self.program, "--device", "cpu", "--phases", "cudnn_conv,cuda_graph_replay,nccl_allreduce",
+                      "--output", path)
+            self.assertEqual(out.returncode, 0, out.stderr[-2000:])
+            doc = json.loads(path.read_text())
+            self.assertFalse(doc["shim_loaded"])
+            self.assertIn("needs a CUDA device", doc["phases"]["cuda_graph_replay"]["skipped"])
+            digests.append({k: v.get("sha256") for k, v in doc["phases"].items()})
+        self.assertEqual(digests[0], digests[1])
+        self.assertEqual(len(digests[0]["cudnn_conv"]), 64)
+
+    def test_compare_needs_equal_results_and_matching_counts(self):
+        no_shim = {"shim_loaded": False, "phases": {"k": {"sha256": "a", "profiler_kernels": 10},
+                                                     "g": {"sha256": "b", "profiler_kernels": 6}}}
+        shim = {"shim_loaded": True, "phases": {
+            "k": {"sha256": "a", "profiler_kernels": 10, "shim_kernel_launches": 10, "shim_graph_launches": 0,
+                  "count_ok": True},
+            "g": {"sha256": "b", "profiler_kernels": 6, "shim_kernel_launches": 0, "shim_graph_launches": 3,
+                  "count_ok": True}}}
+        a = self.write("a.json", no_shim)
+        ok = run(self.program, "--compare", a, self.write("b.json", shim))
+        self.assertEqual(ok.returncode, 0, ok.stdout)
+        shim["phases"]["g"]["sha256"] = "c"
+        differ = run(self.program, "--compare", a, self.write("c.json", shim))
+        self.assertEqual(differ.returncode, 1)
+        self.assertIn("g: results differ", differ.stdout)
+        shim["phases"]["g"]["sha256"] = "b"
+        shim["phases"]["k"].update(shim_kernel_launches=9, count_ok=False)
+        miscount = run(self.program, "--compare", a, self.write("d.json", shim))
+        self.assertEqual(miscount.returncode, 1)
+        self.assertIn("shim 9 kernels", miscount.stdout)
+        neither = run(self.program, "--compare", a, a)
+        self.assertEqual(neither.returncode, 1)
+        self.assertIn("neither run had the shim loaded", neither.stdout)
+
+    def test_no_shim_in_this_process(self):
+        self.assertFalse(shim_counters.shim_is_loaded())
+        self.assertIsNone(shim_counters.ShimCounters.if_loaded())
+        self.assertEqual(shim_counters.delta({"kernel": 12, "copy": 3}, {"kernel": 2, "copy": 3}), {"kernel": 10})
+
+
+if __name__ == "__main__":
+    unittest.main()
