@@ -6,7 +6,8 @@
 // copies whose host side is pinned memory, memsets, event records, stream waits,
 // cuMemFreeAsync. The caller waits until its op reached the driver (never deferred past the call)
 // for: copies touching pageable host memory (their return means "source staged" / "data
-// arrived"), copies described by a struct pointer, and cuMemAllocAsync (it returns the pointer).
+// arrived"), copies described by a struct pointer, batch copies, and cuMemAllocAsync (it returns
+// the pointer). Stream memory ops (cuStreamWriteValue* and co.) are in memop_wrappers.cpp.
 #include "wrapper_support.h"
 
 using orion::Shim;
@@ -83,3 +84,26 @@ ORION_STREAM_OP2(cuMemAllocAsync, cuMemAllocAsync_ptsz, kMemPool, false, s, 0, n
                  (CUdeviceptr * dptr, size_t n, CUstream s), (dptr, n, s))
 ORION_STREAM_OP2(cuMemFreeAsync, cuMemFreeAsync_ptsz, kMemPool, true, s, 0, 0,
                  (CUdeviceptr dptr, CUstream s), (dptr, s))
+
+// --- struct-described peer copies and batch copies: the caller waits until its op reached the
+// driver (never deferred past the call). Batch copies may name sources with
+// CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL (valid only during the call), and the 12080 form
+// writes its failIdx out-parameter at the call, so neither can be queued on borrowed arguments.
+ORION_STREAM_OP2(cuMemcpy3DPeerAsync, cuMemcpy3DPeerAsync_ptsz, kCopy, false, s, 0, 0,
+                 (const CUDA_MEMCPY3D_PEER* p, CUstream s), (p, s))
+ORION_STREAM_OP2(cuMemcpyBatchAsync, cuMemcpyBatchAsync_ptsz, kCopy, false, s, 0, 0,
+                 (CUdeviceptr * dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                  CUmemcpyAttributes* attrs, size_t* attr_idxs, size_t num_attrs, size_t* fail_idx,
+                  CUstream s),
+                 (dsts, srcs, sizes, count, attrs, attr_idxs, num_attrs, fail_idx, s))
+ORION_STREAM_OP2(cuMemcpyBatchAsync_v2, cuMemcpyBatchAsync_v2_ptsz, kCopy, false, s, 0, 0,
+                 (CUdeviceptr * dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                  CUmemcpyAttributes* attrs, size_t* attr_idxs, size_t num_attrs, CUstream s),
+                 (dsts, srcs, sizes, count, attrs, attr_idxs, num_attrs, s))
+ORION_STREAM_OP2(cuMemcpy3DBatchAsync, cuMemcpy3DBatchAsync_ptsz, kCopy, false, s, 0, 0,
+                 (size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, size_t* fail_idx,
+                  unsigned long long flags, CUstream s),
+                 (n, ops, fail_idx, flags, s))
+ORION_STREAM_OP2(cuMemcpy3DBatchAsync_v2, cuMemcpy3DBatchAsync_v2_ptsz, kCopy, false, s, 0, 0,
+                 (size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags, CUstream s),
+                 (n, ops, flags, s))

@@ -58,6 +58,17 @@ ORION_EXPORT CUresult CUDAAPI cuCtxSynchronize() {
   return real::cuCtxSynchronize();
 }
 
+// CUDA 13's form names the context; the shim assumes one device context per process (see README),
+// so any context synchronise waits for everything queued.
+ORION_EXPORT CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) {
+  ORION_REQUIRE_REAL(cuCtxSynchronize_v2);
+  if (Shim* shim = orion::scheduling_shim()) {
+    int drained = shim->dispatcher().drain_all();
+    return first_error(drained, real::cuCtxSynchronize_v2(ctx));
+  }
+  return real::cuCtxSynchronize_v2(ctx);
+}
+
 // Synchronous copies, sets and cuMemFree synchronise with the device (legacy default stream
 // semantics; cuMemFree may free memory queued work still uses): drain everything first.
 #define ORION_UNPAREN(...) __VA_ARGS__
@@ -87,3 +98,12 @@ ORION_DEVICE_SYNC2(cuMemsetD8_v2, cuMemsetD8_v2_ptds, (CUdeviceptr dst, unsigned
 ORION_DEVICE_SYNC2(cuMemsetD32_v2, cuMemsetD32_v2_ptds, (CUdeviceptr dst, unsigned int v, size_t n),
                    (dst, v, n))
 ORION_DEVICE_SYNC(cuMemFree_v2, (CUdeviceptr p), (p))
+ORION_DEVICE_SYNC2(cuMemcpy2D_v2, cuMemcpy2D_v2_ptds, (const CUDA_MEMCPY2D* p), (p))
+ORION_DEVICE_SYNC2(cuMemcpy2DUnaligned_v2, cuMemcpy2DUnaligned_v2_ptds, (const CUDA_MEMCPY2D* p),
+                   (p))
+ORION_DEVICE_SYNC2(cuMemcpy3D_v2, cuMemcpy3D_v2_ptds, (const CUDA_MEMCPY3D* p), (p))
+ORION_DEVICE_SYNC2(cuMemcpyPeer, cuMemcpyPeer_ptds,
+                   (CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx,
+                    size_t n),
+                   (dst, dst_ctx, src, src_ctx, n))
+ORION_DEVICE_SYNC2(cuMemcpy3DPeer, cuMemcpy3DPeer_ptds, (const CUDA_MEMCPY3D_PEER* p), (p))

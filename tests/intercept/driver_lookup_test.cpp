@@ -5,6 +5,7 @@
 #include <cudaTypedefs.h>
 
 #include <string>
+#include <vector>
 
 #include "test_support.h"
 
@@ -203,6 +204,66 @@ TEST_F(DriverLookup, NcclStyleLaunchThroughDriverEntryPointIsNotDeferred) {
   fake_cuda_set_stream_busy(hp, 0);
   EXPECT_EQ(cuStreamDestroy(comm), CUDA_SUCCESS);
   EXPECT_EQ(cuStreamDestroy(hp), CUDA_SUCCESS);
+}
+
+TEST_F(DriverLookup, MemoryOpsBatchCopiesAndContextSyncResolveToTheRequestedAbi) {
+  const cuuint64_t pt = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+  auto ctx_sync_old = reinterpret_cast<PFN_cuCtxSynchronize_v2000>(lookup("cuCtxSynchronize", 12000, 0));
+  auto ctx_sync_new = reinterpret_cast<PFN_cuCtxSynchronize_v13000>(lookup("cuCtxSynchronize", 13000, 0));
+  auto write_v1 = reinterpret_cast<PFN_cuStreamWriteValue32_v8000>(lookup("cuStreamWriteValue32", 8000, 0));
+  auto write_v2_pt = reinterpret_cast<PFN_cuStreamWriteValue32_v11070_ptsz>(lookup("cuStreamWriteValue32", 12000, pt));
+  auto wait64 = reinterpret_cast<PFN_cuStreamWaitValue64_v11070>(lookup("cuStreamWaitValue64", 13000, 0));
+  auto batch_memop = reinterpret_cast<PFN_cuStreamBatchMemOp_v11070_ptsz>(lookup("cuStreamBatchMemOp", 12000, pt));
+  auto batch_old = reinterpret_cast<PFN_cuMemcpyBatchAsync_v12080>(lookup("cuMemcpyBatchAsync", 12080, 0));
+  auto batch_new_pt = reinterpret_cast<PFN_cuMemcpyBatchAsync_v13000_ptsz>(lookup("cuMemcpyBatchAsync", 13000, pt));
+  auto batch3d = reinterpret_cast<PFN_cuMemcpy3DBatchAsync_v13000>(lookup("cuMemcpy3DBatchAsync", 13000, 0));
+  auto copy2d_pt = reinterpret_cast<PFN_cuMemcpy2D_v7000_ptds>(lookup("cuMemcpy2D", 12000, pt));
+  auto peer = reinterpret_cast<PFN_cuMemcpyPeer_v4000>(lookup("cuMemcpyPeer", 12000, 0));
+  for (void* fn : {(void*)ctx_sync_old, (void*)ctx_sync_new, (void*)write_v1, (void*)write_v2_pt,
+                   (void*)wait64, (void*)batch_memop, (void*)batch_old, (void*)batch_new_pt,
+                   (void*)batch3d, (void*)copy2d_pt, (void*)peer}) {
+    ASSERT_TRUE(in_shim(fn)) << library_of(fn);
+  }
+  EXPECT_NE(reinterpret_cast<void*>(ctx_sync_old), reinterpret_cast<void*>(ctx_sync_new));
+  EXPECT_EQ(reinterpret_cast<void*>(write_v2_pt), dlsym(driver_, "cuStreamWriteValue32_v2_ptsz"));
+
+  fake_cuda_reset();
+  CUdeviceptr dsts[] = {0x1000}, srcs[] = {0x2000};
+  size_t sizes[] = {48};
+  CUmemcpyAttributes attr{};
+  attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+  size_t attr_idx = 0, fail_idx = 0;
+  CUstreamBatchMemOpParams op{};
+  op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+  op.writeValue.value = 3;
+  CUDA_MEMCPY2D c2{};
+  CUDA_MEMCPY3D_BATCH_OP op3d{};
+  ASSERT_EQ(ctx_sync_old(), CUDA_SUCCESS);
+  ASSERT_EQ(ctx_sync_new(nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(write_v1(nullptr, 0x1000, 1, 0), CUDA_SUCCESS);
+  ASSERT_EQ(write_v2_pt(nullptr, 0x1000, 2, 0), CUDA_SUCCESS);
+  ASSERT_EQ(wait64(nullptr, 0x1000, 2, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);
+  ASSERT_EQ(batch_memop(nullptr, 1, &op, 0), CUDA_SUCCESS);
+  ASSERT_EQ(batch_old(dsts, srcs, sizes, 1, &attr, &attr_idx, 1, &fail_idx, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+  ASSERT_EQ(batch_new_pt(dsts, srcs, sizes, 1, &attr, &attr_idx, 1, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(batch3d(1, &op3d, 0, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+  ASSERT_EQ(copy2d_pt(&c2), CUDA_SUCCESS);
+  ASSERT_EQ(peer(0x1000, nullptr, 0x2000, nullptr, 8), CUDA_SUCCESS);
+  const std::vector<std::string> expected = {
+      "cuCtxSynchronize", "cuCtxSynchronize_v2", "cuStreamWriteValue32",
+      "cuStreamWriteValue32_v2_ptsz", "cuStreamWaitValue64_v2", "cuStreamBatchMemOp_v2_ptsz",
+      "cuMemcpyBatchAsync", "cuMemcpyBatchAsync_v2_ptsz", "cuMemcpy3DBatchAsync_v2",
+      "cuMemcpy2D_v2_ptds", "cuMemcpyPeer"};
+  std::vector<std::string> seen;
+  for (const auto& c : calls()) {
+    if (std::strncmp(c.name, "cuEvent", 7) == 0) continue;  // the scheduler's completion tracking
+    seen.push_back(c.name);
+  }
+  EXPECT_EQ(seen, expected);
+  // Each call reached the driver once, with its arguments.
+  auto log = calls();
+  EXPECT_EQ(log.at(find_named(log, "cuStreamBatchMemOp_v2_ptsz", 0)).value, 3u);
+  EXPECT_EQ(log.at(find_named(log, "cuMemcpyBatchAsync_v2_ptsz", 0)).value, 48u);
 }
 
 }  // namespace

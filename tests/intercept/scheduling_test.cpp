@@ -5,7 +5,9 @@
 #include <atomic>
 #include <cerrno>
 #include <fstream>
+#include <functional>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -438,6 +440,196 @@ TEST_F(Scheduling, TraceShowsKernelDurationsLearnedFromTheDriver) {
     }
   }
   EXPECT_EQ(timed_events, 1);
+}
+
+// --- stream memory ops, batch copies, synchronous 2D/3D/peer copies, cuCtxSynchronize_v2 ---
+
+TEST_F(Scheduling, StreamWriteValueKeepsStreamOrderAndReachesTheDriverBeforeReturning) {
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  expect_deferred(k_be_);
+  // cuda.h maps cuStreamWriteValue32/64 to the _v2 symbols.
+  ASSERT_EQ(cuStreamWriteValue32(be_, 0x1000, 7, 0), CUDA_SUCCESS);
+  auto log = calls();
+  long k = find_launch(log, k_be_);
+  long w = find_named(log, "cuStreamWriteValue32_v2", h(be_));
+  ASSERT_GE(k, 0) << "the kernel queued before the write must be submitted with it";
+  ASSERT_GE(w, 0) << "a stream write must not be held back (a GPU-side waiter may block on it)";
+  EXPECT_LT(k, w) << "the write overtook the kernel queued before it";
+  EXPECT_EQ(log.at(w).value, 7u);
+  // The stream stays best effort: later work is deferred again, and a 64-bit write after it
+  // keeps its place too.
+  ASSERT_EQ(launch(k_other_, be_, 2), CUDA_SUCCESS);
+  expect_deferred(k_other_);
+  ASSERT_EQ(cuStreamWriteValue64(be_, 0x1008, 0x1234567890ull, 0), CUDA_SUCCESS);
+  log = calls();
+  long k2 = find_launch(log, k_other_);
+  long w2 = find_named(log, "cuStreamWriteValue64_v2", h(be_));
+  ASSERT_GE(k2, 0);
+  ASSERT_GE(w2, 0);
+  EXPECT_LT(w, k2);
+  EXPECT_LT(k2, w2);
+  EXPECT_EQ(log.at(w2).value, 0x1234567890ull);
+}
+
+TEST_F(Scheduling, StreamWaitValueFirstSubmitsWorkQueuedOnEveryStream) {
+  hold_high_priority();
+  // A best-effort producer (it could be the kernel that sets the flag) is queued...
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  expect_deferred(k_be_);
+  // ...and high priority waits on the flag: the producer must reach the driver first, or the HP
+  // stream would block on the GPU behind work the scheduler holds back.
+  ASSERT_EQ(cuStreamWaitValue32(hp_, 0x1000, 1, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);
+  auto log = calls();
+  long k = find_launch(log, k_be_);
+  long wait = find_named(log, "cuStreamWaitValue32_v2", h(hp_));
+  ASSERT_GE(k, 0);
+  ASSERT_GE(wait, 0);
+  EXPECT_LT(k, wait);
+  // A wait on the best-effort stream itself stays behind that stream's queued work.
+  ASSERT_EQ(launch(k_other_, be_, 2), CUDA_SUCCESS);
+  expect_deferred(k_other_);
+  ASSERT_EQ(cuStreamWaitValue64(be_, 0x1008, 9, CU_STREAM_WAIT_VALUE_EQ), CUDA_SUCCESS);
+  log = calls();
+  long k2 = find_launch(log, k_other_);
+  long wait2 = find_named(log, "cuStreamWaitValue64_v2", h(be_));
+  ASSERT_GE(k2, 0);
+  ASSERT_GE(wait2, 0);
+  EXPECT_LT(k2, wait2);
+  EXPECT_EQ(log.at(wait2).value, 9u);
+}
+
+TEST_F(Scheduling, StreamBatchMemOpKeepsOrderAndPassesItsParameterArray) {
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  expect_deferred(k_be_);
+  std::vector<CUstreamBatchMemOpParams> ops(3);
+  std::memset(ops.data(), 0, ops.size() * sizeof ops[0]);
+  ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+  ops[0].writeValue.address = 0x1000;
+  ops[0].writeValue.value = 5;
+  ops[1].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+  ops[1].writeValue.address = 0x1008;
+  ops[1].writeValue.value64 = 600;
+  ops[2].flushRemoteWrites.operation = CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES;
+  ASSERT_EQ(cuStreamBatchMemOp(be_, 3, ops.data(), 0), CUDA_SUCCESS);
+  ops.assign(3, CUstreamBatchMemOpParams{});  // the caller's array is gone
+  auto log = calls();
+  long k = find_launch(log, k_be_);
+  long batch = find_named(log, "cuStreamBatchMemOp_v2", h(be_));
+  ASSERT_GE(k, 0);
+  ASSERT_GE(batch, 0);
+  EXPECT_LT(k, batch);
+  EXPECT_EQ(log.at(batch).value, 605u) << "the driver received other parameters";
+
+  // A batch that waits drains other streams first, like cuStreamWaitValue*.
+  ASSERT_EQ(launch(k_other_, be_, 2), CUDA_SUCCESS);
+  expect_deferred(k_other_);
+  CUstreamBatchMemOpParams wait{};
+  wait.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+  wait.waitValue.address = 0x1000;
+  wait.waitValue.value = 5;
+  wait.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+  ASSERT_EQ(cuStreamBatchMemOp(hp_, 1, &wait, 0), CUDA_SUCCESS);
+  log = calls();
+  long k2 = find_launch(log, k_other_);
+  long batch2 = find_named(log, "cuStreamBatchMemOp_v2", h(hp_));
+  ASSERT_GE(k2, 0);
+  ASSERT_GE(batch2, 0);
+  EXPECT_LT(k2, batch2);
+}
+
+TEST_F(Scheduling, SynchronousStructAndPeerCopiesWaitForAllQueuedWork) {
+  CUDA_MEMCPY2D c2{};
+  c2.srcMemoryType = c2.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c2.srcDevice = 0x1000;
+  c2.dstDevice = 0x2000;
+  c2.WidthInBytes = 16;
+  c2.Height = 4;
+  CUDA_MEMCPY3D c3{};
+  c3.srcMemoryType = c3.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c3.srcDevice = 0x1000;
+  c3.dstDevice = 0x2000;
+  c3.WidthInBytes = 8;
+  c3.Height = 2;
+  c3.Depth = 3;
+  CUDA_MEMCPY3D_PEER cp{};
+  cp.srcMemoryType = cp.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  cp.WidthInBytes = 4;
+  cp.Height = cp.Depth = 1;
+  const struct {
+    const char* symbol;
+    std::function<CUresult()> call;
+  } cases[] = {
+      {"cuMemcpy2D_v2", [&] { return cuMemcpy2D(&c2); }},
+      {"cuMemcpy2DUnaligned_v2", [&] { return cuMemcpy2DUnaligned(&c2); }},
+      {"cuMemcpy3D_v2", [&] { return cuMemcpy3D(&c3); }},
+      {"cuMemcpyPeer", [&] { return cuMemcpyPeer(0x2000, nullptr, 0x1000, nullptr, 32); }},
+      {"cuMemcpy3DPeer", [&] { return cuMemcpy3DPeer(&cp); }},
+      {"cuCtxSynchronize_v2", [&] { return cuCtxSynchronize_v2(nullptr); }},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.symbol);
+    fake_cuda_reset();
+    hold_high_priority();
+    ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+    expect_deferred(k_be_);
+    ASSERT_EQ(c.call(), CUDA_SUCCESS);
+    auto log = calls();
+    long k = find_launch(log, k_be_);
+    long sync = find_named(log, c.symbol, 0);
+    ASSERT_GE(k, 0) << "queued best-effort work was not drained";
+    ASSERT_GE(sync, 0);
+    EXPECT_LT(k, sync);
+  }
+  auto log = calls();
+  EXPECT_EQ(log.at(find_named(log, "cuCtxSynchronize_v2", 0)).result, CUDA_SUCCESS);
+}
+
+TEST_F(Scheduling, BatchCopiesKeepStreamOrderAndTheirCallerWaits) {
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  expect_deferred(k_be_);
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    fake_cuda_set_stream_busy(hp_, 0);
+  });
+  CUdeviceptr dsts[] = {0x1000, 0x2000};
+  CUdeviceptr srcs[] = {0x3000, 0x4000};
+  size_t sizes[] = {64, 32};
+  CUmemcpyAttributes attr{};
+  attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL;
+  size_t attr_idx = 0;
+  ASSERT_EQ(cuMemcpyBatchAsync(dsts, srcs, sizes, 2, &attr, &attr_idx, 1, be_), CUDA_SUCCESS);
+  // Returned: the batch (and the kernel queued before it) is in the driver.
+  auto log = calls();
+  long k = find_launch(log, k_be_);
+  long batch = find_named(log, "cuMemcpyBatchAsync_v2", h(be_));
+  ASSERT_GE(k, 0);
+  ASSERT_GE(batch, 0);
+  EXPECT_LT(k, batch);
+  EXPECT_EQ(log.at(batch).value, 96u);
+  releaser.join();
+
+  hold_high_priority();
+  ASSERT_EQ(launch(k_other_, be_, 2), CUDA_SUCCESS);
+  expect_deferred(k_other_);
+  std::thread releaser2([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    fake_cuda_set_stream_busy(hp_, 0);
+  });
+  CUDA_MEMCPY3D_BATCH_OP op{};
+  ASSERT_EQ(cuMemcpy3DBatchAsync(1, &op, 0, be_), CUDA_SUCCESS);
+  log = calls();
+  long k2 = find_launch(log, k_other_);
+  long batch3d = find_named(log, "cuMemcpy3DBatchAsync_v2", h(be_));
+  ASSERT_GE(k2, 0);
+  ASSERT_GE(batch3d, 0);
+  EXPECT_LT(k2, batch3d);
+  releaser2.join();
+  if (scheduled_) {
+    EXPECT_GE(stats().caller_waits, 2u);
+  }
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <numeric>
 
-#include "test_data_temp_dir.h"
+#include "temp_dir.h"
 #include "trainer/registry.h"
 #include "trainer/text_data.h"
 
@@ -91,7 +91,7 @@ TEST(TextDatasets, CodeSearchNetFallsBackToTheEmbeddedCorpus) {
 }
 
 TEST(TextDatasets, TextFileAndVocabularyCheck) {
-  TempDir temp;
+  gpipe::testing::TempDir temp;
   const std::filesystem::path path = temp.path() + "/small.txt";
   {
     std::ofstream out(path);

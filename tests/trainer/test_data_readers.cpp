@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "test_data_temp_dir.h"
+#include "temp_dir.h"
 #include "trainer/text_data.h"
 
 namespace gpipe::test {
@@ -17,7 +17,7 @@ namespace fs = std::filesystem;
 
 class DataFiles : public ::testing::Test {
  protected:
-  TempDir temp_;
+  gpipe::testing::TempDir temp_;
   fs::path dir_{temp_.path()};
 
   static std::string record(const std::string& func, const std::string& docstring, const std::string& code) {

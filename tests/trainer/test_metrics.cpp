@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "test_engine_temp_dir.h"
+#include "temp_dir.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
 

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "test_data_temp_dir.h"
+#include "temp_dir.h"
 #include "trainer/tokenizer.h"
 
 #ifdef OURGPIPE_HAVE_SENTENCEPIECE
@@ -53,7 +53,7 @@ TEST(TokenizerFactory, UnknownNameListsTheChoices) {
 }
 
 TEST(SentencePieceTokenizer, MissingOrBadModelFileIsNamed) {
-  TempDir temp;
+  gpipe::testing::TempDir temp;
   const fs::path dir = temp.path();
   const std::string missing = (dir / "missing.model").string();
   try {
@@ -76,7 +76,7 @@ TEST(SentencePieceTokenizer, TrainedModelRoundTrips) {
 #ifndef OURGPIPE_HAVE_SENTENCEPIECE
   GTEST_SKIP() << "this build has no SentencePiece (libsentencepiece-dev)";
 #else
-  TempDir temp;
+  gpipe::testing::TempDir temp;
   const fs::path dir = temp.path();
   {
     std::ofstream corpus(dir / "corpus.txt");

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "test_engine_temp_dir.h"
+#include "temp_dir.h"
 #include "trainer/config.h"
 #include "trainer/device.h"
 #include "trainer/trainer.h"

@@ -17,6 +17,7 @@
 #include "trainer/device.h"
 #include "trainer/engine_log.h"
 #include "trainer/executor.h"
+#include "trainer/layer_profiler.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
 #include "trainer/registry.h"
@@ -158,13 +159,43 @@ PipelineTrainer::PipelineTrainer(PipelineConfig config, PipelineComponents compo
   components_.model->configure(config_.model);
   const int num_stages = schedule_.num_stages();
   std::vector<StageSpec> specs;
+  if (p.partition == "time") {
+    // Each layer alone, forward + backward on a micro-batch, on the first rank's device (the
+    // ranks' devices are alike) under the run's dtype and intra-op threads.
+    LayerProfileOptions profile;
+    profile.bf16_autocast = bf16_;
+    const auto start = std::chrono::steady_clock::now();
+    measured_layer_ms_ = measure_layer_ms(*components_.model, *components_.stage, config_, rank_devices_.front(), profile);
+    const double took = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const auto layers = components_.model->layer_costs();
+    std::string listing;
+    for (size_t i = 0; i < measured_layer_ms_.size(); ++i) {
+      listing += fmt::format("{}{} {:.3f}", i == 0 ? "" : ", ", i < layers.size() ? layers[i].name : std::to_string(i),
+                             measured_layer_ms_[i]);
+    }
+    log_info("parallel.partition=time: measured forward+backward ms per layer on {} ({:.0f} ms): {}",
+             device_display_name(rank_devices_.front()), took, listing);
+    at::manual_seed(config_.training.seed);  // profiling may draw from the global generator (dropout)
+  }
   try {
-    specs = components_.model->get_stage_partition(p, num_stages);
+    specs = components_.model->get_stage_partition(p, num_stages, measured_layer_ms_);
   } catch (const std::invalid_argument& e) {
     throw ConfigError(std::string("parallel.partition: ") + e.what());
   }
   if (static_cast<int>(specs.size()) != num_stages) {
     throw ConfigError(fmt::format("the model's partition gave {} stages for {} virtual stages", specs.size(), num_stages));
+  }
+  if (p.partition == "time") {
+    std::string split;
+    for (const auto& spec : specs) {
+      double ms = 0;
+      for (int64_t l = spec.first_layer; l < spec.last_layer && l < static_cast<int64_t>(measured_layer_ms_.size()); ++l) {
+        ms += measured_layer_ms_[static_cast<size_t>(l)];
+      }
+      split += fmt::format("{}stage {}: layers [{}, {}) {:.3f} ms", spec.stage == 0 ? "" : "; ", spec.stage,
+                           spec.first_layer, spec.last_layer, ms);
+    }
+    log_info("parallel.partition=time split: {}", split);
   }
   optimizers_ = std::make_unique<Optimizers>();
   for (const auto& spec : specs) {

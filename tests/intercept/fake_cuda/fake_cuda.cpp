@@ -331,3 +331,50 @@ FAKE_SIMPLE(cuMemFree_v2, (CUdeviceptr p), nullptr, p)
 FAKE_ALLOC_ASYNC(cuMemAllocAsync)
 FAKE_ALLOC_ASYNC(cuMemAllocAsync_ptsz)
 
+
+// ---------------- synchronous 2D/3D/peer copies, batch copies, stream memory ops ----------------
+
+FAKE_SIMPLE2(cuMemcpy2D_v2, cuMemcpy2D_v2_ptds, (const CUDA_MEMCPY2D* p), nullptr, p ? p->WidthInBytes * p->Height : 0)
+FAKE_SIMPLE2(cuMemcpy2DUnaligned_v2, cuMemcpy2DUnaligned_v2_ptds, (const CUDA_MEMCPY2D* p), nullptr, p ? p->WidthInBytes * p->Height : 0)
+FAKE_SIMPLE2(cuMemcpy3D_v2, cuMemcpy3D_v2_ptds, (const CUDA_MEMCPY3D* p), nullptr, p ? p->WidthInBytes * p->Height * p->Depth : 0)
+FAKE_SIMPLE2(cuMemcpyPeer, cuMemcpyPeer_ptds, (CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t n), nullptr, n)
+FAKE_SIMPLE2(cuMemcpy3DPeer, cuMemcpy3DPeer_ptds, (const CUDA_MEMCPY3D_PEER* p), nullptr, p ? p->WidthInBytes * p->Height * p->Depth : 0)
+FAKE_SIMPLE2(cuMemcpy3DPeerAsync, cuMemcpy3DPeerAsync_ptsz, (const CUDA_MEMCPY3D_PEER* p, CUstream s), s, p ? p->WidthInBytes * p->Height * p->Depth : 0)
+// Batch copies log the sum of their sizes.
+namespace {
+uint64_t sum_sizes(const size_t* sizes, size_t count) {
+  uint64_t n = 0;
+  for (size_t i = 0; sizes != nullptr && i < count; ++i) n += sizes[i];
+  return n;
+}
+}  // namespace
+FAKE_SIMPLE2(cuMemcpyBatchAsync, cuMemcpyBatchAsync_ptsz, (CUdeviceptr*, CUdeviceptr*, size_t* sizes, size_t count, CUmemcpyAttributes*, size_t*, size_t, size_t*, CUstream s), s, sum_sizes(sizes, count))
+FAKE_SIMPLE2(cuMemcpyBatchAsync_v2, cuMemcpyBatchAsync_v2_ptsz, (CUdeviceptr*, CUdeviceptr*, size_t* sizes, size_t count, CUmemcpyAttributes*, size_t*, size_t, CUstream s), s, sum_sizes(sizes, count))
+FAKE_SIMPLE2(cuMemcpy3DBatchAsync, cuMemcpy3DBatchAsync_ptsz, (size_t n, CUDA_MEMCPY3D_BATCH_OP*, size_t*, unsigned long long, CUstream s), s, n)
+FAKE_SIMPLE2(cuMemcpy3DBatchAsync_v2, cuMemcpy3DBatchAsync_v2_ptsz, (size_t n, CUDA_MEMCPY3D_BATCH_OP*, unsigned long long, CUstream s), s, n)
+// Memory ops log the value written/waited for (batches: the sum of their values, so a test can
+// check the array the driver received).
+#define FAKE_MEMOP4(name, value_t)                                                          \
+  FAKE_SIMPLE2(name, name##_ptsz, (CUstream s, CUdeviceptr, value_t v, unsigned int), s, v) \
+  FAKE_SIMPLE2(name##_v2, name##_v2_ptsz, (CUstream s, CUdeviceptr, value_t v, unsigned int), s, v)
+FAKE_MEMOP4(cuStreamWriteValue32, cuuint32_t)
+FAKE_MEMOP4(cuStreamWriteValue64, cuuint64_t)
+FAKE_MEMOP4(cuStreamWaitValue32, cuuint32_t)
+FAKE_MEMOP4(cuStreamWaitValue64, cuuint64_t)
+namespace {
+uint64_t sum_values(const CUstreamBatchMemOpParams* p, unsigned count) {
+  uint64_t n = 0;
+  for (unsigned i = 0; p != nullptr && i < count; ++i) {
+    switch (p[i].operation) {
+      case CU_STREAM_MEM_OP_WAIT_VALUE_32: n += p[i].waitValue.value; break;
+      case CU_STREAM_MEM_OP_WAIT_VALUE_64: n += p[i].waitValue.value64; break;
+      case CU_STREAM_MEM_OP_WRITE_VALUE_32: n += p[i].writeValue.value; break;
+      case CU_STREAM_MEM_OP_WRITE_VALUE_64: n += p[i].writeValue.value64; break;
+      default: break;
+    }
+  }
+  return n;
+}
+}  // namespace
+FAKE_SIMPLE2(cuStreamBatchMemOp, cuStreamBatchMemOp_ptsz, (CUstream s, unsigned count, CUstreamBatchMemOpParams* p, unsigned int), s, sum_values(p, count))
+FAKE_SIMPLE2(cuStreamBatchMemOp_v2, cuStreamBatchMemOp_v2_ptsz, (CUstream s, unsigned count, CUstreamBatchMemOpParams* p, unsigned int), s, sum_values(p, count))

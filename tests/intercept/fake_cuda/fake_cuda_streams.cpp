@@ -102,6 +102,18 @@ FAKE_EXPORT CUresult CUDAAPI cuCtxSynchronize() {
   return finish(s, c);
 }
 
+FAKE_EXPORT CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  fake_cuda_call& c = begin(s, "cuCtxSynchronize_v2");
+  c.value = reinterpret_cast<uint64_t>(ctx);
+  for (auto& [id, str] : s.streams) {
+    if (str.busy) ++str.busy_epoch;
+    str.busy = false;
+  }
+  return finish(s, c);
+}
+
 FAKE_EXPORT CUresult CUDAAPI cuEventCreate(CUevent* out, unsigned int) {
   State& s = st();
   std::lock_guard lock(s.mu);

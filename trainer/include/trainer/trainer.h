@@ -53,6 +53,9 @@ class PipelineTrainer {
   ModelInterface& model() { return *components_.model; }
   StageInterface& stage_interface() { return *components_.stage; }
   int64_t num_parameters() const;
+  // parallel.partition=time: the per-layer forward+backward ms the split was made from
+  // (layer_costs() order); empty for the other partitions.
+  const std::vector<double>& measured_layer_ms() const { return measured_layer_ms_; }
   // Optimizer steps the LR schedule spans: max_steps if set, else epochs x batches per epoch.
   int64_t total_steps() const;
 
@@ -77,6 +80,7 @@ class PipelineTrainer {
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Transport> transport_;
   bool bf16_ = false;
+  std::vector<double> measured_layer_ms_;
 };
 
 }  // namespace gpipe
