@@ -36,8 +36,14 @@ class AutocastRestore {
       : type_(type), was_enabled_(at::autocast::is_autocast_enabled(type)), was_dtype_(at::autocast::get_autocast_dtype(type)) {
     at::autocast::set_autocast_enabled(type_, enabled);
     at::autocast::set_autocast_dtype(type_, dtype);
+    // Autocast keeps a per-thread cache of low-precision weight copies that only the outermost
+    // scope clears. On CUDA this runs on autograd's device thread, where no scope of ours is open:
+    // without nesting the cache would never be cleared and later steps would recompute with the
+    // bf16 copies of step 0's weights. Count ourselves as a scope and clear when outermost.
+    at::autocast::increment_nesting();
   }
   ~AutocastRestore() {
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
     at::autocast::set_autocast_enabled(type_, was_enabled_);
     at::autocast::set_autocast_dtype(type_, was_dtype_);
   }

@@ -45,6 +45,9 @@ class ActionRunner {
   const ExecutorOptions& options_;
   std::map<Key, Message> activations_in_, activations_out_, grads_in_, grads_out_;
   std::map<Key, std::shared_ptr<const ReadyEvent>> forward_done_;
+  // Recorded after each action that adds into parameter .grad (B, W); the next such action's
+  // stream waits on it, so accumulation across micro-batch streams is ordered (see backward()).
+  std::shared_ptr<const ReadyEvent> grads_accumulated_;
 };
 
 // The two executors (naive_executor.cpp, async_executor.cpp), for make_executor.

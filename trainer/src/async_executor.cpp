@@ -1,6 +1,8 @@
 // The async_threaded executor: one thread per rank runs its own program against the transport.
 // On CUDA each micro-batch's forward and backward get their own pool streams (priority per
-// parallel.priority) and events order them; on CPU there are no streams. The first failing rank
+// parallel.priority; autograd still runs backward kernels on the forward's stream, see
+// RankStreams), all W's of a rank share one stream, and events order them; on CPU there are no
+// streams. The first failing rank
 // aborts the transport so its peers stop waiting, and its error is the one reported.
 #include <mutex>
 #include <optional>
@@ -40,6 +42,9 @@ class AsyncThreadedExecutor final : public Executor {
                                                          options_.priority));
       }
     }
+    // The optimizer step ran on each device's current stream on this thread: the pool streams
+    // wait for it before this step's actions use the weights.
+    for (auto& s : streams_) s->begin_step();
     std::vector<std::unique_ptr<ActionRunner>> runners;
     for (size_t r = 0; r < ranks; ++r) {
       runners.push_back(std::make_unique<ActionRunner>(ctx, static_cast<int>(r), *streams_[r], options_));
@@ -63,8 +68,13 @@ class AsyncThreadedExecutor final : public Executor {
         try {
           const c10::Device device = ctx.rank_devices.at(r);
           bind_thread_to_device(device);
-          AutocastScope autocast(device, options_.bf16_autocast);
-          run_program(schedule.per_rank[r], *runners[r]);
+          // One AutocastScope per action (as in the naive executor), not per step: autocast's
+          // per-thread cache of bf16 weight copies made by F(mb0) on its stream would otherwise
+          // be reused by F(mbk) on another stream with no ordering between them.
+          run_program(schedule.per_rank[r], [&](const Action& action) {
+            AutocastScope autocast(device, options_.bf16_autocast);
+            runners[r]->run(action);
+          });
           runners[r]->check_drained();
         } catch (const std::exception& e) {
           fail(e.what());
@@ -91,20 +101,21 @@ class AsyncThreadedExecutor final : public Executor {
   // A run of consecutive communication actions is one group, posted at once (schedule.h). Sends
   // never block here, so running the group's sends before its receives is equivalent to posting
   // it at once, and cannot deadlock against a peer whose group starts with receives.
-  static void run_program(const std::vector<Action>& program, ActionRunner& runner) {
+  template <typename Run>
+  static void run_program(const std::vector<Action>& program, const Run& run) {
     size_t i = 0;
     while (i < program.size()) {
       if (!is_communication(program[i].type)) {
-        runner.run(program[i++]);
+        run(program[i++]);
         continue;
       }
       size_t end = i;
       while (end < program.size() && is_communication(program[end].type)) ++end;
       for (size_t k = i; k < end; ++k) {
-        if (!is_receive(program[k].type)) runner.run(program[k]);
+        if (!is_receive(program[k].type)) run(program[k]);
       }
       for (size_t k = i; k < end; ++k) {
-        if (is_receive(program[k].type)) runner.run(program[k]);
+        if (is_receive(program[k].type)) run(program[k]);
       }
       i = end;
     }

@@ -20,6 +20,10 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
+
+#include "orion.h"
+#include "trainer/engine_log.h"
 #endif
 
 namespace gpipe {
@@ -144,6 +148,19 @@ class CudaReadyEvent final : public ReadyEvent {
  private:
   at::cuda::CUDAEvent event_;
 };
+
+// The Orion shim's orion_set_stream_class, looked up once at run time (null without the shim,
+// so the same binary runs unchanged with and without it).
+orion_set_stream_class_fn orion_set_class() {
+  static const orion_set_stream_class_fn fn = [] {
+    auto found = reinterpret_cast<orion_set_stream_class_fn>(dlsym(RTLD_DEFAULT, "orion_set_stream_class"));
+    engine_log_info(found != nullptr
+                        ? "Orion shim API found: pipeline streams are re-classed per action (parallel.priority)"
+                        : "Orion shim API not found: stream priorities come from CUDA stream priorities only");
+    return found;
+  }();
+  return fn;
+}
 #endif
 }  // namespace
 
@@ -153,7 +170,11 @@ struct RankStreams::Impl {
   std::string priority;
 #ifdef OURGPIPE_HAVE_TORCH_CUDA
   // (is_backward, micro-batch) -> stream, taken from LibTorch's pool on first use.
+  // Micro-batch kAllWeights keys the one stream every W of the rank runs on.
   std::map<std::pair<bool, int>, c10::cuda::CUDAStream> streams;
+  // Set by begin_step(): the previous optimizer step's work; each stream waits once per step.
+  std::shared_ptr<const ReadyEvent> step_start;
+  std::set<std::pair<bool, int>> waited_step_start;
 #endif
 };
 
@@ -169,11 +190,26 @@ RankStreams::RankStreams(c10::Device device, StreamPolicy policy, const std::str
 
 RankStreams::~RankStreams() = default;
 
+void RankStreams::begin_step() {
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+  // optimizer_step updates the weights on this device's current (default) stream; without this
+  // the next step's forwards on pool streams could read weights mid-update (train() happens to
+  // synchronize, but nothing here relied on it).
+  if (impl_->device.is_cuda() && impl_->policy == StreamPolicy::kPerMicrobatch) {
+    impl_->step_start = std::make_shared<CudaReadyEvent>(c10::cuda::getCurrentCUDAStream(impl_->device.index()));
+    impl_->waited_step_start.clear();
+  }
+#endif
+}
+
 std::shared_ptr<void> RankStreams::enter(ActionType type, int microbatch) {
 #ifdef OURGPIPE_HAVE_TORCH_CUDA
   if (impl_->device.is_cuda() && impl_->policy == StreamPolicy::kPerMicrobatch) {
+    constexpr int kAllWeights = -1;
     const bool backward = is_backward(type);
-    auto key = std::make_pair(backward, microbatch);
+    // Every W of the rank on one stream: W's of different micro-batches add into the same .grad
+    // (StageRuntime::backward_weight), which on per-micro-batch streams would race.
+    auto key = std::make_pair(backward, type == ActionType::kBackwardWeight ? kAllWeights : microbatch);
     auto it = impl_->streams.find(key);
     if (it == impl_->streams.end()) {
       const bool high = impl_->priority == "backward_first"  ? backward
@@ -181,7 +217,24 @@ std::shared_ptr<void> RankStreams::enter(ActionType type, int microbatch) {
                                                              : false;
       it = impl_->streams.emplace(key, c10::cuda::getStreamFromPool(high, impl_->device.index())).first;
     }
-    return std::make_shared<c10::cuda::CUDAStreamGuard>(it->second);
+    auto guard = std::make_shared<c10::cuda::CUDAStreamGuard>(it->second);
+    if (impl_->step_start && impl_->waited_step_start.insert(key).second) impl_->step_start->block_current_stream();
+    // Orion: autograd runs mb's backward kernels on F(mb)'s stream, so re-class that stream
+    // before each action (forward class before F, backward class before B/I/W) and the stream
+    // entered here, so the shim sees the real priority of the kernels about to be queued.
+    if (impl_->priority != "none") {
+      if (const orion_set_stream_class_fn set_class = orion_set_class()) {
+        const bool high = impl_->priority == "backward_first" ? backward : !backward;
+        const char* cls = high ? "high_priority" : "best_effort";
+        set_class(static_cast<void*>(it->second.stream()), cls);
+        if (backward) {
+          if (auto f = impl_->streams.find({false, microbatch}); f != impl_->streams.end()) {
+            set_class(static_cast<void*>(f->second.stream()), cls);
+          }
+        }
+      }
+    }
+    return guard;
   }
 #else
   (void)type;
@@ -219,8 +272,17 @@ std::string RankStreams::describe() const {
   if (impl_->policy == StreamPolicy::kSingle) return impl_->device.str() + ": one stream (the current stream)";
   const std::string fwd = impl_->priority == "forward_first" ? "high" : impl_->priority == "none" ? "default" : "low";
   const std::string bwd = impl_->priority == "backward_first" ? "high" : impl_->priority == "none" ? "default" : "low";
-  return fmt::format("{}: per-micro-batch pool streams, forward {} priority, backward {} priority", impl_->device.str(),
-                     fwd, bwd);
+  // Honest about LibTorch: autograd runs each backward kernel on the stream its forward op used,
+  // so CUDA stream priority alone cannot favour backward over forward here.
+  std::string text = fmt::format(
+      "{}: per-micro-batch pool streams (F(mb) on a {}-priority stream, B/I(mb) on a {}-priority stream, all W on one "
+      "{}-priority stream); autograd runs backward kernels on their forward's {}-priority stream, so the {}-priority "
+      "streams carry only synchronisation and gradient accumulation",
+      impl_->device.str(), fwd, bwd, bwd, fwd, bwd);
+  if (impl_->priority != "none") {
+    text += "; under the Orion shim each F(mb) stream is re-classed to the backward class before B/I/W(mb)";
+  }
+  return text;
 }
 
 AutocastScope::AutocastScope(c10::Device device, bool enabled) {

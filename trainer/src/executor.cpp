@@ -105,16 +105,28 @@ void ActionRunner::backward(const Action& a) {
     Message in = take_input(grads_in_, grads_out_, {a.stage, a.microbatch}, {a.stage + 1, a.microbatch}, "gradient");
     output_grad = ready_tensor(in);
   }
+  // B accumulates into .grad through AccumulateGrad nodes, which autograd runs on the stream
+  // the accumulator was created on; if it is recreated between micro-batches (all graphs using
+  // it died) two B's would accumulate on different streams with nothing ordering them. Chain
+  // every .grad-writing action (B, W) with an event; autograd's stream syncs carry the order
+  // from this stream to the accumulation streams. I writes no .grad and needs no chaining.
+  const bool writes_grads = a.type == ActionType::kBackward;
+  if (writes_grads) RankStreams::wait(grads_accumulated_);
   at::Tensor input_grad = a.type == ActionType::kBackward ? st.backward(a.microbatch, output_grad)
                                                           : st.backward_input(a.microbatch, output_grad);
+  if (writes_grads) grads_accumulated_ = streams_.record_ready();
   if (!st.spec().is_first()) grads_out_[{a.stage, a.microbatch}] = Message{input_grad, streams_.record_ready()};
 }
 
 void ActionRunner::backward_input(const Action& a) { backward(a); }
 
 void ActionRunner::backward_weight(const Action& a) {
+  // Every W runs on the rank's one W stream (RankStreams::enter), and waits for earlier B's, so
+  // the g.add_ into .grad of different micro-batches is ordered.
   auto scope = streams_.enter(a.type, a.microbatch);
+  RankStreams::wait(grads_accumulated_);
   stage(a.stage).backward_weight(a.microbatch);
+  grads_accumulated_ = streams_.record_ready();
 }
 
 void ActionRunner::send_forward(const Action& a) {

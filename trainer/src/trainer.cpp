@@ -277,6 +277,12 @@ std::pair<double, double> PipelineTrainer::optimizer_step(int64_t step) {
     if (!norms.empty()) squared += at::stack(norms).sum().item<double>();
   }
   const double norm = std::sqrt(squared);
+  // A NaN/inf norm fails `norm > clip`, so clipping would be skipped and AdamW would write
+  // NaN into every weight: stop before opt->step() instead of silently corrupting the model.
+  if (!std::isfinite(norm)) {
+    throw std::runtime_error(fmt::format("non-finite gradient norm at step {}; lower training.learning_rate or "
+                                         "check the data", step));
+  }
   const double clip = config_.training.grad_clip;
   if (clip > 0 && norm > clip) {
     const double scale = clip / (norm + 1e-6);
@@ -355,13 +361,15 @@ nlohmann::json PipelineTrainer::train() {
       reset_peak_memory(rank_devices_);
       const auto start = std::chrono::steady_clock::now();
       const double loss = forward_backward(batch, &recorder);
-      const auto [grad_norm, lr] = optimizer_step(step);
-      synchronize_devices(rank_devices_);
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      // Checked before optimizer_step: a non-finite loss means non-finite gradients, and
+      // stepping on them would write NaN into the weights.
       if (!std::isfinite(loss)) {
         throw std::runtime_error(fmt::format("the loss is {} at step {}: lower training.learning_rate or raise "
                                              "training.warmup_steps", loss, step));
       }
+      const auto [grad_norm, lr] = optimizer_step(step);
+      synchronize_devices(rank_devices_);
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       IterationMetrics it;
       it.step = step;
       it.epoch = epoch;

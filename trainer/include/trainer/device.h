@@ -46,6 +46,10 @@ enum class StreamPolicy {
 
 // The streams of one rank. parallel.priority: backward_first (backward on high-priority
 // streams, forward on low), forward_first (the reverse), none (all at default priority).
+// Caveat: LibTorch autograd runs each backward kernel on the stream its forward op used, so the
+// backward kernels of mb run on F(mb)'s stream; the backward stream mostly carries the engine's
+// synchronisation. Under the Orion shim (found at run time) the F(mb) stream is re-classed
+// before each action so that its backward kernels get the backward class; see describe().
 class RankStreams {
  public:
   RankStreams(c10::Device device, StreamPolicy policy, const std::string& priority);
@@ -53,7 +57,13 @@ class RankStreams {
   RankStreams(const RankStreams&) = delete;
   RankStreams& operator=(const RankStreams&) = delete;
   // Makes the stream for this action current on the calling thread until the result dies.
+  // kPerMicrobatch: F(mb) and B/I(mb) get their own pool streams; every W of the rank shares one
+  // stream, because W's of different micro-batches add into the same .grad tensors.
   [[nodiscard]] std::shared_ptr<void> enter(ActionType type, int microbatch);
+  // Call on the thread that ran the optimizer step, before the step's actions: every pool stream
+  // waits (at its first enter() of the step) for the work queued so far on this device's current
+  // stream, i.e. the previous optimizer step's weight updates. No-op on CPU or kSingle.
+  void begin_step();
   // An event recorded on the current stream (null on CPU).
   std::shared_ptr<const ReadyEvent> record_ready() const;
   // The current stream waits for `event` (null: nothing to wait for).
