@@ -4,10 +4,11 @@
 //
 // Deferred (the op owns a copy of its value arguments): device-to-device and peer copies,
 // copies whose host side is pinned memory, memsets, event records, stream waits,
-// cuMemFreeAsync. The caller waits until its op reached the driver (never deferred past the call)
+// cuMemFreeAsync, stream callbacks, prefetch, managed-memory attach, CUDA-array copies with a
+// pinned host side. The caller waits until its op reached the driver (never deferred past the call)
 // for: copies touching pageable host memory (their return means "source staged" / "data
-// arrived"), copies described by a struct pointer, batch copies, and cuMemAllocAsync (it returns
-// the pointer). Stream memory ops (cuStreamWriteValue* and co.) are in memop_wrappers.cpp.
+// arrived"), copies described by a struct pointer, batch copies, cuMemAllocAsync and
+// cuMemAllocFromPoolAsync (they return the pointer), and external-semaphore signals/waits. Stream memory ops (cuStreamWriteValue* and co.) are in memop_wrappers.cpp.
 #include "wrapper_support.h"
 
 using orion::Shim;
@@ -107,3 +108,62 @@ ORION_STREAM_OP2(cuMemcpy3DBatchAsync, cuMemcpy3DBatchAsync_ptsz, kCopy, false, 
 ORION_STREAM_OP2(cuMemcpy3DBatchAsync_v2, cuMemcpy3DBatchAsync_v2_ptsz, kCopy, false, s, 0, 0,
                  (size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags, CUstream s),
                  (n, ops, flags, s))
+
+// --- host callbacks (like cuLaunchHostFunc: value arguments, deferred in order) ---
+ORION_STREAM_OP2(cuStreamAddCallback, cuStreamAddCallback_ptsz, kHostFunc, true, s, 0, 0,
+                 (CUstream s, CUstreamCallback cb, void* user_data, unsigned int flags),
+                 (s, cb, user_data, flags))
+
+// --- unified-memory prefetch and attach (value arguments, deferred in order) ---
+ORION_STREAM_OP2(cuMemPrefetchAsync, cuMemPrefetchAsync_ptsz, kCopy, true, s, 0, n,
+                 (CUdeviceptr p, size_t n, CUdevice dev, CUstream s), (p, n, dev, s))
+ORION_STREAM_OP2(cuMemPrefetchAsync_v2, cuMemPrefetchAsync_v2_ptsz, kCopy, true, s, 0, n,
+                 (CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int flags, CUstream s),
+                 (p, n, loc, flags, s))
+ORION_STREAM_OP2(cuStreamAttachMemAsync, cuStreamAttachMemAsync_ptsz, kMemPool, true, s, 0, 0,
+                 (CUstream s, CUdeviceptr p, size_t n, unsigned int flags), (s, p, n, flags))
+
+// --- CUDA-array <-> host copies: deferred only with a pinned host side on a best-effort stream,
+// else the caller waits until the copy reached the driver ---
+ORION_STREAM_OP2(cuMemcpyHtoAAsync_v2, cuMemcpyHtoAAsync_v2_ptsz, kCopy,
+                 orion::deferrable_host_copy(shim, id, src), s, 0, n,
+                 (CUarray dst, size_t dst_off, const void* src, size_t n, CUstream s),
+                 (dst, dst_off, src, n, s))
+ORION_STREAM_OP2(cuMemcpyAtoHAsync_v2, cuMemcpyAtoHAsync_v2_ptsz, kCopy,
+                 orion::deferrable_host_copy(shim, id, dst), s, 0, n,
+                 (void* dst, CUarray src, size_t src_off, size_t n, CUstream s),
+                 (dst, src, src_off, n, s))
+
+// --- allocation from a pool: returns the pointer, so the caller waits ---
+ORION_STREAM_OP2(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz, kMemPool, false, s, 0, n,
+                 (CUdeviceptr * dptr, size_t n, CUmemoryPool pool, CUstream s),
+                 (dptr, n, pool, s))
+
+// --- external semaphores: arrays of handles and parameter structs (borrowed, so the caller
+// waits until the op reached the driver; a signal is then never held back past the call). A wait
+// blocks its stream on something outside the scheduler's view: like cuStreamWaitValue*, every
+// stream is drained first, so a producer issued earlier in program order is in the driver. ---
+ORION_STREAM_OP2(cuSignalExternalSemaphoresAsync, cuSignalExternalSemaphoresAsync_ptsz, kHostFunc,
+                 false, s, 0, 0,
+                 (const CUexternalSemaphore* sems,
+                  const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS* params, unsigned int n, CUstream s),
+                 (sems, params, n, s))
+
+#define ORION_EXT_SEM_WAIT(sym, per_thread)                                                    \
+  ORION_EXPORT CUresult CUDAAPI sym(const CUexternalSemaphore* sems,                           \
+                                    const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS* params,         \
+                                    unsigned int n, CUstream s) {                              \
+    ORION_REQUIRE_REAL(sym);                                                                   \
+    if (Shim* shim = orion::scheduling_shim()) {                                               \
+      if (int drained = shim->dispatcher().drain_all(); drained != 0) {                        \
+        return static_cast<CUresult>(drained);                                                 \
+      }                                                                                        \
+      auto call = orion::value_call(s, real::sym, sems, params, n, s);                         \
+      call.capture_context();                                                                  \
+      return orion::submit_call(shim, sched::OpKind::kHostFunc,                                \
+                                Shim::stream_id(s, per_thread), call, /*clonable=*/false);     \
+    }                                                                                          \
+    return real::sym(sems, params, n, s);                                                      \
+  }
+ORION_EXT_SEM_WAIT(cuWaitExternalSemaphoresAsync, false)
+ORION_EXT_SEM_WAIT(cuWaitExternalSemaphoresAsync_ptsz, true)

@@ -107,3 +107,28 @@ ORION_DEVICE_SYNC2(cuMemcpyPeer, cuMemcpyPeer_ptds,
                     size_t n),
                    (dst, dst_ctx, src, src_ctx, n))
 ORION_DEVICE_SYNC2(cuMemcpy3DPeer, cuMemcpy3DPeer_ptds, (const CUDA_MEMCPY3D_PEER* p), (p))
+ORION_DEVICE_SYNC2(cuMemsetD16_v2, cuMemsetD16_v2_ptds, (CUdeviceptr dst, unsigned short v, size_t n),
+                   (dst, v, n))
+ORION_DEVICE_SYNC2(cuMemsetD2D8_v2, cuMemsetD2D8_v2_ptds,
+                   (CUdeviceptr dst, size_t pitch, unsigned char v, size_t w, size_t h),
+                   (dst, pitch, v, w, h))
+ORION_DEVICE_SYNC2(cuMemsetD2D16_v2, cuMemsetD2D16_v2_ptds,
+                   (CUdeviceptr dst, size_t pitch, unsigned short v, size_t w, size_t h),
+                   (dst, pitch, v, w, h))
+ORION_DEVICE_SYNC2(cuMemsetD2D32_v2, cuMemsetD2D32_v2_ptds,
+                   (CUdeviceptr dst, size_t pitch, unsigned int v, size_t w, size_t h),
+                   (dst, pitch, v, w, h))
+// CUDA-array copies.
+ORION_DEVICE_SYNC2(cuMemcpyHtoA_v2, cuMemcpyHtoA_v2_ptds,
+                   (CUarray dst, size_t dst_off, const void* src, size_t n), (dst, dst_off, src, n))
+ORION_DEVICE_SYNC2(cuMemcpyAtoH_v2, cuMemcpyAtoH_v2_ptds,
+                   (void* dst, CUarray src, size_t src_off, size_t n), (dst, src, src_off, n))
+ORION_DEVICE_SYNC2(cuMemcpyAtoD_v2, cuMemcpyAtoD_v2_ptds,
+                   (CUdeviceptr dst, CUarray src, size_t src_off, size_t n),
+                   (dst, src, src_off, n))
+ORION_DEVICE_SYNC2(cuMemcpyDtoA_v2, cuMemcpyDtoA_v2_ptds,
+                   (CUarray dst, size_t dst_off, CUdeviceptr src, size_t n),
+                   (dst, dst_off, src, n))
+ORION_DEVICE_SYNC2(cuMemcpyAtoA_v2, cuMemcpyAtoA_v2_ptds,
+                   (CUarray dst, size_t dst_off, CUarray src, size_t src_off, size_t n),
+                   (dst, dst_off, src, src_off, n))

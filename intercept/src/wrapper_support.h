@@ -57,4 +57,11 @@ bool deferrable_copy(Shim* shim, sched::StreamId stream, A dst, B src) {
          driver_memory(dst) && driver_memory(src);
 }
 
+// A copy between a CUDA array and host memory: deferrable only on a best-effort stream and only
+// when the host side is pinned/registered (a pageable one is synchronous with the host).
+inline bool deferrable_host_copy(Shim* shim, sched::StreamId stream, const void* host) {
+  return shim->dispatcher().stream_class(stream) == sched::StreamClass::kBestEffort &&
+         driver_memory(host);
+}
+
 }  // namespace orion

@@ -266,4 +266,47 @@ TEST_F(DriverLookup, MemoryOpsBatchCopiesAndContextSyncResolveToTheRequestedAbi)
   EXPECT_EQ(log.at(find_named(log, "cuMemcpyBatchAsync_v2_ptsz", 0)).value, 48u);
 }
 
+TEST_F(DriverLookup, PrefetchCallbacksSemaphoresAndArrayCopiesResolveToTheRequestedAbi) {
+  const cuuint64_t pt = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+  auto prefetch_v1 = reinterpret_cast<PFN_cuMemPrefetchAsync_v8000>(lookup("cuMemPrefetchAsync", 12000, 0));
+  auto prefetch_v2_pt = reinterpret_cast<PFN_cuMemPrefetchAsync_v12020_ptsz>(lookup("cuMemPrefetchAsync", 13000, pt));
+  auto add_cb = reinterpret_cast<PFN_cuStreamAddCallback_v5000>(lookup("cuStreamAddCallback", 12000, 0));
+  auto sem_wait = reinterpret_cast<PFN_cuWaitExternalSemaphoresAsync_v10000>(lookup("cuWaitExternalSemaphoresAsync", 12000, 0));
+  auto atoh_pt = reinterpret_cast<PFN_cuMemcpyAtoH_v7000_ptds>(lookup("cuMemcpyAtoH", 12000, pt));
+  auto memset16 = reinterpret_cast<PFN_cuMemsetD16_v3020>(lookup("cuMemsetD16", 12000, 0));
+  for (void* fn : {(void*)prefetch_v1, (void*)prefetch_v2_pt, (void*)add_cb, (void*)sem_wait,
+                   (void*)atoh_pt, (void*)memset16}) {
+    ASSERT_TRUE(in_shim(fn)) << library_of(fn);
+  }
+  EXPECT_EQ(reinterpret_cast<void*>(prefetch_v1), dlsym(driver_, "cuMemPrefetchAsync"));
+  EXPECT_EQ(reinterpret_cast<void*>(prefetch_v2_pt), dlsym(driver_, "cuMemPrefetchAsync_v2_ptsz"));
+
+  fake_cuda_reset();
+  CUmemLocation loc{};
+  loc.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  CUexternalSemaphore sem = reinterpret_cast<CUexternalSemaphore>(0xc0);
+  CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS wait{};
+  unsigned char host[32] = {};
+  ASSERT_EQ(prefetch_v1(0x1000, 64, 0, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(prefetch_v2_pt(0x1000, 128, loc, 0, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(add_cb(nullptr, nullptr, host, 0), CUDA_SUCCESS);
+  ASSERT_EQ(sem_wait(&sem, &wait, 1, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(atoh_pt(host, reinterpret_cast<CUarray>(0x40), 0, sizeof host), CUDA_SUCCESS);
+  ASSERT_EQ(memset16(0x1000, 1, 8), CUDA_SUCCESS);
+  const std::vector<std::string> expected = {
+      "cuMemPrefetchAsync", "cuMemPrefetchAsync_v2_ptsz", "cuStreamAddCallback",
+      "cuWaitExternalSemaphoresAsync", "cuMemcpyAtoH_v2_ptds", "cuMemsetD16_v2"};
+  std::vector<std::string> seen;
+  for (const auto& c : calls()) {
+    if (std::strncmp(c.name, "cuEvent", 7) == 0) continue;  // the scheduler's completion tracking
+    seen.push_back(c.name);
+  }
+  // Each call reached the driver once, with its arguments.
+  EXPECT_EQ(seen, expected);
+  auto log = calls();
+  EXPECT_EQ(log.at(find_named(log, "cuMemPrefetchAsync", 0)).value, 64u);
+  EXPECT_EQ(log.at(find_named(log, "cuMemPrefetchAsync_v2_ptsz", 0)).value, 128u);
+  EXPECT_EQ(log.at(find_named(log, "cuMemcpyAtoH_v2_ptds", 0)).value, 32u);
+}
+
 }  // namespace

@@ -632,4 +632,137 @@ TEST_F(Scheduling, BatchCopiesKeepStreamOrderAndTheirCallerWaits) {
   }
 }
 
+TEST_F(Scheduling, StreamCallbacksPrefetchAndAttachKeepStreamOrder) {
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  expect_deferred(k_be_);
+  static std::atomic<int> ran{0};
+  ran = 0;
+  int tag = 0;
+  CUstreamCallback cb = [](CUstream, CUresult, void*) { ++ran; };
+  ASSERT_EQ(cuStreamAddCallback(be_, cb, &tag, 0), CUDA_SUCCESS);
+  CUmemLocation loc{};
+  loc.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  loc.id = 0;
+  // cuda.h (CUDA 13) maps cuMemPrefetchAsync to the _v2 symbol (CUmemLocation + flags).
+  ASSERT_EQ(cuMemPrefetchAsync(0x1000, 4096, loc, 0, be_), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamAttachMemAsync(be_, 0x1000, 0, CU_MEM_ATTACH_SINGLE), CUDA_SUCCESS);
+  if (scheduled_) {
+    auto log = calls();
+    EXPECT_EQ(find_named(log, "cuStreamAddCallback", h(be_)), -1)
+        << "the callback overtook the kernel queued before it";
+    EXPECT_EQ(find_named(log, "cuMemPrefetchAsync_v2", h(be_)), -1);
+    EXPECT_EQ(find_named(log, "cuStreamAttachMemAsync", h(be_)), -1);
+    EXPECT_EQ(ran.load(), 0);
+  }
+  ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  auto log = calls();
+  long k = find_launch(log, k_be_);
+  long cbk = find_named(log, "cuStreamAddCallback", h(be_));
+  long pf = find_named(log, "cuMemPrefetchAsync_v2", h(be_));
+  long at = find_named(log, "cuStreamAttachMemAsync", h(be_));
+  ASSERT_GE(k, 0);
+  ASSERT_GE(cbk, 0);
+  ASSERT_GE(pf, 0);
+  ASSERT_GE(at, 0);
+  EXPECT_LT(k, cbk);
+  EXPECT_LT(cbk, pf);
+  EXPECT_LT(pf, at);
+  EXPECT_EQ(log.at(cbk).value, reinterpret_cast<uint64_t>(&tag));
+  EXPECT_EQ(log.at(pf).value, 4096u);
+  EXPECT_EQ(ran.load(), 1);
+}
+
+TEST_F(Scheduling, ArrayCopiesPoolAllocsAndSemaphoreSignalsKeepOrderAndTheirCallerWaits) {
+  std::vector<unsigned char> pageable(512, 1);
+  const CUarray arr = reinterpret_cast<CUarray>(0x40);
+  const CUmemoryPool pool = reinterpret_cast<CUmemoryPool>(0x80);
+  const CUexternalSemaphore sem = reinterpret_cast<CUexternalSemaphore>(0xc0);
+  CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS sig{};
+  sig.params.fence.value = 3;
+  CUdeviceptr allocated = 0;
+  const struct {
+    const char* symbol;
+    std::function<CUresult()> call;
+  } cases[] = {
+      {"cuMemcpyHtoAAsync_v2", [&] { return cuMemcpyHtoAAsync(arr, 0, pageable.data(), 512, be_); }},
+      {"cuMemcpyAtoHAsync_v2", [&] { return cuMemcpyAtoHAsync(pageable.data(), arr, 0, 256, be_); }},
+      {"cuMemAllocFromPoolAsync", [&] { return cuMemAllocFromPoolAsync(&allocated, 1024, pool, be_); }},
+      {"cuSignalExternalSemaphoresAsync", [&] { return cuSignalExternalSemaphoresAsync(&sem, &sig, 1, be_); }},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.symbol);
+    fake_cuda_reset();
+    hold_high_priority();
+    ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+    expect_deferred(k_be_);
+    std::thread releaser([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      fake_cuda_set_stream_busy(hp_, 0);
+    });
+    ASSERT_EQ(c.call(), CUDA_SUCCESS);
+    // Returned: the op (and the kernel queued before it) is in the driver.
+    auto log = calls();
+    long k = find_launch(log, k_be_);
+    long op = find_named(log, c.symbol, h(be_));
+    releaser.join();
+    ASSERT_GE(k, 0);
+    ASSERT_GE(op, 0) << "the caller returned before its op reached the driver";
+    EXPECT_LT(k, op);
+  }
+  EXPECT_NE(allocated, 0u);
+  if (scheduled_) {
+    EXPECT_GE(stats().caller_waits, 4u);
+  }
+}
+
+TEST_F(Scheduling, ExternalSemaphoreWaitFirstSubmitsWorkQueuedOnEveryStream) {
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  expect_deferred(k_be_);
+  const CUexternalSemaphore sem = reinterpret_cast<CUexternalSemaphore>(0xc0);
+  CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS wait{};
+  ASSERT_EQ(cuWaitExternalSemaphoresAsync(&sem, &wait, 1, hp_), CUDA_SUCCESS);
+  auto log = calls();
+  long k = find_launch(log, k_be_);
+  long w = find_named(log, "cuWaitExternalSemaphoresAsync", h(hp_));
+  ASSERT_GE(k, 0) << "a best-effort producer queued before the wait was held back";
+  ASSERT_GE(w, 0);
+  EXPECT_LT(k, w);
+  EXPECT_EQ(log.at(w).value, 1u);
+}
+
+TEST_F(Scheduling, SynchronousSetsAndArrayCopiesWaitForAllQueuedWork) {
+  std::vector<unsigned char> host(64, 0);
+  const CUarray arr = reinterpret_cast<CUarray>(0x40);
+  const struct {
+    const char* symbol;
+    std::function<CUresult()> call;
+  } cases[] = {
+      {"cuMemsetD16_v2", [&] { return cuMemsetD16(0x1000, 7, 16); }},
+      {"cuMemsetD2D8_v2", [&] { return cuMemsetD2D8(0x1000, 64, 1, 16, 2); }},
+      {"cuMemsetD2D16_v2", [&] { return cuMemsetD2D16(0x1000, 64, 1, 16, 2); }},
+      {"cuMemsetD2D32_v2", [&] { return cuMemsetD2D32(0x1000, 64, 1, 16, 2); }},
+      {"cuMemcpyHtoA_v2", [&] { return cuMemcpyHtoA(arr, 0, host.data(), 64); }},
+      {"cuMemcpyAtoH_v2", [&] { return cuMemcpyAtoH(host.data(), arr, 0, 64); }},
+      {"cuMemcpyAtoD_v2", [&] { return cuMemcpyAtoD(0x1000, arr, 0, 64); }},
+      {"cuMemcpyDtoA_v2", [&] { return cuMemcpyDtoA(arr, 0, 0x1000, 64); }},
+      {"cuMemcpyAtoA_v2", [&] { return cuMemcpyAtoA(arr, 0, arr, 64, 64); }},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.symbol);
+    fake_cuda_reset();
+    hold_high_priority();
+    ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+    expect_deferred(k_be_);
+    ASSERT_EQ(c.call(), CUDA_SUCCESS);
+    auto log = calls();
+    long k = find_launch(log, k_be_);
+    long sync = find_named(log, c.symbol, 0);
+    ASSERT_GE(k, 0) << "queued best-effort work was not drained";
+    ASSERT_GE(sync, 0);
+    EXPECT_LT(k, sync);
+  }
+}
+
 }  // namespace

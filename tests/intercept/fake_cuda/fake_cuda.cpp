@@ -378,3 +378,43 @@ uint64_t sum_values(const CUstreamBatchMemOpParams* p, unsigned count) {
 }  // namespace
 FAKE_SIMPLE2(cuStreamBatchMemOp, cuStreamBatchMemOp_ptsz, (CUstream s, unsigned count, CUstreamBatchMemOpParams* p, unsigned int), s, sum_values(p, count))
 FAKE_SIMPLE2(cuStreamBatchMemOp_v2, cuStreamBatchMemOp_v2_ptsz, (CUstream s, unsigned count, CUstreamBatchMemOpParams* p, unsigned int), s, sum_values(p, count))
+
+// ---------------- callbacks, prefetch, CUDA-array copies, pools, semaphores, attach ----------------
+// Stream callbacks run when submitted (like host functions) and log their user data.
+#define FAKE_STREAM_CALLBACK(sym)                                                            \
+  FAKE_EXPORT CUresult CUDAAPI sym(CUstream s, CUstreamCallback cb, void* data, unsigned int) { \
+    CUresult rc = simple(#sym, s, reinterpret_cast<uint64_t>(data));                         \
+    if (rc == CUDA_SUCCESS && cb != nullptr) cb(s, CUDA_SUCCESS, data);                      \
+    return rc;                                                                               \
+  }
+FAKE_STREAM_CALLBACK(cuStreamAddCallback)
+FAKE_STREAM_CALLBACK(cuStreamAddCallback_ptsz)
+FAKE_SIMPLE2(cuMemPrefetchAsync, cuMemPrefetchAsync_ptsz, (CUdeviceptr, size_t n, CUdevice, CUstream s), s, n)
+FAKE_SIMPLE2(cuMemPrefetchAsync_v2, cuMemPrefetchAsync_v2_ptsz, (CUdeviceptr, size_t n, CUmemLocation, unsigned int, CUstream s), s, n)
+FAKE_SIMPLE2(cuMemcpyHtoAAsync_v2, cuMemcpyHtoAAsync_v2_ptsz, (CUarray, size_t, const void*, size_t n, CUstream s), s, n)
+FAKE_SIMPLE2(cuMemcpyAtoHAsync_v2, cuMemcpyAtoHAsync_v2_ptsz, (void*, CUarray, size_t, size_t n, CUstream s), s, n)
+FAKE_SIMPLE2(cuStreamAttachMemAsync, cuStreamAttachMemAsync_ptsz, (CUstream s, CUdeviceptr, size_t n, unsigned int), s, n)
+// External semaphores log the number of semaphores.
+FAKE_SIMPLE2(cuSignalExternalSemaphoresAsync, cuSignalExternalSemaphoresAsync_ptsz, (const CUexternalSemaphore*, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS*, unsigned int n, CUstream s), s, n)
+FAKE_SIMPLE2(cuWaitExternalSemaphoresAsync, cuWaitExternalSemaphoresAsync_ptsz, (const CUexternalSemaphore*, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS*, unsigned int n, CUstream s), s, n)
+#define FAKE_ALLOC_FROM_POOL(sym)                                                         \
+  FAKE_EXPORT CUresult CUDAAPI sym(CUdeviceptr* p, size_t n, CUmemoryPool, CUstream s) { \
+    CUresult rc = simple(#sym, s, n);                                                     \
+    if (rc == CUDA_SUCCESS) {                                                             \
+      std::lock_guard lock(st().mu);                                                      \
+      *p = st().next_devptr += ((n + 255) / 256 + 1) * 256;                               \
+    }                                                                                     \
+    return rc;                                                                            \
+  }
+FAKE_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync)
+FAKE_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync_ptsz)
+// Synchronous sets and CUDA-array copies (no stream).
+FAKE_SIMPLE2(cuMemsetD16_v2, cuMemsetD16_v2_ptds, (CUdeviceptr, unsigned short, size_t n), nullptr, n)
+FAKE_SIMPLE2(cuMemsetD2D8_v2, cuMemsetD2D8_v2_ptds, (CUdeviceptr, size_t, unsigned char, size_t w, size_t h), nullptr, w * h)
+FAKE_SIMPLE2(cuMemsetD2D16_v2, cuMemsetD2D16_v2_ptds, (CUdeviceptr, size_t, unsigned short, size_t w, size_t h), nullptr, w * h)
+FAKE_SIMPLE2(cuMemsetD2D32_v2, cuMemsetD2D32_v2_ptds, (CUdeviceptr, size_t, unsigned int, size_t w, size_t h), nullptr, w * h)
+FAKE_SIMPLE2(cuMemcpyHtoA_v2, cuMemcpyHtoA_v2_ptds, (CUarray, size_t, const void*, size_t n), nullptr, n)
+FAKE_SIMPLE2(cuMemcpyAtoH_v2, cuMemcpyAtoH_v2_ptds, (void*, CUarray, size_t, size_t n), nullptr, n)
+FAKE_SIMPLE2(cuMemcpyAtoD_v2, cuMemcpyAtoD_v2_ptds, (CUdeviceptr, CUarray, size_t, size_t n), nullptr, n)
+FAKE_SIMPLE2(cuMemcpyDtoA_v2, cuMemcpyDtoA_v2_ptds, (CUarray, size_t, CUdeviceptr, size_t n), nullptr, n)
+FAKE_SIMPLE2(cuMemcpyAtoA_v2, cuMemcpyAtoA_v2_ptds, (CUarray, size_t, CUarray, size_t, size_t n), nullptr, n)
