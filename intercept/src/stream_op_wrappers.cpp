@@ -8,31 +8,14 @@
 // pinned host side. The caller waits until its op reached the driver (never deferred past the call)
 // for: copies touching pageable host memory (their return means "source staged" / "data
 // arrived"), copies described by a struct pointer, batch copies, cuMemAllocAsync and
-// cuMemAllocFromPoolAsync (they return the pointer), and external-semaphore signals/waits. Stream memory ops (cuStreamWriteValue* and co.) are in memop_wrappers.cpp.
+// cuMemAllocFromPoolAsync (they return the pointer), external-semaphore signals/waits, batch
+// prefetch/discard and decompression, graph upload and graphics map/unmap. Stream memory ops
+// (cuStreamWriteValue* and co.) are in memop_wrappers.cpp; the pre-3020 copy ABIs in
+// legacy_abi_wrappers.cpp.
 #include "wrapper_support.h"
 
 using orion::Shim;
 namespace real = orion::real;
-
-#define ORION_UNPAREN(...) __VA_ARGS__
-
-#define ORION_STREAM_OP(sym, per_thread, kind, clonable, stream, event, bytes, PARAMS, ARGS)   \
-  ORION_EXPORT CUresult CUDAAPI sym PARAMS {                                                  \
-    ORION_REQUIRE_REAL(sym);                                                                  \
-    if (Shim* shim = orion::scheduling_shim()) {                                              \
-      const sched::StreamId id = Shim::stream_id(stream, per_thread);                         \
-      auto call = orion::value_call(stream, real::sym, ORION_UNPAREN ARGS);                   \
-      const bool can_defer = (clonable);                                                      \
-      if (!can_defer) call.capture_context();                                                 \
-      return orion::submit_call(shim, sched::OpKind::kind, id, call, can_defer, event, bytes); \
-    }                                                                                         \
-    return real::sym ARGS;                                                                    \
-  }
-
-// Each entry point in its legacy and per-thread variant.
-#define ORION_STREAM_OP2(sym, sym_pt, kind, clonable, stream, event, bytes, PARAMS, ARGS) \
-  ORION_STREAM_OP(sym, false, kind, clonable, stream, event, bytes, PARAMS, ARGS)         \
-  ORION_STREAM_OP(sym_pt, true, kind, clonable, stream, event, bytes, PARAMS, ARGS)
 
 // --- copies ---
 ORION_STREAM_OP2(cuMemcpyAsync, cuMemcpyAsync_ptsz, kCopy,
@@ -167,3 +150,39 @@ ORION_STREAM_OP2(cuSignalExternalSemaphoresAsync, cuSignalExternalSemaphoresAsyn
   }
 ORION_EXT_SEM_WAIT(cuWaitExternalSemaphoresAsync, false)
 ORION_EXT_SEM_WAIT(cuWaitExternalSemaphoresAsync_ptsz, true)
+
+// --- batch prefetch/discard and batch decompression: the arrays are borrowed and
+// cuMemBatchDecompressAsync writes errorIndex at the call, so the caller waits until its op
+// reached the driver (in order behind the work queued before it on its stream) ---
+ORION_STREAM_OP2(cuMemPrefetchBatchAsync, cuMemPrefetchBatchAsync_ptsz, kCopy, false, s, 0, 0,
+                 (CUdeviceptr * ptrs, size_t* sizes, size_t count, CUmemLocation* locs,
+                  size_t* loc_idxs, size_t num_locs, unsigned long long flags, CUstream s),
+                 (ptrs, sizes, count, locs, loc_idxs, num_locs, flags, s))
+ORION_STREAM_OP2(cuMemDiscardBatchAsync, cuMemDiscardBatchAsync_ptsz, kCopy, false, s, 0, 0,
+                 (CUdeviceptr * ptrs, size_t* sizes, size_t count, unsigned long long flags,
+                  CUstream s),
+                 (ptrs, sizes, count, flags, s))
+ORION_STREAM_OP2(cuMemDiscardAndPrefetchBatchAsync, cuMemDiscardAndPrefetchBatchAsync_ptsz, kCopy,
+                 false, s, 0, 0,
+                 (CUdeviceptr * ptrs, size_t* sizes, size_t count, CUmemLocation* locs,
+                  size_t* loc_idxs, size_t num_locs, unsigned long long flags, CUstream s),
+                 (ptrs, sizes, count, locs, loc_idxs, num_locs, flags, s))
+ORION_STREAM_OP2(cuMemBatchDecompressAsync, cuMemBatchDecompressAsync_ptsz, kCopy, false, s, 0, 0,
+                 (CUmemDecompressParams * params, size_t count, unsigned int flags,
+                  size_t* error_index, CUstream s),
+                 (params, count, flags, error_index, s))
+
+// --- graph upload: done where the program put it (typically ahead of a latency-critical
+// launch), so the caller waits instead of the upload being held back with best-effort work ---
+ORION_STREAM_OP2(cuGraphUpload, cuGraphUpload_ptsz, kCopy, false, s, 0, 0,
+                 (CUgraphExec graph, CUstream s), (graph, s))
+
+// --- graphics interop: map hands resources to CUDA, unmap hands them back to the graphics API
+// (whose next call must come after every CUDA op issued before the unmap), and the resource
+// array is borrowed: the caller waits until its op reached the driver ---
+ORION_STREAM_OP2(cuGraphicsMapResources, cuGraphicsMapResources_ptsz, kHostFunc, false, s, 0, 0,
+                 (unsigned int count, CUgraphicsResource* resources, CUstream s),
+                 (count, resources, s))
+ORION_STREAM_OP2(cuGraphicsUnmapResources, cuGraphicsUnmapResources_ptsz, kHostFunc, false, s, 0,
+                 0, (unsigned int count, CUgraphicsResource* resources, CUstream s),
+                 (count, resources, s))

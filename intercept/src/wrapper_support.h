@@ -65,3 +65,26 @@ inline bool deferrable_host_copy(Shim* shim, sched::StreamId stream, const void*
 }
 
 }  // namespace orion
+
+// A stream-ordered call through the stream's FIFO. `clonable` (an expression that may use `shim`
+// and `id`) says whether the op may be deferred with a copy of its value arguments; when false the
+// caller waits until its op reached the driver (in order on its stream) and gets its result.
+#define ORION_UNPAREN(...) __VA_ARGS__
+
+#define ORION_STREAM_OP(sym, per_thread, kind, clonable, stream, event, bytes, PARAMS, ARGS)       \
+  ORION_EXPORT CUresult CUDAAPI sym PARAMS {                                                       \
+    ORION_REQUIRE_REAL(sym);                                                                       \
+    if (::orion::Shim* shim = orion::scheduling_shim()) {                                          \
+      const sched::StreamId id = ::orion::Shim::stream_id(stream, per_thread);                     \
+      auto call = orion::value_call(stream, ::orion::real::sym, ORION_UNPAREN ARGS);               \
+      const bool can_defer = (clonable);                                                           \
+      if (!can_defer) call.capture_context();                                                      \
+      return orion::submit_call(shim, sched::OpKind::kind, id, call, can_defer, event, bytes);     \
+    }                                                                                              \
+    return ::orion::real::sym ARGS;                                                                \
+  }
+
+// Each entry point in its legacy and per-thread variant.
+#define ORION_STREAM_OP2(sym, sym_pt, kind, clonable, stream, event, bytes, PARAMS, ARGS) \
+  ORION_STREAM_OP(sym, false, kind, clonable, stream, event, bytes, PARAMS, ARGS)         \
+  ORION_STREAM_OP(sym_pt, true, kind, clonable, stream, event, bytes, PARAMS, ARGS)

@@ -81,10 +81,14 @@ TEST_F(DriverLookup, CudartSequenceGetsWrappersWithTheRequestedSemantics) {
   // A request for the lookup function itself returns ours, in the requested ABI.
   EXPECT_EQ(lookup("cuGetProcAddress", 12000, 0), dlsym(driver_, "cuGetProcAddress_v2"));
   EXPECT_EQ(lookup("cuGetProcAddress", 11030, 0), dlsym(driver_, "cuGetProcAddress"));
-  // Versioned ABIs: cuMemcpyHtoDAsync at 3020 is the _v2 ABI we wrap; at 2000 it does not exist
-  // in this driver and nothing is made up.
-  EXPECT_TRUE(in_shim(lookup("cuMemcpyHtoDAsync", 3020, 0)));
-  EXPECT_EQ(lookup("cuMemcpyHtoDAsync", 2000, 0, CUDA_ERROR_NOT_FOUND), nullptr);
+  // Versioned ABIs: cuMemcpyHtoDAsync at 3020 is the _v2 ABI, at 2000 the 32-bit v1 ABI (both
+  // wrapped, by different wrappers); at 1000 it does not exist and nothing is made up.
+  void* htod_v2 = lookup("cuMemcpyHtoDAsync", 3020, 0);
+  void* htod_v1 = lookup("cuMemcpyHtoDAsync", 2000, 0);
+  EXPECT_TRUE(in_shim(htod_v2));
+  EXPECT_TRUE(in_shim(htod_v1));
+  EXPECT_NE(htod_v1, htod_v2);
+  EXPECT_EQ(lookup("cuMemcpyHtoDAsync", 1000, 0, CUDA_ERROR_NOT_FOUND), nullptr);
   // Functions without a per-thread variant keep their one ABI under the per-thread flag.
   EXPECT_TRUE(in_shim(lookup("cuEventSynchronize", 2000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)));
   // Not wrapped: untouched.

@@ -60,4 +60,27 @@ void* fake_cuda_own_symbol(const char* symbol);
 }
 #endif
 
+#ifdef __cplusplus
+#include <cstring>
+
+/* The bytes of each argument back to back, no padding (stops at `capacity`): what the fake
+ * stores in `params` for entry points that record their arguments, and what a test builds from
+ * the arguments it passed, to check that the driver received exactly those. */
+template <typename... Args>
+size_t fake_cuda_pack_args(unsigned char* out, size_t capacity, const Args&... args) {
+  size_t off = 0;
+  bool full = false;
+  auto put = [&](const auto& a) {
+    if (full || off + sizeof a > capacity) {
+      full = true;
+      return;
+    }
+    std::memcpy(out + off, &a, sizeof a);
+    off += sizeof a;
+  };
+  (put(args), ...);
+  return off;
+}
+#endif
+
 #endif /* FAKE_CUDA_H_ */

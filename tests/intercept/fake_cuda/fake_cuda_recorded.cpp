@@ -1,0 +1,84 @@
+// Entry points of the fake driver that record their arguments (fake_cuda_pack_args into the log
+// entry's `params`): batch prefetch/discard, batch decompression, graph upload, graphics map/unmap
+// and the pre-3020 copy ABIs. A test compares the bytes with the arguments it passed, so a
+// wrapper that changed, reordered or copied an argument (a borrowed array pointer included) is
+// caught.
+#include "fake_cuda_state.h"  // first: it selects cuda.h's internal (all-variants) mode
+
+#include <cstring>
+
+namespace fake_cuda_impl {
+namespace {
+
+template <typename... Args>
+CUresult recorded(const char* name, CUstream hs, uint64_t value, const Args&... args) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  fake_cuda_call& c = begin(s, name);
+  c.stream = reinterpret_cast<uint64_t>(hs);
+  c.value = value;
+  c.param_bytes = fake_cuda_pack_args(c.params, sizeof c.params, args...);
+  s.streams[sid(hs, std::strstr(name, "_pt") != nullptr)].time_ns += 100;
+  return finish(s, c);
+}
+
+uint64_t total(const size_t* sizes, size_t count) {
+  uint64_t n = 0;
+  for (size_t i = 0; sizes != nullptr && i < count; ++i) n += sizes[i];
+  return n;
+}
+
+}  // namespace
+}  // namespace fake_cuda_impl
+
+using fake_cuda_impl::recorded;
+using fake_cuda_impl::total;
+
+#define FAKE_UNPAREN(...) __VA_ARGS__
+// sym PARAMS logs `value` and every argument in ARGS.
+#define FAKE_RECORDED(sym, PARAMS, ARGS, stream, value) \
+  FAKE_EXPORT CUresult CUDAAPI sym PARAMS { return recorded(#sym, stream, value, FAKE_UNPAREN ARGS); }
+#define FAKE_RECORDED2(sym, sym_pt, PARAMS, ARGS, stream, value) \
+  FAKE_RECORDED(sym, PARAMS, ARGS, stream, value)                \
+  FAKE_RECORDED(sym_pt, PARAMS, ARGS, stream, value)
+
+// Batch prefetch/discard log the sum of their sizes.
+FAKE_RECORDED2(cuMemPrefetchBatchAsync, cuMemPrefetchBatchAsync_ptsz,
+               (CUdeviceptr* p, size_t* sizes, size_t n, CUmemLocation* locs, size_t* idx, size_t nl,
+                unsigned long long flags, CUstream s),
+               (p, sizes, n, locs, idx, nl, flags, s), s, total(sizes, n))
+FAKE_RECORDED2(cuMemDiscardBatchAsync, cuMemDiscardBatchAsync_ptsz,
+               (CUdeviceptr* p, size_t* sizes, size_t n, unsigned long long flags, CUstream s),
+               (p, sizes, n, flags, s), s, total(sizes, n))
+FAKE_RECORDED2(cuMemDiscardAndPrefetchBatchAsync, cuMemDiscardAndPrefetchBatchAsync_ptsz,
+               (CUdeviceptr* p, size_t* sizes, size_t n, CUmemLocation* locs, size_t* idx, size_t nl,
+                unsigned long long flags, CUstream s),
+               (p, sizes, n, locs, idx, nl, flags, s), s, total(sizes, n))
+// Decompression, graphics map/unmap: the count; graph upload: the graph.
+FAKE_RECORDED2(cuMemBatchDecompressAsync, cuMemBatchDecompressAsync_ptsz,
+               (CUmemDecompressParams* p, size_t n, unsigned int flags, size_t* err, CUstream s),
+               (p, n, flags, err, s), s, n)
+FAKE_RECORDED2(cuGraphUpload, cuGraphUpload_ptsz, (CUgraphExec g, CUstream s), (g, s), s,
+               reinterpret_cast<uint64_t>(g))
+FAKE_RECORDED2(cuGraphicsMapResources, cuGraphicsMapResources_ptsz,
+               (unsigned int n, CUgraphicsResource* r, CUstream s), (n, r, s), s, n)
+FAKE_RECORDED2(cuGraphicsUnmapResources, cuGraphicsUnmapResources_ptsz,
+               (unsigned int n, CUgraphicsResource* r, CUstream s), (n, r, s), s, n)
+
+// Pre-3020 copy ABIs (32-bit pointers and sizes, v1 structs): the size in bytes.
+FAKE_RECORDED(cuMemcpyHtoDAsync, (CUdeviceptr_v1 d, const void* h, unsigned int n, CUstream s),
+              (d, h, n, s), s, n)
+FAKE_RECORDED(cuMemcpyDtoHAsync, (void* h, CUdeviceptr_v1 d, unsigned int n, CUstream s),
+              (h, d, n, s), s, n)
+FAKE_RECORDED(cuMemcpyDtoDAsync, (CUdeviceptr_v1 d, CUdeviceptr_v1 src, unsigned int n, CUstream s),
+              (d, src, n, s), s, n)
+FAKE_RECORDED(cuMemcpy2DAsync, (const CUDA_MEMCPY2D_v1* p, CUstream s), (p, s), s,
+              p ? uint64_t{p->WidthInBytes} * p->Height : 0)
+FAKE_RECORDED(cuMemcpy3DAsync, (const CUDA_MEMCPY3D_v1* p, CUstream s), (p, s), s,
+              p ? uint64_t{p->WidthInBytes} * p->Height * p->Depth : 0)
+FAKE_RECORDED(cuMemcpyHtoAAsync,
+              (CUarray a, unsigned int off, const void* h, unsigned int n, CUstream s),
+              (a, off, h, n, s), s, n)
+FAKE_RECORDED(cuMemcpyAtoHAsync,
+              (void* h, CUarray a, unsigned int off, unsigned int n, CUstream s),
+              (h, a, off, n, s), s, n)
