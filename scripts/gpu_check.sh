@@ -4,14 +4,17 @@
 #   b  PyTorch under the shim: cuBLASLt bf16, cuDNN, Triton, CUDA graph, NCCL (results, launch counts)
 #   c  compute-sanitizer memcheck on (a) under the shim
 #   d  gpipe_runner on configs/gpt_350m_gpu.yaml vs PyTorch eager, async vs naive, shim on/off
+#   e  the pipeline across processes: one process on cuda, 2 processes over NCCL (>= 2 GPUs) or a
+#      one-rank NCCL self-test (1 GPU)
 # Each writes a log under OUTDIR/logs and a row to OUTDIR/results.md; a failed check does not stop
 # the others; the exit status is non-zero if any check failed or could not run.
 #
 #   scripts/gpu_check.sh OUTDIR
-# Environment: GPU_CHECK_ONLY ("build ctest a b c d", a subset to run), GPU_CHECK_SKIP_BUILD=1 (reuse
+# Environment: GPU_CHECK_ONLY ("build ctest a b c d e", a subset to run), GPU_CHECK_SKIP_BUILD=1 (reuse
 # build-gpu), GPU_CHECK_BUDGET_S (540: checks that no longer fit are recorded as not run),
 # GPU_CHECK_PYTHON (python3), GPU_CHECK_BUILD_DIR (build-gpu), GPU_CHECK_TRAINER_STEPS (6).
-# Needs .deps/ (../shared/device/stage-debs.sh on the dev machine) carried to the GPU machine.
+# Needs .deps/ (../shared/device/stage-debs.sh python3-yaml libgloo-dev on the dev machine: Gloo's
+# headers for c10d's ProcessGroupGloo) carried to the GPU machine.
 set -uo pipefail
 [ $# -eq 1 ] || { echo "usage: scripts/gpu_check.sh OUTDIR" >&2; exit 2; }
 mkdir -p "$1" || exit 2
@@ -21,7 +24,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=scripts/gpu/common.sh
 source "$here/gpu/common.sh"
 budget=${GPU_CHECK_BUDGET_S:-540}
-only=" ${GPU_CHECK_ONLY:-build ctest a b c d} "
+only=" ${GPU_CHECK_ONLY:-build ctest a b c d e} "
 [ "${GPU_CHECK_SKIP_BUILD:-0}" = 1 ] && only=${only/ build / }
 
 gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)
@@ -62,6 +65,7 @@ step a check_hp_be.sh 45
 step b check_torch_shim.sh 150
 step c check_memcheck.sh 60
 step d check_trainer.sh 200
+step e check_distributed.sh 90
 
 failed=$(grep -c '| FAIL |' "$OUTDIR/results.md")
 echo "[gpu_check] done in ${SECONDS}s: $failed failed; table in $OUTDIR/results.md"

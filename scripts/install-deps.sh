@@ -9,7 +9,11 @@ venv=${OURGPIPE_VENV:-$root/.venv}
 
 debs=(cmake ninja-build g++ pkg-config python3-venv zlib1g-dev
       libspdlog-dev libfmt-dev libtbb-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
-      libgtest-dev libgmock-dev libbenchmark-dev libsentencepiece-dev sentencepiece)
+      libgloo-dev libgtest-dev libgmock-dev libbenchmark-dev libsentencepiece-dev sentencepiece)
+# Slurm and munge for tests/slurm/local_slurm_check.sh (a one-machine cluster; it needs root).
+if [ "${OURGPIPE_WITH_SLURM:-0}" = "1" ] || { [ -n "${CI:-}" ] && [ "$(id -u)" -eq 0 ]; }; then
+  debs+=(slurm-wlm munge)
+fi
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

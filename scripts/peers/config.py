@@ -27,12 +27,13 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "learning_rate": 1e-4, "epochs": 2, "num_microbatches": 4, "profile_iteration": 100,
         "exit_after_profile": True, "max_steps": -1, "weight_decay": 0.01, "grad_clip": 1.0,
         "warmup_steps": 0, "min_lr_ratio": 0.1, "seed": 1234, "dtype": "auto", "log_interval": 1,
-        "output_dir": "runs/latest",
+        "output_dir": "runs/latest", "checkpoint_interval": 0, "checkpoint_dir": "", "keep_checkpoints": 2,
     },
     "parallel": {
         "model_parallel_size": 4, "scheduler": "async_threaded", "use_orion_scheduler": False,
         "schedule": "1f1b", "virtual_stages": 1, "priority": "backward_first", "partition": "uniform",
-        "partition_layers": [], "recompute_ratio": [], "device": "auto", "transport": "inprocess",
+        "partition_layers": [], "recompute_ratio": [], "device": "auto", "transport": "auto",
+        "placement": [], "peer_timeout_s": 120.0,
     },
 }
 

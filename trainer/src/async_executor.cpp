@@ -35,19 +35,24 @@ class AsyncThreadedExecutor final : public Executor {
     const Schedule& schedule = *ctx.schedule;
     const auto ranks = static_cast<size_t>(schedule.num_ranks);
     // Streams persist across steps (pool streams are handed out round-robin; keep ours stable).
+    const std::vector<int> here = ctx.ranks_here();
     if (streams_.size() != ranks) {
       streams_.clear();
-      for (size_t r = 0; r < ranks; ++r) {
-        streams_.push_back(std::make_unique<RankStreams>(ctx.rank_devices.at(r), StreamPolicy::kPerMicrobatch,
-                                                         options_.priority));
+      streams_.resize(ranks);
+      for (int r : here) {
+        streams_[static_cast<size_t>(r)] = std::make_unique<RankStreams>(
+            ctx.rank_devices.at(static_cast<size_t>(r)), StreamPolicy::kPerMicrobatch, options_.priority);
       }
     }
     // The optimizer step ran on each device's current stream on this thread: the pool streams
     // wait for it before this step's actions use the weights.
-    for (auto& s : streams_) s->begin_step();
-    std::vector<std::unique_ptr<ActionRunner>> runners;
-    for (size_t r = 0; r < ranks; ++r) {
-      runners.push_back(std::make_unique<ActionRunner>(ctx, static_cast<int>(r), *streams_[r], options_));
+    for (auto& s : streams_) {
+      if (s) s->begin_step();
+    }
+    std::vector<std::unique_ptr<ActionRunner>> runners(ranks);
+    for (int r : here) {
+      runners[static_cast<size_t>(r)] =
+          std::make_unique<ActionRunner>(ctx, r, *streams_[static_cast<size_t>(r)], options_);
     }
 
     std::mutex error_mu;
@@ -62,8 +67,9 @@ class AsyncThreadedExecutor final : public Executor {
 
     if (ctx.recorder != nullptr) ctx.recorder->begin_step(schedule.num_ranks);
     std::vector<std::thread> threads;
-    threads.reserve(ranks);
-    for (size_t r = 0; r < ranks; ++r) {
+    threads.reserve(here.size());
+    for (int rank : here) {
+      const auto r = static_cast<size_t>(rank);
       threads.emplace_back([&, r] {
         try {
           const c10::Device device = ctx.rank_devices.at(r);

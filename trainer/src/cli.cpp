@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "trainer/schedule.h"
+#include "trainer/world.h"
 
 namespace gpipe {
 
@@ -17,7 +18,9 @@ RunOptions parse_cli(int argc, const char* const* argv) {
   RunOptions opts;
   std::vector<std::string> sets;
   std::string scheduler, schedule, microbatches, stages, virtual_stages, steps, device, output_dir, seed, dtype,
-      partition, lr;
+      partition, lr, checkpoint_interval, checkpoint_dir, transport, placement, peer_timeout;
+  int nproc_per_node = 0, nnodes = 1, node_rank = 0, master_port = 29500;
+  std::string master_addr = "127.0.0.1";
   app.add_option("--config", opts.config_path, "YAML config (sections model, dataset, training, parallel)");
   app.add_option("--set", sets, "Override any field: section.field=value (repeatable), e.g. training.learning_rate=3e-4");
   app.add_option("--scheduler", scheduler, "Executor: naive | async_threaded (parallel.scheduler)");
@@ -33,6 +36,20 @@ RunOptions parse_cli(int argc, const char* const* argv) {
   app.add_option("--lr", lr, "Peak learning rate (training.learning_rate)");
   app.add_option("--partition", partition,
                  "uniform | parameters | time, or explicit block counts per stage, e.g. \"[12,13,13,11]\"");
+  app.add_flag("--resume", opts.resume, "Continue from the newest complete checkpoint under the checkpoint folder");
+  auto* resume_from = app.add_option("--resume-from", opts.resume_from, "Continue from this checkpoint folder (step_N)");
+  app.add_option("--checkpoint-interval", checkpoint_interval, "Checkpoint every N steps (training.checkpoint_interval)");
+  app.add_option("--checkpoint-dir", checkpoint_dir, "Checkpoint folder (training.checkpoint_dir)");
+  app.add_option("--transport", transport, "auto | inprocess | gloo | nccl (parallel.transport)");
+  app.add_option("--placement", placement, "Process of each pipeline rank, e.g. \"[0,0,1,1]\" (parallel.placement)");
+  app.add_option("--peer-timeout", peer_timeout, "Seconds to wait for a peer rank (parallel.peer_timeout_s)");
+  auto* nproc = app.add_option("--nproc-per-node", nproc_per_node,
+                               "Launch N worker processes on this node (like torchrun --nproc_per_node)");
+  nproc->check(CLI::PositiveNumber);
+  app.add_option("--nnodes", nnodes, "Nodes of a --nproc-per-node launch")->check(CLI::PositiveNumber);
+  app.add_option("--node-rank", node_rank, "This node's index in a --nproc-per-node launch")->check(CLI::NonNegativeNumber);
+  app.add_option("--master-addr", master_addr, "Rendezvous host of a --nproc-per-node launch (rank 0's node)");
+  app.add_option("--master-port", master_port, "Rendezvous port of a --nproc-per-node launch")->check(CLI::Range(1, 65535));
   app.add_flag("--print-config", opts.print_config, "Print the effective config as YAML and exit");
   app.add_flag("--print-schedule", opts.print_schedule, "Print the schedule's step x rank grid and exit");
   app.add_flag("--validate-only", opts.validate_only, "Check the config and the schedule, then exit");
@@ -65,6 +82,24 @@ RunOptions parse_cli(int argc, const char* const* argv) {
   direct(seed, "training.seed");
   direct(dtype, "training.dtype");
   direct(lr, "training.learning_rate");
+  direct(checkpoint_interval, "training.checkpoint_interval");
+  direct(checkpoint_dir, "training.checkpoint_dir");
+  direct(transport, "parallel.transport");
+  direct(placement, "parallel.placement");
+  direct(peer_timeout, "parallel.peer_timeout_s");
+  if (resume_from->count() > 0) opts.resume = true;
+  if (nproc->count() > 0) {
+    LaunchOptions launch;
+    launch.nproc_per_node = nproc_per_node;
+    launch.nnodes = nnodes;
+    launch.node_rank = node_rank;
+    launch.master_addr = master_addr;
+    launch.master_port = master_port;
+    if (node_rank >= nnodes) {
+      throw CliError("--node-rank " + std::to_string(node_rank) + " is not below --nnodes " + std::to_string(nnodes));
+    }
+    opts.launch = launch;
+  }
   if (!partition.empty()) {
     if (partition.front() == '[') {
       opts.overrides.push_back("parallel.partition=explicit");
@@ -86,7 +121,7 @@ int exit_code_for(const std::exception& e) {
   // Everything the user can fix in the command line or the config is 2: a bad flag, a bad
   // field or combination, a missing file, an unknown registry name or impossible schedule shape.
   if (dynamic_cast<const CliError*>(&e) || dynamic_cast<const ConfigError*>(&e) ||
-      dynamic_cast<const std::invalid_argument*>(&e))
+      dynamic_cast<const WorldError*>(&e) || dynamic_cast<const std::invalid_argument*>(&e))
     return 2;
   return 1;
 }

@@ -176,6 +176,12 @@ const std::vector<Field>& field_table() {
                  [](int v) { return v >= 1; }),
       field<std::string>("training", "output_dir", [](C& c) -> auto& { return c.training.output_dir; },
                          "a non-empty folder path", [](const std::string& v) { return !v.empty(); }),
+      field<int64_t>("training", "checkpoint_interval", [](C& c) -> auto& { return c.training.checkpoint_interval; },
+                     "0 (never) or an integer >= 1", [](int64_t v) { return v >= 0; }),
+      field<std::string>("training", "checkpoint_dir", [](C& c) -> auto& { return c.training.checkpoint_dir; },
+                         "a folder path (empty: <output_dir>/checkpoints)"),
+      field<int>("training", "keep_checkpoints", [](C& c) -> auto& { return c.training.keep_checkpoints; },
+                 "0 (keep all) or an integer >= 1", [](int v) { return v >= 0; }),
       field<int>("parallel", "model_parallel_size", [](C& c) -> auto& { return c.parallel.model_parallel_size; },
                  "an integer >= 1", [](int v) { return v >= 1; }),
       field<std::string>("parallel", "scheduler", [](C& c) -> auto& { return c.parallel.scheduler; },
@@ -200,8 +206,15 @@ const std::vector<Field>& field_table() {
                                  }),
       field<std::string>("parallel", "device", [](C& c) -> auto& { return c.parallel.device; }, "auto, cpu, cuda",
                          one_of({"auto", "cpu", "cuda"})),
-      field<std::string>("parallel", "transport", [](C& c) -> auto& { return c.parallel.transport; }, "inprocess",
-                         one_of({"inprocess"})),
+      field<std::string>("parallel", "transport", [](C& c) -> auto& { return c.parallel.transport; },
+                         "auto, inprocess, gloo, nccl", one_of({"auto", "inprocess", "gloo", "nccl"})),
+      field<std::vector<int64_t>>("parallel", "placement", [](C& c) -> auto& { return c.parallel.placement; },
+                                  "a list with the process (0..WORLD_SIZE-1) of each pipeline rank",
+                                  [](const std::vector<int64_t>& v) {
+                                    return std::all_of(v.begin(), v.end(), [](int64_t x) { return x >= 0; });
+                                  }),
+      field<double>("parallel", "peer_timeout_s", [](C& c) -> auto& { return c.parallel.peer_timeout_s; },
+                    "a number of seconds > 0", [](double v) { return finite(v) && v > 0; }),
   };
   return table;
 }
@@ -331,6 +344,13 @@ void check_cross_fields(const PipelineConfig& c) {
   if (ratios > 1 && ratios != par.model_parallel_size && ratios != stages)
     throw ConfigError("parallel.recompute_ratio has " + std::to_string(ratios) + " entries but there are " + stages_text +
                       "; give 1 ratio, one per rank, one per stage, or leave it empty");
+  if (!par.placement.empty() && static_cast<int64_t>(par.placement.size()) != par.model_parallel_size)
+    throw ConfigError("parallel.placement has " + std::to_string(par.placement.size()) + " entries but parallel.model_parallel_size is " +
+                      std::to_string(par.model_parallel_size) + "; give the process of each pipeline rank, e.g. [0, 0, 1, 1]");
+  if (par.transport == "nccl" && par.device == "cpu")
+    throw ConfigError("parallel.transport is nccl but parallel.device is cpu; NCCL moves CUDA tensors (use transport gloo or auto on CPU)");
+  if (par.transport == "gloo" && par.device == "cuda")
+    throw ConfigError("parallel.transport is gloo but parallel.device is cuda; use transport nccl (or auto) for GPU stages");
   if (c.dataset.tokenizer == "sentencepiece" && c.dataset.tokenizer_model.empty())
     throw ConfigError("dataset.tokenizer is sentencepiece but dataset.tokenizer_model is empty; give the .model file");
   if (par.use_orion_scheduler && par.device == "cpu")

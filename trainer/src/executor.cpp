@@ -16,6 +16,13 @@ std::unique_ptr<Executor> make_executor(const std::string& name, ExecutorOptions
   throw ConfigError("parallel.scheduler='" + name + "' is not an executor: use naive or async_threaded");
 }
 
+std::vector<int> StepContext::ranks_here() const {
+  if (!local_ranks.empty()) return local_ranks;
+  std::vector<int> all;
+  for (int r = 0; r < schedule->num_ranks; ++r) all.push_back(r);
+  return all;
+}
+
 ActionRunner::ActionRunner(const StepContext& ctx, int rank, RankStreams& streams, const ExecutorOptions& options)
     : ctx_(ctx), rank_(rank), streams_(streams), options_(options) {}
 

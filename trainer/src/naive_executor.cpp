@@ -42,7 +42,8 @@ class NaiveExecutor final : public Executor {
       int step, receive, rank, index;
     };
     std::vector<Item> order;
-    for (int r = 0; r < schedule.num_ranks; ++r) {
+    const std::vector<int> here = ctx.ranks_here();
+    for (int r : here) {
       const auto& program = schedule.per_rank[static_cast<size_t>(r)];
       const auto& steps = validation.step_of_action.at(static_cast<size_t>(r));
       // The dry run stamps a communication group with the step it completed; its sends were
@@ -64,13 +65,17 @@ class NaiveExecutor final : public Executor {
     if (ctx.recorder != nullptr) ctx.recorder->begin_step(schedule.num_ranks);
     std::vector<std::unique_ptr<RankStreams>> streams;
     std::vector<std::unique_ptr<ActionRunner>> runners;
-    // One thread runs everything, so a receive must never wait: the mailbox has it or never will.
+    // One thread runs everything, so a receive from a rank of this process must never wait: the
+    // mailbox has it or never will. Ranks of other processes run concurrently: their messages
+    // get the full receive timeout (the global step order rules out a wait cycle).
     ExecutorOptions no_wait = options_;
-    no_wait.recv_timeout = std::chrono::milliseconds(0);
-    for (int r = 0; r < schedule.num_ranks; ++r) {
-      streams.push_back(std::make_unique<RankStreams>(ctx.rank_devices.at(static_cast<size_t>(r)),
-                                                      StreamPolicy::kSingle, options_.priority));
-      runners.push_back(std::make_unique<ActionRunner>(ctx, r, *streams.back(), no_wait));
+    if (static_cast<int>(here.size()) == schedule.num_ranks) no_wait.recv_timeout = std::chrono::milliseconds(0);
+    streams.resize(static_cast<size_t>(schedule.num_ranks));
+    runners.resize(static_cast<size_t>(schedule.num_ranks));
+    for (int r : here) {
+      streams[static_cast<size_t>(r)] = std::make_unique<RankStreams>(ctx.rank_devices.at(static_cast<size_t>(r)),
+                                                                      StreamPolicy::kSingle, options_.priority);
+      runners[static_cast<size_t>(r)] = std::make_unique<ActionRunner>(ctx, r, *streams[static_cast<size_t>(r)], no_wait);
     }
     for (const Item& item : order) {
       const c10::Device device = ctx.rank_devices.at(static_cast<size_t>(item.rank));
@@ -81,7 +86,9 @@ class NaiveExecutor final : public Executor {
     }
     synchronize_devices(ctx.rank_devices);
     if (ctx.recorder != nullptr) ctx.recorder->end_step();
-    for (const auto& runner : runners) runner->check_drained();
+    for (const auto& runner : runners) {
+      if (runner) runner->check_drained();
+    }
   }
 
  private:

@@ -58,9 +58,16 @@ double ActionRecorder::busy_us(int rank) const {
 
 double ActionRecorder::bubble_fraction() const {
   if (per_rank_.empty() || wall_us_ <= 0) return 0.0;
+  // Ranks run by other processes record nothing here and are left out.
   double busy = 0;
-  for (int r = 0; r < num_ranks(); ++r) busy += busy_us(r);
-  return std::clamp(1.0 - busy / (static_cast<double>(per_rank_.size()) * wall_us_), 0.0, 1.0);
+  int recorded = 0;
+  for (int r = 0; r < num_ranks(); ++r) {
+    if (per_rank_[static_cast<size_t>(r)].empty()) continue;
+    busy += busy_us(r);
+    ++recorded;
+  }
+  if (recorded == 0) return 0.0;
+  return std::clamp(1.0 - busy / (static_cast<double>(recorded) * wall_us_), 0.0, 1.0);
 }
 
 std::string span_name(const Action& action) {

@@ -9,12 +9,15 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "trainer/checkpoint.h"
 #include "trainer/device.h"
+#include "trainer/distributed.h"
 #include "trainer/engine_log.h"
 #include "trainer/executor.h"
 #include "trainer/layer_profiler.h"
@@ -128,15 +131,24 @@ std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<at::Tensor>& p
 }
 }  // namespace
 
-PipelineTrainer::PipelineTrainer(PipelineConfig config, PipelineComponents components)
+PipelineTrainer::PipelineTrainer(PipelineConfig config, PipelineComponents components, Distributed* dist)
     : config_(std::move(config)), components_(std::move(components)),
-      schedule_(build_schedule(config_.parallel, config_.training)) {
+      schedule_(build_schedule(config_.parallel, config_.training)), dist_(dist) {
   if (!components_.model || !components_.stage) throw std::invalid_argument("PipelineTrainer needs a model and a stage");
   if (config_.model.vocab_size <= 0) {
     throw ConfigError("model.vocab_size is unresolved (-1): build the components with create_components()");
   }
   const auto& p = config_.parallel;
-  rank_devices_ = resolve_rank_devices(p.device, p.model_parallel_size);
+  placement_ = make_placement(p, dist_ ? dist_->world_size() : 1);
+  local_ranks_ = placement_.ranks_of(dist_ ? dist_->rank() : 0);
+  if (dist_) {
+    // One device per process (cuda:LOCAL_RANK, as torchrun runs), shared by its ranks.
+    const int local_rank = dist_->world().local_rank;
+    const c10::Device device = resolve_rank_devices(p.device, local_rank + 1).at(static_cast<size_t>(local_rank));
+    rank_devices_.assign(static_cast<size_t>(p.model_parallel_size), device);
+  } else {
+    rank_devices_ = resolve_rank_devices(p.device, p.model_parallel_size);
+  }
   const bool cuda = rank_devices_.front().is_cuda();
   const std::string& dtype = config_.training.dtype;
   if (dtype != "auto" && dtype != "fp32" && dtype != "bf16") {
@@ -152,8 +164,9 @@ PipelineTrainer::PipelineTrainer(PipelineConfig config, PipelineComponents compo
   // OMP_NUM_THREADS says otherwise. A fixed count keeps a seed's results reproducible.
   if (!cuda && std::getenv("OMP_NUM_THREADS") == nullptr) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    const int ranks_in_parallel = p.scheduler == "async_threaded" ? p.model_parallel_size : 1;
-    at::set_num_threads(std::max(1, cores / ranks_in_parallel));
+    const int processes_here = dist_ ? std::max(1, dist_->world().local_world_size) : 1;
+    const int ranks_in_parallel = p.scheduler == "async_threaded" ? static_cast<int>(local_ranks_.size()) : 1;
+    at::set_num_threads(std::max(1, cores / (ranks_in_parallel * processes_here)));
   }
 
   components_.model->configure(config_.model);
@@ -166,6 +179,16 @@ PipelineTrainer::PipelineTrainer(PipelineConfig config, PipelineComponents compo
     profile.bf16_autocast = bf16_;
     const auto start = std::chrono::steady_clock::now();
     measured_layer_ms_ = measure_layer_ms(*components_.model, *components_.stage, config_, rank_devices_.front(), profile);
+    if (dist_) {
+      // Every process must cut the model at the same layers: rank 0's measurement decides.
+      std::string text;
+      for (double ms : measured_layer_ms_) text += fmt::format("{:.17g},", ms);
+      text = dist_->broadcast_from_rank0("layer_ms", text);
+      measured_layer_ms_.clear();
+      for (size_t at = 0, next; (next = text.find(',', at)) != std::string::npos; at = next + 1) {
+        measured_layer_ms_.push_back(std::stod(text.substr(at, next - at)));
+      }
+    }
     const double took = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     const auto layers = components_.model->layer_costs();
     std::string listing;
@@ -199,6 +222,12 @@ PipelineTrainer::PipelineTrainer(PipelineConfig config, PipelineComponents compo
   }
   optimizers_ = std::make_unique<Optimizers>();
   for (const auto& spec : specs) {
+    const int rank = schedule_.rank_of_stage(spec.stage);
+    if (!placement_.is_local(rank, dist_ ? dist_->rank() : 0)) {
+      stages_.push_back(nullptr);  // another process runs it
+      optimizers_->per_stage.push_back(nullptr);
+      continue;
+    }
     std::shared_ptr<StageModule> module;
     try {
       module = components_.stage->create_sub_model(*components_.model, spec, config_.training.seed);
@@ -213,15 +242,34 @@ PipelineTrainer::PipelineTrainer(PipelineConfig config, PipelineComponents compo
   ExecutorOptions options;
   options.priority = p.priority;
   options.bf16_autocast = bf16_;
+  options.recv_timeout = std::chrono::milliseconds(static_cast<int64_t>(p.peer_timeout_s * 1000));
   executor_ = make_executor(p.scheduler, options);
-  transport_ = make_inprocess_transport(p.model_parallel_size);
+  if (dist_) {
+    std::string kind = p.transport;
+    if (kind == "auto") kind = cuda ? "nccl" : "gloo";
+    if (kind == "inprocess") {
+      throw ConfigError("parallel.transport is inprocess but WORLD_SIZE=" + std::to_string(dist_->world_size()) +
+                        " processes run this pipeline; use auto, gloo (CPU) or nccl (CUDA)");
+    }
+    if (cuda) bind_thread_to_device(rank_devices_.front());
+    transport_ = dist_->make_transport(kind, placement_, schedule_);
+    log_info("transport {} between processes ({}), in memory between ranks of one process", kind, placement_.describe());
+  } else {
+    if (p.transport == "gloo" || p.transport == "nccl") {
+      log_info("parallel.transport={} but a single process runs every rank: tensors stay in memory", p.transport);
+    }
+    transport_ = make_inprocess_transport(p.model_parallel_size);
+  }
 }
 
-PipelineTrainer::~PipelineTrainer() = default;
+PipelineTrainer::~PipelineTrainer() {
+  if (dist_ && transport_) dist_->unwatch(transport_.get());
+}
 
 int64_t PipelineTrainer::num_parameters() const {
   int64_t n = 0;
   for (const auto& s : stages_) {
+    if (!s) continue;
     for (const auto& t : s->parameters()) n += t.numel();
   }
   return n;
@@ -242,27 +290,37 @@ double PipelineTrainer::forward_backward(const Batch& batch, ActionRecorder* rec
   StepContext ctx;
   ctx.schedule = &schedule_;
   ctx.rank_devices = rank_devices_;
+  ctx.local_ranks = local_ranks_;
   ctx.transport = transport_.get();
   ctx.recorder = recorder;
   const auto inputs = batch.input_ids.chunk(m, 0);
   const auto targets = batch.targets.chunk(m, 0);
   for (int i = 0; i < m; ++i) ctx.microbatches.push_back(Batch{inputs[static_cast<size_t>(i)], targets[static_cast<size_t>(i)]});
   for (auto& s : stages_) {
-    s->begin_step();
-    s->zero_grad();
+    if (s) {
+      s->begin_step();
+      s->zero_grad();
+    }
     ctx.stages.push_back(s.get());
   }
   try {
     executor_->run_step(ctx);
   } catch (...) {
-    for (auto& s : stages_) s->discard_step();  // a later step starts clean
+    for (auto& s : stages_) {
+      if (s) s->discard_step();  // a later step starts clean
+    }
     throw;
   }
-  const StageRuntime& last = *stages_.back();
-  if (last.losses_recorded() != m) {
-    throw std::runtime_error(fmt::format("the last stage computed {} losses for {} micro-batches", last.losses_recorded(), m));
+  double loss = 0;
+  if (const StageRuntime* last = stages_.back().get()) {
+    if (last->losses_recorded() != m) {
+      throw std::runtime_error(fmt::format("the last stage computed {} losses for {} micro-batches", last->losses_recorded(), m));
+    }
+    loss = last->loss_sum() / m;
   }
-  return last.loss_sum() / m;
+  // The last stage's process has the loss; every process needs it (logs, the NaN guard).
+  if (dist_) loss = dist_->all_reduce_sum({loss}).front();
+  return loss;
 }
 
 std::pair<double, double> PipelineTrainer::optimizer_step(int64_t step) {
@@ -270,12 +328,14 @@ std::pair<double, double> PipelineTrainer::optimizer_step(int64_t step) {
   // is summed from per-stage squared norms rather than clip_grad_norm_ over one device's list.
   double squared = 0;
   for (const auto& s : stages_) {
+    if (!s) continue;
     std::vector<at::Tensor> norms;
     for (const auto& p : s->parameters()) {
       if (p.grad().defined()) norms.push_back(p.grad().detach().to(at::kFloat).pow(2).sum());
     }
     if (!norms.empty()) squared += at::stack(norms).sum().item<double>();
   }
+  if (dist_) squared = dist_->all_reduce_sum({squared}).front();
   const double norm = std::sqrt(squared);
   // A NaN/inf norm fails `norm > clip`, so clipping would be skipped and AdamW would write
   // NaN into every weight: stop before opt->step() instead of silently corrupting the model.
@@ -287,6 +347,7 @@ std::pair<double, double> PipelineTrainer::optimizer_step(int64_t step) {
   if (clip > 0 && norm > clip) {
     const double scale = clip / (norm + 1e-6);
     for (const auto& s : stages_) {
+      if (!s) continue;
       for (const auto& p : s->parameters()) {
         if (p.grad().defined()) p.grad().mul_(scale);
       }
@@ -295,16 +356,109 @@ std::pair<double, double> PipelineTrainer::optimizer_step(int64_t step) {
   const auto& t = config_.training;
   const double lr = learning_rate_at(step, total_steps(), t.learning_rate, t.warmup_steps, t.min_lr_ratio);
   for (auto& opt : optimizers_->per_stage) {
+    if (!opt) continue;
     for (auto& group : opt->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
     opt->step();
   }
   return {norm, lr};
 }
 
+std::string PipelineTrainer::checkpoint_root() const {
+  const auto& t = config_.training;
+  return t.checkpoint_dir.empty() ? (std::filesystem::path(t.output_dir) / "checkpoints").string() : t.checkpoint_dir;
+}
+
+std::string PipelineTrainer::checkpoint_config_hash() const {
+  PipelineConfig trajectory = config_;
+  trajectory.training.output_dir = "-";
+  trajectory.training.checkpoint_dir.clear();
+  trajectory.training.checkpoint_interval = 0;
+  trajectory.training.keep_checkpoints = 0;
+  trajectory.training.log_interval = 1;
+  trajectory.training.profile_iteration = 0;
+  trajectory.training.exit_after_profile = false;
+  trajectory.parallel.peer_timeout_s = 1;
+  return config_hash(trajectory.to_yaml());
+}
+
+void PipelineTrainer::resume_from(const std::string& folder) { resume_ = folder; }
+
+void PipelineTrainer::save_checkpoint(int64_t step, int epoch, int64_t batch_index) {
+  const std::string root = checkpoint_root();
+  const std::string folder = checkpoint_folder(root, step);
+  std::filesystem::create_directories(folder);
+  const TrainingPosition position{step, epoch, batch_index};
+  const std::string hash = checkpoint_config_hash();
+  std::vector<StageCheckpointFile> files;
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    if (!stages_[s]) continue;
+    files.push_back(write_stage_checkpoint(folder, static_cast<int>(s), stages_[s]->module(), *optimizers_->per_stage[s],
+                                           stages_[s]->device(), position, hash));
+  }
+  if (dist_) {
+    // Rank 0 writes the manifest only after every process has written (and fsynced) its files:
+    // it waits for each rank's entries, one line per stage, through the store.
+    std::string mine;
+    for (const auto& f : files) mine += fmt::format("{}\t{}\t{}\t{}\n", f.stage, f.file, f.bytes, f.crc32);
+    const auto all = dist_->gather_to_rank0(fmt::format("checkpoint/{}", step), mine);
+    if (dist_->rank() == 0) {
+      files.clear();
+      for (const std::string& text : all) {
+        std::istringstream lines(text);
+        StageCheckpointFile f;
+        while (lines >> f.stage >> f.file >> f.bytes >> f.crc32) files.push_back(f);
+      }
+    }
+  }
+  if (!dist_ || dist_->rank() == 0) {
+    Manifest manifest;
+    manifest.position = position;
+    manifest.config_hash = hash;
+    manifest.num_stages = static_cast<int>(stages_.size());
+    manifest.world_size = dist_ ? dist_->world_size() : 1;
+    manifest.stages = files;
+    std::sort(manifest.stages.begin(), manifest.stages.end(),
+              [](const StageCheckpointFile& a, const StageCheckpointFile& b) { return a.stage < b.stage; });
+    write_manifest(folder, manifest);
+    prune_checkpoints(root, config_.training.keep_checkpoints);
+    log_info("checkpoint of step {} written to {}", step, folder);
+  }
+}
+std::tuple<int64_t, int, int64_t> PipelineTrainer::load_checkpoint() {
+  std::string folder = resume_.value_or("");
+  if (folder.empty()) {
+    // Rank 0 picks, so that every process resumes from the same step even if a newer checkpoint
+    // completes in between.
+    const auto latest = latest_checkpoint(checkpoint_root());
+    folder = latest.value_or("");
+    if (dist_) folder = dist_->broadcast_from_rank0("resume_folder", folder);
+    if (folder.empty()) {
+      throw CheckpointError("--resume: no complete checkpoint under " + checkpoint_root() +
+                            " (a folder step_N with a manifest.json); train without --resume, or set "
+                            "training.checkpoint_dir to where the checkpoints are");
+    }
+  }
+  const Manifest manifest = read_manifest(folder, checkpoint_config_hash(), static_cast<int>(stages_.size()));
+  TrainingPosition position = manifest.position;
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    if (!stages_[s]) continue;
+    const TrainingPosition stored = read_stage_checkpoint(folder, static_cast<int>(s), stages_[s]->module(),
+                                                          *optimizers_->per_stage[s], stages_[s]->device());
+    if (!(stored == manifest.position)) {
+      throw CheckpointError(fmt::format("{}: stage {} was saved at step {} but the manifest says step {}: the folder "
+                                        "mixes two checkpoints", folder, s, stored.step, manifest.position.step));
+    }
+  }
+  log_info("resumed from {}: {} steps done, next batch {} of epoch {}", folder, position.step, position.batch_index,
+           position.epoch);
+  return {position.step, position.epoch, position.batch_index};
+}
+
 nlohmann::json PipelineTrainer::train() {
   if (!components_.dataset) throw std::invalid_argument("train() needs a dataset");
   const auto& t = config_.training;
   const auto& p = config_.parallel;
+  const bool main_process = !dist_ || dist_->rank() == 0;
   const char* orion_env = std::getenv("USE_ORION_SCHEDULER");
   RunInfo info;
   info.schedule = p.schedule;
@@ -318,8 +472,9 @@ nlohmann::json PipelineTrainer::train() {
   info.microbatches = t.num_microbatches;
   info.tokens_per_step = config_.dataset.batch_size * config_.model.sequence_length;
   info.parameters = num_parameters();
+  if (dist_) info.parameters = static_cast<int64_t>(dist_->all_reduce_sum({static_cast<double>(info.parameters)}).front());
   info.flops_per_token = components_.model->training_flops_per_token();
-  info.num_gpus = info.device == "cuda" ? count_distinct_devices(rank_devices_) : 0;
+  info.num_gpus = info.device == "cuda" ? (dist_ ? dist_->world_size() : count_distinct_devices(rank_devices_)) : 0;
   if (info.device == "cuda") {
     info.peak_flops_per_gpu = peak_flops_override_from_env();
     if (!info.peak_flops_per_gpu) info.peak_flops_per_gpu = peak_flops_for_device_name(info.device_name);
@@ -330,13 +485,16 @@ nlohmann::json PipelineTrainer::train() {
   log_info("model: {} parameters, {:.3g} training FLOPs/token; {} virtual stages on {} ranks", info.parameters,
                info.flops_per_token, info.stages, info.ranks);
   for (const auto& s : stages_) {
+    if (!s) continue;
     log_info("  stage {} (rank {}): layers [{}, {}), recompute {:.2f}", s->spec().stage,
                  schedule_.rank_of_stage(s->spec().stage), s->spec().first_layer, s->spec().last_layer,
                  s->spec().recompute_ratio);
   }
   log_info("executor {} | schedule {} | device {} ({}) | dtype {} | intra-op threads {}", info.executor,
                info.schedule, info.device, info.device_name, info.dtype, at::get_num_threads());
-  for (const auto& line : executor_->describe_streams(rank_devices_)) log_info("  {}", line);
+  for (int r : local_ranks_) {
+    log_info("  {}", executor_->describe_streams(rank_devices_).at(static_cast<size_t>(r)));
+  }
   log_info("orion scheduler: parallel.use_orion_scheduler={} USE_ORION_SCHEDULER={}",
                p.use_orion_scheduler ? "true" : "false", orion_env ? orion_env : "(unset)");
   if (p.use_orion_scheduler && (orion_env == nullptr || std::string(orion_env) != "1")) {
@@ -344,15 +502,23 @@ nlohmann::json PipelineTrainer::train() {
                  "USE_ORION_SCHEDULER=1 LD_PRELOAD=.../libgpu_scheduler.so for the shim to schedule kernels");
   }
 
-  MetricsLog metrics(t.output_dir, info);
+  // Rank 0 writes the metrics and the summary; each process writes the timeline of its ranks.
+  std::optional<MetricsLog> metrics;
+  if (main_process) metrics.emplace(t.output_dir, info);
+  std::filesystem::create_directories(t.output_dir);
   ActionRecorder recorder;
-  const std::string timeline_path = (std::filesystem::path(t.output_dir) / "timeline.json").string();
+  const std::string timeline_name = main_process ? "timeline.json" : fmt::format("timeline.rank{}.json", dist_->rank());
+  const std::string timeline_path = (std::filesystem::path(t.output_dir) / timeline_name).string();
   bool profiled = false;
   int64_t step = 0;
+  int first_epoch = 0;
+  int64_t first_index = 0;
+  if (resume_) std::tie(step, first_epoch, first_index) = load_checkpoint();
+  const int64_t first_step = step;
   const int64_t batches = components_.dataset->num_batches();
   bool stop = false;
-  for (int epoch = 0; epoch < t.epochs && !stop; ++epoch) {
-    for (int64_t index = 0; index < batches && !stop; ++index) {
+  for (int epoch = first_epoch; epoch < t.epochs && !stop; ++epoch) {
+    for (int64_t index = epoch == first_epoch ? first_index : 0; index < batches && !stop; ++index) {
       if (t.max_steps >= 0 && step >= t.max_steps) {
         stop = true;
         break;
@@ -379,10 +545,12 @@ nlohmann::json PipelineTrainer::train() {
       it.step_time_ms = ms;
       it.tokens_per_s = static_cast<double>(info.tokens_per_step) / (ms / 1e3);
       it.bubble_fraction = recorder.bubble_fraction();
-      it.mfu = metrics.mfu(it.tokens_per_s);
       it.peak_memory_bytes = peak_memory_bytes(rank_devices_);
-      metrics.add(it);
-      if (t.log_interval > 0 && step % t.log_interval == 0) {
+      if (metrics) {
+        it.mfu = metrics->mfu(it.tokens_per_s);
+        metrics->add(it);
+      }
+      if (main_process && t.log_interval > 0 && step % t.log_interval == 0) {
         log_info("epoch {} step {} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.1f} ms | {:.0f} tokens/s | "
                      "bubble {:.1f}%{}", epoch, step, loss, lr, grad_norm, ms, it.tokens_per_s,
                      100.0 * it.bubble_fraction, it.mfu ? fmt::format(" | MFU {:.2f}%", 100.0 * *it.mfu) : "");
@@ -397,17 +565,40 @@ nlohmann::json PipelineTrainer::train() {
         }
       }
       ++step;
+      if (t.checkpoint_interval > 0 && step % t.checkpoint_interval == 0) {
+        const bool epoch_done = index + 1 >= batches;
+        save_checkpoint(step, epoch_done ? epoch + 1 : epoch, epoch_done ? 0 : index + 1);
+      }
     }
   }
-  if (!profiled && step > 0) {
+  if (!profiled && step > 0 && recorder.wall_us() > 0) {
     write_chrome_trace(recorder, static_cast<int>(step - 1), timeline_path);
     log_info("training.profile_iteration={} was not reached; timeline of the last step ({}) written to {}",
                  t.profile_iteration, step - 1, timeline_path);
   }
-  const std::string summary_path = metrics.write_summary();
-  std::printf("%s\n", metrics.summary_text().c_str());
+  const int64_t steps_run = step - first_step;
+  if (dist_) {
+    // What crossed process boundaries, against what the model implies: per micro-batch and
+    // boundary one activation and one gradient of (micro-batch, sequence, hidden) values.
+    const double sent = dist_->all_reduce_sum({static_cast<double>(transport_->bytes_sent())}).front();
+    int boundaries = 0;
+    for (int s = 0; s + 1 < schedule_.num_stages(); ++s) {
+      if (placement_.process_of(schedule_.rank_of_stage(s)) != placement_.process_of(schedule_.rank_of_stage(s + 1))) ++boundaries;
+    }
+    const double element = 4.0;  // a block ends in a residual add, so activations cross in fp32 even under autocast
+    const double implied = 2.0 * boundaries * static_cast<double>(config_.dataset.batch_size) *
+                           static_cast<double>(config_.model.sequence_length * config_.model.hidden_size) * element;
+    if (main_process && steps_run > 0) {
+      log_info("bytes sent between processes: {:.0f} per step over {} process boundar{} (the model implies {:.0f} "
+               "for activations and gradients: ratio {:.4f})", sent / static_cast<double>(steps_run), boundaries,
+               boundaries == 1 ? "y" : "ies", implied, implied > 0 ? sent / static_cast<double>(steps_run) / implied : 0.0);
+    }
+  }
+  if (!metrics) return nlohmann::json::object();
+  const std::string summary_path = metrics->write_summary();
+  std::printf("%s\n", metrics->summary_text().c_str());
   log_info("summary written to {}", summary_path);
-  return metrics.summary();
+  return metrics->summary();
 }
 
 }  // namespace gpipe

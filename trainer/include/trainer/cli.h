@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "trainer/config.h"
+#include "trainer/launcher.h"
 
 namespace gpipe {
 
@@ -20,6 +21,10 @@ struct RunOptions {
   bool print_config = false;           // --print-config: print the effective YAML and stop
   bool print_schedule = false;         // --print-schedule: print the step x rank grid and stop
   bool validate_only = false;          // --validate-only: check config and schedule, then stop
+  bool resume = false;                 // --resume / --resume-from: continue from a checkpoint
+  std::string resume_from;             // --resume-from FOLDER; empty: the newest under the checkpoint dir
+  // --nproc-per-node N (> 0): be the launcher (launcher.h) of N workers instead of training.
+  std::optional<LaunchOptions> launch;
 };
 
 // The command line is wrong: unknown flag, missing value, malformed --set. Exit code 2.
@@ -37,6 +42,9 @@ struct CliHelp : std::runtime_error {
 //   --virtual-stages N  --steps N (training.max_steps)  --device auto|cpu|cuda  --output-dir DIR
 //   --seed N  --dtype auto|fp32|bf16  --partition NAME|"[12,13,13,11]"  --lr X
 //   --print-config  --print-schedule  --validate-only
+//   --resume  --resume-from DIR  --checkpoint-interval N  --checkpoint-dir DIR
+//   --transport auto|inprocess|gloo|nccl  --placement "[0,0,1,1]"  --peer-timeout SECONDS
+//   --nproc-per-node N  --nnodes N  --node-rank K  --master-addr HOST  --master-port PORT
 // Throws CliHelp, CliError, or ConfigError (bad file, value or combination; exit code 2).
 RunOptions parse_cli(int argc, const char* const* argv);
 inline RunOptions parse_cli(int argc, char** argv) { return parse_cli(argc, const_cast<const char* const*>(argv)); }

@@ -51,6 +51,9 @@ struct TrainingConfig {
   std::string dtype = "auto";    // auto (bf16 autocast on GPU, fp32 on CPU) | fp32 | bf16
   int log_interval = 1;
   std::string output_dir = "runs/latest";  // metrics.jsonl, timeline.json, summary
+  int64_t checkpoint_interval = 0;  // write a checkpoint every N optimizer steps (0: never)
+  std::string checkpoint_dir;       // empty: <output_dir>/checkpoints
+  int keep_checkpoints = 2;         // newest complete checkpoints kept (0: all)
   bool operator==(const TrainingConfig&) const = default;
 };
 
@@ -65,7 +68,15 @@ struct ParallelConfig {
   std::vector<int64_t> partition_layers;    // explicit per-stage layer counts, e.g. [12, 13, 13, 11]
   std::vector<double> recompute_ratio;      // 1 for all, 1 per rank or 1 per stage, in [0, 1]; empty: none
   std::string device = "auto";              // auto | cpu | cuda
-  std::string transport = "inprocess";
+  // How stages of different processes exchange activations and gradients: auto (in-process for
+  // one process, else gloo on CPU and nccl on CUDA) | inprocess | gloo | nccl.
+  std::string transport = "auto";
+  // Process of each pipeline rank when several processes run (WORLD_SIZE > 1); empty: contiguous
+  // blocks of model_parallel_size / WORLD_SIZE ranks per process. E.g. [0, 0, 1, 1].
+  std::vector<int64_t> placement;
+  // How long a rank waits for a peer (rendezvous, a receive, a silent heartbeat) before it gives
+  // up with an error naming that peer.
+  double peer_timeout_s = 120;
   bool operator==(const ParallelConfig&) const = default;
 };
 

@@ -9,5 +9,9 @@ namespace gpipe {
 
 void engine_log_info(const std::string& message);
 void engine_log_warn(const std::string& message);
+void engine_log_error(const std::string& message);
+// Multi-process runs: every log line (spdlog's default logger, shared by all of the trainer's
+// code) starts with "[rank R/W]", so interleaved logs of many ranks stay readable.
+void engine_log_set_rank(int rank, int world_size);
 
 }  // namespace gpipe

@@ -28,9 +28,12 @@ struct ExecutorOptions {
 
 // What one step needs. The executor does not own any of it.
 struct StepContext {
+  // The pipeline ranks this process runs (all when local_ranks is empty).
+  std::vector<int> ranks_here() const;
   const Schedule* schedule = nullptr;      // with communication actions
-  std::vector<StageRuntime*> stages;       // indexed by virtual stage
+  std::vector<StageRuntime*> stages;       // indexed by virtual stage; null for stages of other processes
   std::vector<c10::Device> rank_devices;   // indexed by rank
+  std::vector<int> local_ranks;            // the ranks this process runs; empty: all of them
   std::vector<Batch> microbatches;         // indexed by micro-batch
   Transport* transport = nullptr;
   ActionRecorder* recorder = nullptr;      // optional: spans of every action

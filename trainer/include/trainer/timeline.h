@@ -40,7 +40,8 @@ class ActionRecorder {
   std::vector<ActionSpan> all_spans() const;
   // Sum of compute-span durations of one rank.
   double busy_us(int rank) const;
-  // Idle share of rank-time: 1 - sum(busy) / (ranks x wall). 0 when nothing was recorded.
+  // Idle share of rank-time: 1 - sum(busy) / (ranks x wall) over the ranks that recorded spans
+  // (a process of a multi-process run sees only its own). 0 when nothing was recorded.
   double bubble_fraction() const;
 
  private:

@@ -7,7 +7,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <c10/core/Device.h>
@@ -15,6 +17,7 @@
 
 #include "trainer/config.h"
 #include "trainer/interfaces.h"
+#include "trainer/placement.h"
 #include "trainer/schedule.h"
 
 namespace gpipe {
@@ -23,6 +26,7 @@ class Executor;
 class StageRuntime;
 class ActionRecorder;
 class Transport;
+class Distributed;
 
 struct PipelineComponents {
   std::unique_ptr<ModelInterface> model;
@@ -43,13 +47,19 @@ class PipelineTrainer {
  public:
   // Builds the stages (one thread-free runtime per virtual stage), optimizers, executor and
   // transport. Throws ConfigError for configs that cannot run (e.g. cuda asked and absent).
-  PipelineTrainer(PipelineConfig config, PipelineComponents components);
+  // With `dist` (WORLD_SIZE > 1) this process builds only the stages of its pipeline ranks
+  // (parallel.placement), and losses, gradient norms and checkpoints are agreed across processes.
+  PipelineTrainer(PipelineConfig config, PipelineComponents components, Distributed* dist = nullptr);
   ~PipelineTrainer();
 
   const PipelineConfig& config() const { return config_; }
   const Schedule& schedule() const { return schedule_; }
   const Executor& executor() const { return *executor_; }
+  // Indexed by virtual stage; null for the stages other processes run.
   const std::vector<std::unique_ptr<StageRuntime>>& stages() const { return stages_; }
+  const Placement& placement() const { return placement_; }
+  // The pipeline ranks this process runs.
+  const std::vector<int>& local_ranks() const { return local_ranks_; }
   ModelInterface& model() { return *components_.model; }
   StageInterface& stage_interface() { return *components_.stage; }
   int64_t num_parameters() const;
@@ -66,10 +76,27 @@ class PipelineTrainer {
   // `step` and steps every stage's AdamW. Returns {grad norm before clipping, learning rate}.
   std::pair<double, double> optimizer_step(int64_t step);
   // The whole run (epochs / max_steps / profile_iteration / exit_after_profile). Returns the
-  // summary also written to summary.json.
+  // summary also written to summary.json (on rank 0; other processes return theirs unwritten).
+  // Every training.checkpoint_interval steps, each process writes its stages' checkpoint files
+  // and rank 0 the manifest, last.
   nlohmann::json train();
+  // Before train(): continue from a checkpoint folder, or from the newest complete one under
+  // training.checkpoint_dir when `folder` is empty. Throws CheckpointError (missing, truncated,
+  // or written by another configuration).
+  void resume_from(const std::string& folder);
+  // Where checkpoints go: training.checkpoint_dir, or <output_dir>/checkpoints.
+  std::string checkpoint_root() const;
+  // The hash a checkpoint must carry: the config without fields that do not change the training
+  // trajectory (output and checkpoint folders, logging and profiling).
+  std::string checkpoint_config_hash() const;
 
  private:
+  // Writes every local stage's checkpoint for `next` (steps done, next batch); rank 0 writes the
+  // manifest once all stage files exist, then prunes old checkpoints.
+  void save_checkpoint(int64_t step, int epoch, int64_t batch_index);
+  // Loads the local stages from resume_ (or the newest checkpoint); returns {step, epoch, batch}.
+  std::tuple<int64_t, int, int64_t> load_checkpoint();
+
   PipelineConfig config_;
   PipelineComponents components_;
   Schedule schedule_;
@@ -79,6 +106,10 @@ class PipelineTrainer {
   std::unique_ptr<Optimizers> optimizers_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Transport> transport_;
+  Distributed* dist_ = nullptr;
+  Placement placement_;
+  std::vector<int> local_ranks_;
+  std::optional<std::string> resume_;  // set by resume_from(); "" = the newest
   bool bf16_ = false;
   std::vector<double> measured_layer_ms_;
 };

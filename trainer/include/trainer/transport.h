@@ -60,6 +60,8 @@ class Transport {
   virtual size_t reset() = 0;
   // Messages sent but not yet received (a finished step must leave none).
   virtual size_t pending() const = 0;
+  // Bytes this process sent to other processes so far (payload and headers); 0 in memory.
+  virtual uint64_t bytes_sent() const { return 0; }
 };
 
 // All ranks in one process; `num_ranks` only names peers in errors (stage s lives on rank

@@ -1,0 +1,305 @@
+"""Multi-process runs of gpipe_runner on CPU (Gloo): equality with the in-process pipeline for
+every schedule, the launchers (built-in --nproc-per-node and torchrun --no-python), checkpoint and
+resume, and each fault a cluster has (a killed rank, a port in use, an unreachable master, a
+missing peer, ranks with different configs, a truncated or foreign checkpoint).
+
+Usage: distributed_test.py GPIPE_RUNNER REPO_ROOT [unittest args]
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+RUNNER = ""
+ROOT = ""
+
+# A small GPT that runs a step in well under a second on one core per rank.
+TINY = [
+    "--set", "model.hidden_size=64", "--set", "model.num_layers=4", "--set", "model.num_heads=4",
+    "--set", "model.sequence_length=32", "--set", "dataset.batch_size=8",
+    "--set", "training.num_microbatches=4", "--set", "training.learning_rate=0.002",
+    "--set", "training.warmup_steps=2", "--set", "training.log_interval=1",
+    "--set", "training.profile_iteration=-1", "--set", "training.exit_after_profile=false",
+    "--set", "parallel.device=cpu",
+]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def base_env():
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = "1"  # same intra-op threads in every layout: bitwise-equal math
+    for k in ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+              "SLURM_PROCID", "SLURM_NTASKS", "TORCHELASTIC_USE_AGENT_STORE"]:
+        env.pop(k, None)
+    return env
+
+
+def read_metrics(folder):
+    with open(os.path.join(folder, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def losses(folder):
+    return [(m["step"], m["loss"], m["grad_norm"]) for m in read_metrics(folder)]
+
+
+class Ranks:
+    """WORLD_SIZE processes started by the test itself (so it can kill one)."""
+
+    def __init__(self, world, args, port=None, env_extra=None, ranks=None):
+        self.port = port or free_port()
+        self.procs = {}
+        self.logs = {}
+        self.dir = tempfile.mkdtemp(prefix="gpipe_ranks_")
+        for r in (ranks if ranks is not None else range(world)):
+            env = base_env()
+            env.update({"RANK": str(r), "WORLD_SIZE": str(world), "LOCAL_RANK": str(r),
+                        "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": str(self.port)})
+            env.update((env_extra or {}).get(r, {}))
+            log = open(os.path.join(self.dir, f"rank{r}.log"), "w+")
+            self.logs[r] = log
+            self.procs[r] = subprocess.Popen([RUNNER] + args, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def wait(self, timeout):
+        codes = {}
+        deadline = time.time() + timeout
+        for r, p in self.procs.items():
+            try:
+                codes[r] = p.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                codes[r] = None
+        return codes
+
+    def log(self, r):
+        self.logs[r].flush()
+        with open(self.logs[r].name) as f:
+            return f.read()
+
+    def close(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for log in self.logs.values():
+            log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class DistributedTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="gpipe_dist_")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def run_runner(self, args, timeout=300, env=None, launcher=None):
+        cmd = (launcher or []) + [RUNNER] + args
+        p = subprocess.run(cmd, env=env or base_env(), capture_output=True, text=True, timeout=timeout)
+        return p
+
+    def in_process(self, name, extra):
+        out = os.path.join(self.tmp, name)
+        p = self.run_runner(["--config", os.path.join(ROOT, "configs/gpt_cpu_tiny.yaml")] + TINY + extra +
+                            ["--output-dir", out])
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        return losses(out)
+
+    def assert_same(self, a, b):
+        self.assertEqual(len(a), len(b))
+        for (sa, la, ga), (sb, lb, gb) in zip(a, b):
+            self.assertEqual(sa, sb)
+            self.assertAlmostEqual(la, lb, places=6, msg=f"loss at step {sa}")
+            self.assertAlmostEqual(ga, gb, places=5, msg=f"gradient norm at step {sa}")
+
+    def test_every_schedule_over_gloo_equals_in_process(self):
+        cases = [
+            ("gpipe", ["--schedule", "gpipe"], 2, []),
+            ("1f1b", ["--schedule", "1f1b"], 4, []),
+            ("1f1b_placed", ["--schedule", "1f1b"], 2, ["--placement", "[0,1,1,0]"]),
+            ("interleaved", ["--schedule", "interleaved_1f1b", "--virtual-stages", "2", "--stages", "2"], 2, []),
+            ("zb_h1", ["--schedule", "zb_h1"], 4, []),
+            ("naive", ["--schedule", "1f1b", "--scheduler", "naive"], 2, []),
+        ]
+        for name, extra, procs, placement in cases:
+            with self.subTest(schedule=name, processes=procs):
+                steps = ["--steps", "3"]
+                reference = self.in_process(name + "_ref", extra + steps)
+                out = os.path.join(self.tmp, name + "_mp")
+                p = self.run_runner(["--config", os.path.join(ROOT, "configs/gpt_cpu_tiny.yaml")] + TINY + extra +
+                                    steps + placement + ["--output-dir", out, "--nproc-per-node", str(procs),
+                                                         "--master-port", str(free_port())])
+                self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+                self.assertIn("transport gloo", p.stderr + p.stdout)
+                self.assert_same(reference, losses(out))
+
+    def test_torchrun_no_python_launches_the_runner_unchanged(self):
+        torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+        if not os.path.exists(torchrun):
+            self.skipTest(f"SKIP: torchrun not found next to {sys.executable}")
+        reference = self.in_process("ref", ["--steps", "2"])
+        out = os.path.join(self.tmp, "torchrun")
+        p = self.run_runner(["--config", os.path.join(ROOT, "configs/gpt_cpu_tiny.yaml")] + TINY +
+                            ["--steps", "2", "--output-dir", out],
+                            launcher=[torchrun, "--no-python", "--nproc_per_node=2",
+                                      f"--master_port={free_port()}"])
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        self.assert_same(reference, losses(out))
+
+    def common(self, out, extra=()):
+        return (["--config", os.path.join(ROOT, "configs/gpt_cpu_tiny.yaml")] + TINY +
+                ["--output-dir", out, "--checkpoint-dir", os.path.join(self.tmp, "ckpt")] + list(extra))
+
+    def test_killed_rank_stops_the_others_and_resume_equals_an_uninterrupted_run(self):
+        # The trajectory fields (max_steps: the LR schedule) are equal in all three runs; the
+        # uninterrupted reference stops after step 7 through profile_iteration.
+        reference_out = os.path.join(self.tmp, "reference")
+        p = self.run_runner(["--config", os.path.join(ROOT, "configs/gpt_cpu_tiny.yaml")] + TINY +
+                            ["--steps", "1000", "--output-dir", reference_out,
+                             "--set", "training.profile_iteration=7", "--set", "training.exit_after_profile=true"])
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        reference = losses(reference_out)
+        self.assertEqual([s for s, _, _ in reference], list(range(8)))
+
+        ranks = Ranks(4, self.common(os.path.join(self.tmp, "killed"),
+                                     ["--steps", "1000", "--checkpoint-interval", "2", "--peer-timeout", "30",
+                                      "--set", "training.keep_checkpoints=0"]))
+        try:
+            manifest = os.path.join(self.tmp, "ckpt", "step_00000004", "manifest.json")
+            deadline = time.time() + 120
+            while not os.path.exists(manifest) and time.time() < deadline:
+                time.sleep(0.05)
+            self.assertTrue(os.path.exists(manifest), ranks.log(0)[-3000:])
+            ranks.procs[2].send_signal(signal.SIGKILL)
+            killed_at = time.time()
+            codes = ranks.wait(timeout=60)
+            took = time.time() - killed_at
+            self.assertEqual(codes[2], -signal.SIGKILL)
+            for r in (0, 1, 3):
+                self.assertIsNotNone(codes[r], f"rank {r} still runs {took:.0f} s after rank 2 was killed")
+                self.assertNotEqual(codes[r], 0, ranks.log(r)[-2000:])
+                self.assertIn("lost rank 2", ranks.log(r), ranks.log(r)[-2000:])
+            self.assertLess(took, 30, "the other ranks must stop within parallel.peer_timeout_s")
+        finally:
+            ranks.close()
+        self.assertTrue(os.path.exists(manifest))
+
+        # Resume the killed run from the newest complete checkpoint (step 4 or later), on another
+        # process layout (2 processes x 2 ranks): the stage files do not depend on it.
+        resumed_out = os.path.join(self.tmp, "resumed")
+        p = self.run_runner(self.common(resumed_out, ["--steps", "1000", "--resume-from",
+                                                      os.path.dirname(manifest),
+                                                      "--set", "training.profile_iteration=7",
+                                                      "--set", "training.exit_after_profile=true",
+                                                      "--nproc-per-node", "2", "--master-port", str(free_port())]))
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        resumed = losses(resumed_out)
+        self.assertEqual([s for s, _, _ in resumed], [4, 5, 6, 7])
+        self.assert_same(reference[4:], resumed)
+
+        # --resume (newest) in one process gives the same steps again from the newest checkpoint.
+        p = self.run_runner(self.common(os.path.join(self.tmp, "resumed_latest"),
+                                        ["--steps", "1000", "--resume", "--set", "training.profile_iteration=9",
+                                         "--set", "training.exit_after_profile=true"]))
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        latest = losses(os.path.join(self.tmp, "resumed_latest"))
+        self.assertGreaterEqual(latest[0][0], 4)
+        by_step = {s: (l, g) for s, l, g in reference}
+        for s, l, g in latest:
+            if s in by_step:
+                self.assertAlmostEqual(l, by_step[s][0], places=6)
+
+    def test_truncated_or_foreign_checkpoint_is_refused(self):
+        out = os.path.join(self.tmp, "first")
+        p = self.run_runner(self.common(out, ["--steps", "2", "--checkpoint-interval", "2"]))
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        folder = os.path.join(self.tmp, "ckpt", "step_00000002")
+        # Another seed: a different trajectory, a foreign checkpoint.
+        p = self.run_runner(self.common(os.path.join(self.tmp, "foreign"), ["--steps", "2", "--seed", "7", "--resume"]))
+        self.assertEqual(p.returncode, 2, p.stderr[-2000:])
+        self.assertIn("different configuration", p.stderr)
+        stage_file = os.path.join(folder, "stage_1.pt")
+        with open(stage_file, "r+b") as f:
+            f.truncate(os.path.getsize(stage_file) - 7)
+        p = self.run_runner(self.common(os.path.join(self.tmp, "truncated"), ["--steps", "2", "--resume"]))
+        self.assertEqual(p.returncode, 2, p.stderr[-2000:])
+        self.assertIn("truncated", p.stderr)
+        self.assertIn("stage_1.pt", p.stderr)
+
+    def test_port_in_use_is_named(self):
+        with socket.socket() as holder:
+            holder.bind(("127.0.0.1", 0))
+            holder.listen()
+            port = holder.getsockname()[1]
+            ranks = Ranks(2, self.common(os.path.join(self.tmp, "port"), ["--steps", "1", "--peer-timeout", "5"]),
+                          port=port, ranks=[0])
+            try:
+                codes = ranks.wait(timeout=60)
+                self.assertEqual(codes[0], 1, ranks.log(0)[-2000:])
+                self.assertIn(f"MASTER_PORT={port} is already in use", ranks.log(0))
+            finally:
+                ranks.close()
+
+    def test_unreachable_master_is_named(self):
+        port = free_port()  # nobody listens there
+        ranks = Ranks(2, self.common(os.path.join(self.tmp, "unreachable"), ["--steps", "1", "--peer-timeout", "3"]),
+                      port=port, ranks=[1])
+        try:
+            codes = ranks.wait(timeout=60)
+            self.assertEqual(codes[1], 1, ranks.log(1)[-2000:])
+            self.assertIn(f"could not reach the rendezvous at 127.0.0.1:{port}", ranks.log(1))
+        finally:
+            ranks.close()
+
+    def test_missing_peer_is_named(self):
+        ranks = Ranks(3, self.common(os.path.join(self.tmp, "missing"), ["--steps", "1", "--peer-timeout", "3",
+                                                                          "--stages", "3",
+                                                                          "--set", "model.num_layers=3"]),
+                      ranks=[0, 1])
+        try:
+            codes = ranks.wait(timeout=60)
+            for r in (0, 1):
+                self.assertEqual(codes[r], 1, ranks.log(r)[-2000:])
+                self.assertIn("only 2 of 3 ranks joined", ranks.log(r))
+                self.assertIn("missing rank 2", ranks.log(r))
+        finally:
+            ranks.close()
+
+    def test_ranks_with_different_configs_are_refused(self):
+        args = self.common(os.path.join(self.tmp, "mismatch"), ["--steps", "1", "--peer-timeout", "20"])
+        port = free_port()
+        ranks = Ranks(2, args, port=port, ranks=[0])
+        other = Ranks(2, args + ["--lr", "0.5"], port=port, ranks=[1])
+        try:
+            codes = {**ranks.wait(timeout=60), **other.wait(timeout=60)}
+            for r, log in ((0, ranks.log(0)), (1, other.log(1))):
+                self.assertEqual(codes[r], 2, log[-2000:])
+                self.assertIn("rank 0 and rank 1 run different configurations", log)
+        finally:
+            ranks.close()
+            other.close()
+
+    def test_bad_launch_environment_is_a_usage_error(self):
+        env = base_env()
+        env.update({"RANK": "0"})  # WORLD_SIZE missing
+        p = self.run_runner(self.common(os.path.join(self.tmp, "env"), ["--steps", "1"]), env=env)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("WORLD_SIZE", p.stderr)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    RUNNER, ROOT = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    unittest.main(argv=[sys.argv[0]] + sys.argv[3:], verbosity=2)

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Real Slurm on one machine: starts a private munged + slurmctld + slurmd, submits
+# scripts/submit_gpipe_1node.sh as a 2-rank CPU pipeline (one gpipe_runner process per rank,
+# rendezvous through MASTER_ADDR/MASTER_PORT), runs the same config in one process without
+# Slurm, and requires the job to complete and both runs to log the same losses.
+# Usage: local_slurm_check.sh /path/to/gpipe_runner /path/to/repo
+# Exit: 0 pass, 1 fail, 77 skipped (no Slurm/munge installed, or not root).
+set -u
+runner=$(realpath "$1"); repo=$(realpath "$2")
+here=$(cd "$(dirname "$0")" && pwd)
+ranks=2
+
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" -eq 0 ] || skip "the daemons run as SlurmUser=root; run as root"
+for b in munged slurmctld slurmd sbatch srun sinfo scontrol squeue scancel python3; do
+  command -v "$b" >/dev/null || skip "$b is not installed (OURGPIPE_WITH_SLURM=1 scripts/install-deps.sh)"
+done
+slurmd -C >/dev/null 2>&1 || skip "slurmd -C cannot read this machine's CPUs and memory"
+
+# Run as if outside any job: a surrounding allocation (CI on a Slurm cluster) or a torchrun-style
+# environment would otherwise make the one-process reference run join someone else's job.
+mapfile -t inherited < <(compgen -e | grep -E '^(SLURM_|SRUN_|SBATCH_)')
+unset "${inherited[@]}" RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT OURGPIPE_ROOT
+
+tmp=$(mktemp -d /tmp/gpipe-slurm-check.XXXXXX)
+chmod 711 "$tmp"  # munged wants its socket reachable by every user
+# shellcheck source=tests/slurm/localhost_cluster.sh
+source "$here/localhost_cluster.sh"
+sbatch_pid=""
+trap '[ -z "$sbatch_pid" ] || kill "$sbatch_pid" 2>/dev/null; slurm_cluster_stop; rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM HUP  # so that the EXIT trap stops the daemons when ctest times out
+job_logs() { local f; for f in "$tmp"/submit/logs/*; do echo "----- job log $f"; cat "$f"; done; }
+fail() { echo "FAIL: $*"; job_logs; slurm_cluster_logs; exit 1; }
+
+slurm_cluster_start "$tmp/cluster" || fail "the localhost cluster did not come up"
+echo "ok   cluster up: $(sinfo -h -o '%P %D %t %c CPUs')"
+
+overrides=(--set parallel.model_parallel_size="$ranks" --set training.max_steps=5
+           --set parallel.device=cpu --set training.log_interval=1)
+mkdir -p "$tmp/submit/logs"
+# Overrides of the script's GPU header (see scripts/submit_gpipe_1node.sh); --time (minutes)
+# bounds a hang well inside ctest's TIMEOUT, so the daemons still get stopped.
+# In the background: `wait` returns at once on a signal, a foreground sbatch --wait would not.
+(cd "$tmp/submit" && GPIPE_RUNNER=$runner CONFIG=$repo/configs/gpt_cpu_tiny.yaml \
+  exec sbatch --wait --parsable --nodes=1 --ntasks-per-node=$ranks --cpus-per-task=1 --gpus-per-node=0 \
+    --time=5 "$repo/scripts/submit_gpipe_1node.sh" "${overrides[@]}" --set "training.output_dir=$tmp/slurm_run" \
+    >"$tmp/jobid") &
+sbatch_pid=$!
+wait "$sbatch_pid"
+rc=$?
+sbatch_pid=""
+jobid=$(cat "$tmp/jobid")
+[ "$rc" -eq 0 ] || fail "sbatch --wait exited $rc (job ${jobid:-?})"
+state=$(scontrol show job "$jobid" | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+[ "$state" = COMPLETED ] || fail "job $jobid ended $state, not COMPLETED"
+echo "ok   job $jobid COMPLETED"
+for r in $(seq 0 $((ranks - 1))); do
+  grep -qF "[rank $r/$ranks]" "$tmp"/submit/logs/* || fail "no '[rank $r/$ranks]' line in the job log: the ranks did not run as separate processes"
+done
+echo "ok   the job log has lines of every rank 0..$((ranks - 1))"
+
+timeout 180 "$runner" --config "$repo/configs/gpt_cpu_tiny.yaml" "${overrides[@]}" --set "training.output_dir=$tmp/local_run" \
+  >"$tmp/local_run.log" 2>&1
+rc=$?
+[ "$rc" -eq 0 ] || { tail -20 "$tmp/local_run.log"; fail "the one-process run exited $rc"; }
+echo "ok   one-process run"
+
+python3 - "$tmp/slurm_run/metrics.jsonl" "$tmp/local_run/metrics.jsonl" <<'PY' || fail "the losses differ"
+import json, math, sys
+def losses(path):
+    with open(path) as f:
+        return {r["step"]: r["loss"] for r in map(json.loads, filter(str.strip, f))}
+slurm, local = map(losses, sys.argv[1:])
+assert len(local) == 5, f"one-process run logged steps {sorted(local)}, want 5"
+assert slurm.keys() == local.keys(), f"steps differ: slurm {sorted(slurm)} vs one-process {sorted(local)}"
+for step in sorted(local):
+    a, b = slurm[step], local[step]
+    assert math.isclose(a, b, rel_tol=1e-6), f"step {step}: slurm loss {a} vs one-process {b}"
+print(f"ok   same losses at steps {sorted(local)}: {[round(local[s], 4) for s in sorted(local)]}")
+PY
+echo "local_slurm_check: pass"

@@ -1,0 +1,82 @@
+// Per-stage checkpoints of the pipeline trainer. Each process writes the stages it owns, one file
+// per stage (parameters, buffers, optimizer state, RNG states, position); one process then writes
+// the folder's manifest.json, which lists every stage file with its size and crc32. Every file goes
+// through <file>.tmp + fsync + rename, and the manifest comes last, so a folder without a manifest
+// is an interrupted checkpoint: it is never resumed from.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace gpipe {
+
+// A checkpoint that must not be used (missing, damaged, foreign, mismatched). The runner exits 2.
+struct CheckpointError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Where training resumes: `step` optimizer steps are done; the next batch is (epoch, batch_index).
+struct TrainingPosition {
+  int64_t step = 0;
+  int epoch = 0;
+  int64_t batch_index = 0;
+  bool operator==(const TrainingPosition&) const = default;
+};
+
+struct StageCheckpointFile {
+  int stage = 0;
+  std::string file;  // relative to the checkpoint folder
+  uint64_t bytes = 0;
+  uint32_t crc32 = 0;
+};
+
+struct Manifest {
+  int format_version = 1;
+  TrainingPosition position;
+  std::string config_hash;  // hex; a different run's checkpoint is "foreign"
+  int num_stages = 0;
+  int world_size = 1;
+  std::vector<StageCheckpointFile> stages;  // exactly one per stage 0..num_stages-1 when complete
+};
+
+// <root>/step_<8-digit step>: one folder per checkpoint.
+std::string checkpoint_folder(const std::string& root, int64_t step);
+
+// Writes <folder>/stage_<stage>.pt atomically (creating the folder): the module's named parameters
+// and buffers, the optimizer state, the CPU generator state (and `device`'s generator state when it
+// is CUDA), the position and the config hash. Returns the entry for the manifest.
+StageCheckpointFile write_stage_checkpoint(const std::string& folder, int stage, torch::nn::Module& module,
+                                           torch::optim::Optimizer& optimizer, c10::Device device,
+                                           const TrainingPosition& position, const std::string& config_hash);
+
+// Writes <folder>/manifest.json atomically; call once every stage file exists.
+void write_manifest(const std::string& folder, const Manifest& manifest);
+
+// Reads <folder>/manifest.json and checks it: parsable, complete, every stage file with its recorded
+// size and crc32, the expected config hash and stage count. Throws CheckpointError otherwise.
+Manifest read_manifest(const std::string& folder, const std::string& expected_config_hash, int expected_num_stages);
+
+// The newest complete checkpoint folder under root (highest step with a manifest.json), or nullopt.
+std::optional<std::string> latest_checkpoint(const std::string& root);
+
+// Restores stage `stage` from a folder read_manifest() accepted: parameters and buffers copied in
+// place (same shapes and dtypes), optimizer state, CPU generator state (and CUDA's for CUDA
+// devices). Returns the position stored. Throws CheckpointError naming the file or tensor.
+TrainingPosition read_stage_checkpoint(const std::string& folder, int stage, torch::nn::Module& module,
+                                       torch::optim::Optimizer& optimizer, c10::Device device);
+
+// Deletes the checkpoint folders under root older than the newest `keep` complete ones (keep <= 0:
+// keeps all). Folders newer than those (possibly still being written) stay.
+void prune_checkpoints(const std::string& root, int keep);
+
+// Stable hash of a config text: zlib crc32 of its bytes, 8 hex digits.
+std::string config_hash(const std::string& text);
+
+}  // namespace gpipe

@@ -1,0 +1,299 @@
+// The NCCL cross-process transport for CUDA stages. Each directed pair of pipeline ranks in
+// different processes gets its own two-rank communicator and CUDA stream: a communicator then
+// carries messages one way only, so a send can never wait on a receive that waits on a send
+// (the cycle that grouping with ncclGroupStart/End avoids in torch.distributed.pipelining), and
+// NCCL's in-order matching holds because every schedule receives a pair's messages in the
+// order they were sent (checked at start: sends_and_receives_in_same_order). Shapes travel once,
+// through the store, the first time a (kind, stage, micro-batch) is sent; later steps reuse them.
+// The host never blocks on a transfer: the receiver's compute stream waits on an event.
+// Communication streams are classed "communication" for the Orion shim when it is loaded.
+#include "distributed_internal.h"
+#include "trainer/placement.h"
+#include "trainer/schedule.h"
+#include "trainer/transport.h"
+#include "trainer/config.h"
+
+#ifdef OURGPIPE_HAVE_NCCL
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <dlfcn.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "orion.h"
+#include "trainer/device.h"
+#endif
+
+namespace gpipe {
+
+#ifndef OURGPIPE_HAVE_NCCL
+
+std::unique_ptr<Transport> make_nccl_process_transport(Distributed::Impl&, const Placement&, const Schedule&) {
+  throw ConfigError("parallel.transport=nccl: this build has no NCCL (configure on a machine with the CUDA toolkit and "
+                    "LibTorch-CUDA); use gloo for CPU stages");
+}
+
+#else
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+ncclDataType_t nccl_type(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return ncclFloat32;
+    case at::kHalf: return ncclFloat16;
+    case at::kBFloat16: return ncclBfloat16;
+    case at::kDouble: return ncclFloat64;
+    case at::kLong: return ncclInt64;
+    case at::kInt: return ncclInt32;
+    case at::kByte: return ncclUint8;
+    case at::kChar: return ncclInt8;
+    default: throw TransportError(std::string("the nccl transport cannot carry dtype ") + c10::toString(t));
+  }
+}
+
+class NcclReadyEvent final : public ReadyEvent {
+ public:
+  explicit NcclReadyEvent(const c10::cuda::CUDAStream& stream) { event_.record(stream); }
+  void block_current_stream() const override {
+    const_cast<at::cuda::CUDAEvent&>(event_).block(c10::cuda::getCurrentCUDAStream());
+  }
+
+ private:
+  at::cuda::CUDAEvent event_;
+};
+
+struct Channel {
+  ncclComm_t comm = nullptr;
+  std::optional<c10::cuda::CUDAStream> stream;
+  int peer_index = 0;  // the other end's rank in the two-rank communicator
+  std::mutex mu;       // one thread per pipeline rank uses a channel, but abort() may race
+};
+
+class NcclProcessTransport final : public Transport {
+ public:
+  NcclProcessTransport(Distributed::Impl& dist, const Placement& placement, const Schedule& schedule)
+      : dist_(dist), placement_(placement), num_ranks_(schedule.num_ranks), num_stages_(schedule.num_stages()),
+        num_microbatches_(schedule.num_microbatches), local_(make_inprocess_transport(schedule.num_ranks)),
+        device_(c10::cuda::current_device()) {
+    if (std::string why; !sends_and_receives_in_same_order(schedule, placement, &why)) {
+      throw ConfigError("parallel.transport=nccl matches messages in the order they are posted, but " + why +
+                        "; use parallel.transport gloo or another schedule");
+    }
+    // Every process walks the same sorted list of pairs, so the blocking two-rank initialisations
+    // happen in one global order and cannot wait on each other in a cycle.
+    std::set<std::pair<int, int>> pairs;
+    for (int r = 0; r < schedule.num_ranks; ++r) {
+      for (const Action& a : schedule.per_rank[static_cast<size_t>(r)]) {
+        if (a.type == ActionType::kSendForward) pairs.insert({r, rank_of(a.stage + 1)});
+        if (a.type == ActionType::kSendBackward) pairs.insert({r, rank_of(a.stage - 1)});
+      }
+    }
+    for (const auto& [from, to] : pairs) {
+      const int p_from = placement_.process_of(from), p_to = placement_.process_of(to);
+      if (p_from == p_to || (p_from != dist_.world.rank && p_to != dist_.world.rank)) continue;
+      channels_[{from, to}] = open_channel(from, to, p_from == dist_.world.rank);
+    }
+  }
+
+  ~NcclProcessTransport() override {
+    for (auto& [pair, channel] : channels_) {
+      if (channel->comm != nullptr) {
+        if (aborted()) ncclCommAbort(channel->comm); else ncclCommDestroy(channel->comm);
+      }
+    }
+  }
+
+  void send(const TransferKey& key, Message message) override {
+    const int to = rank_of(key.stage), from = rank_of(key.sender_stage());
+    if (is_local(to)) return local_->send(key, std::move(message));
+    check_not_aborted("send of " + to_string(key));
+    Channel& ch = channel(from, to);
+    at::Tensor data = message.tensor.detach();
+    if (!data.is_cuda()) throw TransportError("the nccl transport carries CUDA tensors; " + to_string(key) + " is on the CPU");
+    std::lock_guard<std::mutex> lock(ch.mu);
+    c10::cuda::CUDAStreamGuard guard(*ch.stream);
+    if (message.ready) message.ready->block_current_stream();
+    data = data.contiguous();
+    publish_shape(key, data);
+    check(ncclSend(data.data_ptr(), static_cast<size_t>(data.numel()), nccl_type(data.scalar_type()), ch.peer_index,
+                   ch.comm, ch.stream->stream()), ch, "ncclSend of " + to_string(key));
+    // The producer's memory must not be reused before the communication stream has read it.
+    c10::cuda::CUDACachingAllocator::recordStream(data.storage().data_ptr(), *ch.stream);
+    bytes_sent_ += static_cast<uint64_t>(data.nbytes());
+  }
+
+  Message recv(const TransferKey& key, std::chrono::milliseconds timeout) override {
+    const int from = rank_of(key.sender_stage()), to = rank_of(key.stage);
+    if (is_local(from)) return local_->recv(key, timeout);
+    check_not_aborted("recv of " + to_string(key));
+    Channel& ch = channel(from, to);
+    const auto [dtype, shape] = shape_of(key);
+    std::lock_guard<std::mutex> lock(ch.mu);
+    c10::cuda::CUDAStreamGuard guard(*ch.stream);
+    at::Tensor data = at::empty(shape, at::TensorOptions().dtype(dtype).device(at::kCUDA, device_));
+    check(ncclRecv(data.data_ptr(), static_cast<size_t>(data.numel()), nccl_type(dtype), ch.peer_index, ch.comm,
+                   ch.stream->stream()), ch, "ncclRecv of " + to_string(key));
+    return Message{data, std::make_shared<NcclReadyEvent>(*ch.stream)};
+  }
+
+  void abort(const std::string& reason) override {
+    local_->abort(reason);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!aborted_.empty()) return;
+      aborted_ = reason.empty() ? "aborted" : reason;
+    }
+    // Kernels waiting for a dead peer only stop when their communicator is aborted.
+    for (auto& [pair, channel] : channels_) {
+      if (channel->comm != nullptr) ncclCommAbort(channel->comm);
+      channel->comm = nullptr;
+    }
+  }
+
+  size_t reset() override { return local_->reset(); }
+  size_t pending() const override { return local_->pending(); }
+  uint64_t bytes_sent() const override { return bytes_sent_.load(); }
+
+ private:
+  int rank_of(int stage) const { return ((stage % num_ranks_) + num_ranks_) % num_ranks_; }
+  bool is_local(int rank) const { return placement_.process_of(rank) == dist_.world.rank; }
+  bool aborted() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !aborted_.empty();
+  }
+  void check_not_aborted(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!aborted_.empty()) throw TransportError(what + " aborted: " + aborted_);
+  }
+  Channel& channel(int from, int to) {
+    auto it = channels_.find({from, to});
+    if (it == channels_.end()) {
+      throw TransportError(fmt::format("no NCCL channel from pipeline rank {} to {}: the schedule sends a message its "
+                                       "start-up scan did not see", from, to));
+    }
+    return *it->second;
+  }
+
+  std::string key_name(const TransferKey& key) const {
+    return fmt::format("nccl/shape/{}/{}/{}", static_cast<int>(key.kind), key.stage, key.microbatch);
+  }
+
+  void publish_shape(const TransferKey& key, const at::Tensor& t) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!published_.insert(key).second) return;
+    }
+    std::string text = std::to_string(static_cast<int>(t.scalar_type()));
+    for (int64_t d : t.sizes()) text += "," + std::to_string(d);
+    dist_.store->set(key_name(key), std::vector<uint8_t>(text.begin(), text.end()));
+  }
+
+  std::pair<at::ScalarType, std::vector<int64_t>> shape_of(const TransferKey& key) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = shapes_.find(key); it != shapes_.end()) return it->second;
+    }
+    std::vector<uint8_t> raw;
+    try {
+      raw = dist_.store->get(key_name(key));  // waits up to parallel.peer_timeout_s for the sender
+    } catch (const std::exception& e) {
+      throw TransportTimeout(fmt::format("the shape of the {} never arrived from pipeline rank {}: {}", to_string(key),
+                                         rank_of(key.sender_stage()), e.what()));
+    }
+    std::stringstream in(std::string(raw.begin(), raw.end()));
+    std::string field;
+    std::getline(in, field, ',');
+    std::pair<at::ScalarType, std::vector<int64_t>> result{static_cast<at::ScalarType>(std::stoi(field)), {}};
+    while (std::getline(in, field, ',')) result.second.push_back(std::stoll(field));
+    std::lock_guard<std::mutex> lock(mu_);
+    shapes_[key] = result;
+    return result;
+  }
+
+  // Non-blocking NCCL: calls may return ncclInProgress; wait until the communicator settles, up
+  // to the peer timeout, so a dead peer is an error and not a hang.
+  void check(ncclResult_t result, Channel& ch, const std::string& what) {
+    const auto deadline = Clock::now() + dist_.options.timeout;
+    while (result == ncclInProgress) {
+      if (Clock::now() > deadline) {
+        throw TransportTimeout(fmt::format("{} did not complete within {} ms", what, dist_.options.timeout.count()));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (ch.comm == nullptr) break;
+      ncclCommGetAsyncError(ch.comm, &result);
+    }
+    if (result != ncclSuccess) {
+      std::string reason;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        reason = aborted_;
+      }
+      if (!reason.empty()) throw TransportError(what + " aborted: " + reason);
+      throw TransportError(fmt::format("{} failed: {} ({})", what, ncclGetErrorString(result),
+                                       ch.comm ? ncclGetLastError(ch.comm) : ""));
+    }
+  }
+
+  std::unique_ptr<Channel> open_channel(int from, int to, bool sender) {
+    auto ch = std::make_unique<Channel>();
+    const std::string key = fmt::format("nccl/id/{}/{}", from, to);
+    ncclUniqueId id;
+    if (sender) {
+      ncclResult_t r = ncclGetUniqueId(&id);
+      if (r != ncclSuccess) throw TransportError(std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(r));
+      dist_.store->set(key, std::vector<uint8_t>(id.internal, id.internal + sizeof(id.internal)));
+    } else {
+      const auto raw = dist_.store->get(key);
+      if (raw.size() != sizeof(id.internal)) throw TransportError("a malformed NCCL id arrived for " + key);
+      std::copy(raw.begin(), raw.end(), id.internal);
+    }
+    c10::cuda::CUDAGuard device_guard(device_);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t r = ncclCommInitRankConfig(&ch->comm, 2, id, sender ? 0 : 1, &config);
+    ch->peer_index = sender ? 1 : 0;
+    check(r, *ch, fmt::format("NCCL communicator between pipeline ranks {} and {} (rank {} and rank {})", from, to,
+                              placement_.process_of(from), placement_.process_of(to)));
+    ch->stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device_);
+    // Tell the Orion shim (when preloaded) that this stream carries communication: never deferred.
+    if (auto set_class = reinterpret_cast<orion_set_stream_class_fn>(dlsym(RTLD_DEFAULT, "orion_set_stream_class"))) {
+      set_class(static_cast<void*>(ch->stream->stream()), "communication");
+    }
+    return ch;
+  }
+
+  Distributed::Impl& dist_;
+  Placement placement_;
+  int num_ranks_, num_stages_, num_microbatches_;
+  std::unique_ptr<Transport> local_;
+  c10::DeviceIndex device_;
+  std::map<std::pair<int, int>, std::unique_ptr<Channel>> channels_;
+  std::mutex mu_;
+  std::string aborted_;
+  std::set<TransferKey> published_;
+  std::map<TransferKey, std::pair<at::ScalarType, std::vector<int64_t>>> shapes_;
+  std::atomic<uint64_t> bytes_sent_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_nccl_process_transport(Distributed::Impl& dist, const Placement& placement,
+                                                       const Schedule& schedule) {
+  return std::make_unique<NcclProcessTransport>(dist, placement, schedule);
+}
+
+#endif
+
+}  // namespace gpipe
