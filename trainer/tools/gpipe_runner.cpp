@@ -8,6 +8,9 @@
 // Exit codes: 0 ok (also --help, --print-config, --print-schedule, --validate-only on a valid
 // schedule), 2 bad usage, configuration, launch environment or checkpoint (the message names
 // the flag, field, variable or file), 1 runtime failure (a lost peer rank included).
+#include <sys/prctl.h>
+
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -79,6 +82,9 @@ int run(int argc, char** argv) {
   const gpipe::WorldInfo world = gpipe::world_from_environment();
   gpipe::PipelineConfig config = options.config;
   if (world.distributed()) {
+    // A worker whose launcher (torchrun's agent, slurmstepd, --nproc-per-node) died must not
+    // train on alone: it gets SIGTERM when its parent goes.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     gpipe::engine_log_set_rank(world.rank, world.world_size);
     g_rank_prefix = "[rank " + std::to_string(world.rank) + "/" + std::to_string(world.world_size) + "] ";
     gpipe::engine_log_info("joining: " + world.describe());
