@@ -52,13 +52,17 @@ c10::intrusive_ptr<c10d::Store> open_store(const WorldInfo& world, const Distrib
 void Distributed::Impl::fail(const std::string& reason) {
   // From here on the peers' sockets close one by one; c10d would log each with a backtrace.
   FLAGS_caffe2_log_level = 2;  // errors only
-  std::set<Transport*> to_abort;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!failure) failure = reason;
-    to_abort = watched;
+  // Under the lock, so that unwatch() (before a transport is destroyed) waits for us; no
+  // transport's abort() takes this lock.
+  std::lock_guard<std::mutex> lock(mu);
+  if (!failure) failure = reason;
+  for (Transport* t : watched) {
+    try {
+      t->abort(*failure);
+    } catch (const std::exception& e) {
+      engine_log_warn("aborting a transport failed: " + error_text(e));
+    }
   }
-  for (Transport* t : to_abort) t->abort(*failure);
 }
 
 void Distributed::Impl::monitor_loop() {

@@ -16,6 +16,7 @@
 #ifdef OURGPIPE_HAVE_NCCL
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -74,11 +75,14 @@ class NcclReadyEvent final : public ReadyEvent {
   at::cuda::CUDAEvent event_;
 };
 
+// One direction between two pipeline ranks. `mu` guards `comm`: the rank's thread holds it for
+// each call, abort() (monitor or executor thread) takes it to abort and clear the communicator.
 struct Channel {
   ncclComm_t comm = nullptr;
+  cudaStream_t raw_stream = nullptr;  // its own stream, never one of the pool's (compute uses those)
   std::optional<c10::cuda::CUDAStream> stream;
   int peer_index = 0;  // the other end's rank in the two-rank communicator
-  std::mutex mu;       // one thread per pipeline rank uses a channel, but abort() may race
+  std::mutex mu;
 };
 
 class NcclProcessTransport final : public Transport {
@@ -100,19 +104,22 @@ class NcclProcessTransport final : public Transport {
         if (a.type == ActionType::kSendBackward) pairs.insert({r, rank_of(a.stage - 1)});
       }
     }
-    for (const auto& [from, to] : pairs) {
-      const int p_from = placement_.process_of(from), p_to = placement_.process_of(to);
-      if (p_from == p_to || (p_from != dist_.world.rank && p_to != dist_.world.rank)) continue;
-      channels_[{from, to}] = open_channel(from, to, p_from == dist_.world.rank);
+    try {
+      for (const auto& [from, to] : pairs) {
+        const int p_from = placement_.process_of(from), p_to = placement_.process_of(to);
+        if (p_from == p_to || (p_from != dist_.world.rank && p_to != dist_.world.rank)) continue;
+        channels_[{from, to}] = open_channel(from, to, p_from == dist_.world.rank);
+      }
+    } catch (...) {
+      for (auto& [pair, channel] : channels_) close_channel(*channel);  // no destructor runs
+      throw;
     }
   }
 
   ~NcclProcessTransport() override {
-    for (auto& [pair, channel] : channels_) {
-      if (channel->comm != nullptr) {
-        if (aborted()) ncclCommAbort(channel->comm); else ncclCommDestroy(channel->comm);
-      }
-    }
+    // Abort, never destroy: ncclCommDestroy may wait for a peer that is still running (this
+    // process is unwinding from an error) and the step's work was synchronised before a normal end.
+    for (auto& [pair, channel] : channels_) close_channel(*channel);
   }
 
   void send(const TransferKey& key, Message message) override {
@@ -123,6 +130,7 @@ class NcclProcessTransport final : public Transport {
     at::Tensor data = message.tensor.detach();
     if (!data.is_cuda()) throw TransportError("the nccl transport carries CUDA tensors; " + to_string(key) + " is on the CPU");
     std::lock_guard<std::mutex> lock(ch.mu);
+    if (ch.comm == nullptr) check_not_aborted("send of " + to_string(key));
     c10::cuda::CUDAStreamGuard guard(*ch.stream);
     if (message.ready) message.ready->block_current_stream();
     data = data.contiguous();
@@ -141,6 +149,7 @@ class NcclProcessTransport final : public Transport {
     Channel& ch = channel(from, to);
     const auto [dtype, shape] = shape_of(key);
     std::lock_guard<std::mutex> lock(ch.mu);
+    if (ch.comm == nullptr) check_not_aborted("recv of " + to_string(key));
     c10::cuda::CUDAStreamGuard guard(*ch.stream);
     at::Tensor data = at::empty(shape, at::TensorOptions().dtype(dtype).device(at::kCUDA, device_));
     check(ncclRecv(data.data_ptr(), static_cast<size_t>(data.numel()), nccl_type(dtype), ch.peer_index, ch.comm,
@@ -155,8 +164,10 @@ class NcclProcessTransport final : public Transport {
       if (!aborted_.empty()) return;
       aborted_ = reason.empty() ? "aborted" : reason;
     }
+    abort_requested_ = true;  // a thread polling in check() lets go of its channel
     // Kernels waiting for a dead peer only stop when their communicator is aborted.
     for (auto& [pair, channel] : channels_) {
+      std::lock_guard<std::mutex> lock(channel->mu);
       if (channel->comm != nullptr) ncclCommAbort(channel->comm);
       channel->comm = nullptr;
     }
@@ -169,10 +180,6 @@ class NcclProcessTransport final : public Transport {
  private:
   int rank_of(int stage) const { return ((stage % num_ranks_) + num_ranks_) % num_ranks_; }
   bool is_local(int rank) const { return placement_.process_of(rank) == dist_.world.rank; }
-  bool aborted() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return !aborted_.empty();
-  }
   void check_not_aborted(const std::string& what) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!aborted_.empty()) throw TransportError(what + " aborted: " + aborted_);
@@ -191,12 +198,20 @@ class NcclProcessTransport final : public Transport {
   }
 
   void publish_shape(const TransferKey& key, const at::Tensor& t) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!published_.insert(key).second) return;
-    }
     std::string text = std::to_string(static_cast<int>(t.scalar_type()));
     for (int64_t d : t.sizes()) text += "," + std::to_string(d);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto [it, first] = published_.emplace(key, text);
+      if (!first) {
+        // The receiver allocates from the first step's shape: a different one would be a wrong count.
+        if (it->second != text) {
+          throw TransportError(fmt::format("the {} changed shape or dtype ({} -> {}); the nccl transport needs the same "
+                                           "shapes every step", to_string(key), it->second, text));
+        }
+        return;
+      }
+    }
     dist_.store->set(key_name(key), std::vector<uint8_t>(text.begin(), text.end()));
   }
 
@@ -207,10 +222,21 @@ class NcclProcessTransport final : public Transport {
     }
     std::vector<uint8_t> raw;
     try {
-      raw = dist_.store->get(key_name(key));  // waits up to parallel.peer_timeout_s for the sender
+      // Poll rather than a blocking get: TCPStore holds its client lock for a whole get, which
+      // would stall the sends (publish_shape) of this process's other ranks meanwhile.
+      const auto deadline = Clock::now() + dist_.options.timeout;
+      while (!dist_.store->check({key_name(key)})) {
+        check_not_aborted("recv of " + to_string(key));
+        if (Clock::now() > deadline) throw std::runtime_error("timed out");
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      raw = dist_.store->get(key_name(key));
+    } catch (const TransportError&) {
+      throw;
     } catch (const std::exception& e) {
-      throw TransportTimeout(fmt::format("the shape of the {} never arrived from pipeline rank {}: {}", to_string(key),
-                                         rank_of(key.sender_stage()), e.what()));
+      throw TransportTimeout(fmt::format("the shape of the {} never arrived from pipeline rank {} within {} ms: {}",
+                                         to_string(key), rank_of(key.sender_stage()), dist_.options.timeout.count(),
+                                         error_text(e)));
     }
     std::stringstream in(std::string(raw.begin(), raw.end()));
     std::string field;
@@ -226,13 +252,14 @@ class NcclProcessTransport final : public Transport {
   // to the peer timeout, so a dead peer is an error and not a hang.
   void check(ncclResult_t result, Channel& ch, const std::string& what) {
     const auto deadline = Clock::now() + dist_.options.timeout;
+    // Called with ch.mu held (or before the channel is shared); abort() waits for it.
     while (result == ncclInProgress) {
+      if (abort_requested_) break;
       if (Clock::now() > deadline) {
         throw TransportTimeout(fmt::format("{} did not complete within {} ms", what, dist_.options.timeout.count()));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
-      if (ch.comm == nullptr) break;
-      ncclCommGetAsyncError(ch.comm, &result);
+      if (const ncclResult_t query = ncclCommGetAsyncError(ch.comm, &result); query != ncclSuccess) result = query;
     }
     if (result != ncclSuccess) {
       std::string reason;
@@ -264,14 +291,42 @@ class NcclProcessTransport final : public Transport {
     config.blocking = 0;
     ncclResult_t r = ncclCommInitRankConfig(&ch->comm, 2, id, sender ? 0 : 1, &config);
     ch->peer_index = sender ? 1 : 0;
+    // A failure from here on must not leak the half-built communicator.
+    struct CloseOnError {
+      NcclProcessTransport* self;
+      Channel* ch;
+      bool armed = true;
+      ~CloseOnError() { if (armed) self->close_channel(*ch); }
+    } guard{this, ch.get()};
     check(r, *ch, fmt::format("NCCL communicator between pipeline ranks {} and {} (rank {} and rank {})", from, to,
                               placement_.process_of(from), placement_.process_of(to)));
-    ch->stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device_);
+    int least = 0, greatest = 0;
+    C10_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    C10_CUDA_CHECK(cudaStreamCreateWithPriority(&ch->raw_stream, cudaStreamNonBlocking, greatest));
+    ch->stream = c10::cuda::getStreamFromExternal(ch->raw_stream, device_);
     // Tell the Orion shim (when preloaded) that this stream carries communication: never deferred.
     if (auto set_class = reinterpret_cast<orion_set_stream_class_fn>(dlsym(RTLD_DEFAULT, "orion_set_stream_class"))) {
-      set_class(static_cast<void*>(ch->stream->stream()), "communication");
+      set_class(static_cast<void*>(ch->raw_stream), "communication");
     }
+    // NCCL connects point-to-point peers lazily, at the first send/receive, and that needs both
+    // ends: connect now, in the global pair order every process walks, so that the first send of
+    // a step can never wait for a peer that is itself blocked in its own first send.
+    at::Tensor probe = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device_));
+    const std::string what = fmt::format("connecting pipeline ranks {} -> {}", from, to);
+    check(sender ? ncclSend(probe.data_ptr(), 1, ncclFloat32, ch->peer_index, ch->comm, ch->raw_stream)
+                 : ncclRecv(probe.data_ptr(), 1, ncclFloat32, ch->peer_index, ch->comm, ch->raw_stream),
+          *ch, what);
+    C10_CUDA_CHECK(cudaStreamSynchronize(ch->raw_stream));
+    guard.armed = false;
     return ch;
+  }
+
+  void close_channel(Channel& ch) {
+    std::lock_guard<std::mutex> lock(ch.mu);
+    if (ch.comm != nullptr) ncclCommAbort(ch.comm);
+    ch.comm = nullptr;
+    if (ch.raw_stream != nullptr) cudaStreamDestroy(ch.raw_stream);
+    ch.raw_stream = nullptr;
   }
 
   Distributed::Impl& dist_;
@@ -282,7 +337,8 @@ class NcclProcessTransport final : public Transport {
   std::map<std::pair<int, int>, std::unique_ptr<Channel>> channels_;
   std::mutex mu_;
   std::string aborted_;
-  std::set<TransferKey> published_;
+  std::map<TransferKey, std::string> published_;  // the shape each key was first sent with
+  std::atomic<bool> abort_requested_{false};
   std::map<TransferKey, std::pair<at::ScalarType, std::vector<int64_t>>> shapes_;
   std::atomic<uint64_t> bytes_sent_{0};
 };

@@ -129,13 +129,13 @@ class GlooProcessTransport final : public Transport {
   }
 
   void abort_remote(const std::string& reason) {
-    std::set<c10d::Work*> receives;
+    std::vector<c10::intrusive_ptr<c10d::Work>> receives;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (aborted_.empty()) aborted_ = reason.empty() ? "aborted" : reason;
-      receives = receives_;
+      receives.assign(receives_.begin(), receives_.end());  // owned: a receiver may drop its own meanwhile
     }
-    for (c10d::Work* w : receives) w->abort();
+    for (const auto& w : receives) w->abort();
   }
 
   void wait_recv(at::Tensor& into, int peer, int tag, const TransferKey& key, int from, std::chrono::milliseconds timeout) {
@@ -145,7 +145,7 @@ class GlooProcessTransport final : public Transport {
       std::lock_guard<std::mutex> lock(mu_);
       if (!aborted_.empty()) throw TransportError("recv of " + to_string(key) + " aborted: " + aborted_);
       work = dist_.gloo->recv(list, peer, tag);
-      receives_.insert(work.get());
+      receives_.insert(work);
     }
     std::string error;
     try {
@@ -156,7 +156,7 @@ class GlooProcessTransport final : public Transport {
     std::string aborted;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      receives_.erase(work.get());
+      receives_.erase(work);
       aborted = aborted_;
     }
     if (error.empty()) return;
@@ -179,7 +179,7 @@ class GlooProcessTransport final : public Transport {
   std::unique_ptr<Transport> local_;
   std::mutex mu_;
   std::deque<c10::intrusive_ptr<c10d::Work>> sends_;
-  std::set<c10d::Work*> receives_;
+  std::set<c10::intrusive_ptr<c10d::Work>> receives_;
   std::string aborted_;
   std::atomic<uint64_t> bytes_sent_{0};
 };

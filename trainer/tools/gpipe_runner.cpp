@@ -100,7 +100,13 @@ int run(int argc, char** argv) {
   {
     gpipe::PipelineTrainer trainer(config, std::move(components), g_dist.get());
     if (options.resume) trainer.resume_from(options.resume_from);
-    trainer.train();
+    try {
+      trainer.train();
+    } catch (const std::exception& e) {
+      // Report (and, in a multi-process run, announce and leave) before the trainer unwinds:
+      // tearing down its communicators could wait on peers that do not know yet.
+      return fail(e);
+    }
   }
   if (g_dist) {
     g_dist->finish();
