@@ -6,12 +6,9 @@
 using orion::Shim;
 namespace real = orion::real;
 
-namespace {
+using orion::first_error;
 
-// The first error wins: a deferred op's failure, else the blocking call's own result.
-CUresult first_error(int drained, CUresult own) {
-  return drained != 0 ? static_cast<CUresult>(drained) : own;
-}
+namespace {
 
 // Drains what a synchronisation on `s` depends on: the stream itself, or for the legacy stream
 // (which waits for every blocking stream) everything.
@@ -70,20 +67,8 @@ ORION_EXPORT CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) {
 }
 
 // Synchronous copies, sets and cuMemFree synchronise with the device (legacy default stream
-// semantics; cuMemFree may free memory queued work still uses): drain everything first.
-#define ORION_UNPAREN(...) __VA_ARGS__
-#define ORION_DEVICE_SYNC(sym, PARAMS, ARGS)                                  \
-  ORION_EXPORT CUresult CUDAAPI sym PARAMS {                                  \
-    ORION_REQUIRE_REAL(sym);                                                  \
-    if (Shim* shim = orion::scheduling_shim()) {                              \
-      int drained = shim->dispatcher().drain_all();                           \
-      return first_error(drained, real::sym ARGS);                            \
-    }                                                                         \
-    return real::sym ARGS;                                                    \
-  }
-#define ORION_DEVICE_SYNC2(sym, sym_pt, PARAMS, ARGS) \
-  ORION_DEVICE_SYNC(sym, PARAMS, ARGS)                \
-  ORION_DEVICE_SYNC(sym_pt, PARAMS, ARGS)
+// semantics; cuMemFree may free memory queued work still uses): drain everything first
+// (ORION_DEVICE_SYNC, shared with their pre-3020 ABIs in legacy_abi_wrappers.cpp).
 
 ORION_DEVICE_SYNC2(cuMemcpy, cuMemcpy_ptds, (CUdeviceptr dst, CUdeviceptr src, size_t n),
                    (dst, src, n))

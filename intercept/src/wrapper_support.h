@@ -37,6 +37,11 @@ CUresult submit_call(Shim* shim, sched::OpKind kind, sched::StreamId stream, con
   return shim->submit(std::move(op));
 }
 
+// The first error wins: a deferred op's failure (from a drain), else the call's own result.
+inline CUresult first_error(int drained, CUresult own) {
+  return drained != 0 ? static_cast<CUresult>(drained) : own;
+}
+
 inline sched::EventId event_id(CUevent e) { return reinterpret_cast<sched::EventId>(e); }
 
 // Whether the driver knows this address (device memory, or pinned/registered host memory). A
@@ -88,3 +93,19 @@ inline bool deferrable_host_copy(Shim* shim, sched::StreamId stream, const void*
 #define ORION_STREAM_OP2(sym, sym_pt, kind, clonable, stream, event, bytes, PARAMS, ARGS) \
   ORION_STREAM_OP(sym, false, kind, clonable, stream, event, bytes, PARAMS, ARGS)         \
   ORION_STREAM_OP(sym_pt, true, kind, clonable, stream, event, bytes, PARAMS, ARGS)
+
+// A blocking call that synchronises with the whole device (synchronous copies and sets, legacy
+// default-stream semantics; cuMemFree, which may free memory queued work still uses): every
+// deferred op is submitted first, then the driver is called with the caller's arguments.
+#define ORION_DEVICE_SYNC(sym, PARAMS, ARGS)                                          \
+  ORION_EXPORT CUresult CUDAAPI sym PARAMS {                                          \
+    ORION_REQUIRE_REAL(sym);                                                          \
+    if (::orion::Shim* shim = orion::scheduling_shim()) {                             \
+      const int drained = shim->dispatcher().drain_all();                             \
+      return ::orion::first_error(drained, ::orion::real::sym ARGS);                  \
+    }                                                                                 \
+    return ::orion::real::sym ARGS;                                                   \
+  }
+#define ORION_DEVICE_SYNC2(sym, sym_pt, PARAMS, ARGS) \
+  ORION_DEVICE_SYNC(sym, PARAMS, ARGS)                \
+  ORION_DEVICE_SYNC(sym_pt, PARAMS, ARGS)

@@ -1,6 +1,6 @@
 // Entry points of the fake driver that record their arguments (fake_cuda_pack_args into the log
 // entry's `params`): batch prefetch/discard, batch decompression, graph upload, graphics map/unmap
-// and the pre-3020 copy ABIs. A test compares the bytes with the arguments it passed, so a
+// and the pre-3020 ABIs of copies, sets and cuMemFree. A test compares the bytes with the arguments it passed, so a
 // wrapper that changed, reordered or copied an argument (a borrowed array pointer included) is
 // caught.
 #include "fake_cuda_state.h"  // first: it selects cuda.h's internal (all-variants) mode
@@ -82,3 +82,47 @@ FAKE_RECORDED(cuMemcpyHtoAAsync,
 FAKE_RECORDED(cuMemcpyAtoHAsync,
               (void* h, CUarray a, unsigned int off, unsigned int n, CUstream s),
               (h, a, off, n, s), s, n)
+
+// Pre-3020 synchronous copies, sets and cuMemFree (no stream): the size in bytes (sets: the
+// element count, 2D: width * height), cuMemFree the pointer.
+FAKE_RECORDED(cuMemcpyHtoD, (CUdeviceptr_v1 d, const void* h, unsigned int n), (d, h, n), nullptr,
+              n)
+FAKE_RECORDED(cuMemcpyDtoH, (void* h, CUdeviceptr_v1 d, unsigned int n), (h, d, n), nullptr, n)
+FAKE_RECORDED(cuMemcpyDtoD, (CUdeviceptr_v1 d, CUdeviceptr_v1 src, unsigned int n), (d, src, n),
+              nullptr, n)
+FAKE_RECORDED(cuMemcpyHtoA, (CUarray a, unsigned int off, const void* h, unsigned int n),
+              (a, off, h, n), nullptr, n)
+FAKE_RECORDED(cuMemcpyAtoH, (void* h, CUarray a, unsigned int off, unsigned int n),
+              (h, a, off, n), nullptr, n)
+FAKE_RECORDED(cuMemcpyAtoD, (CUdeviceptr_v1 d, CUarray a, unsigned int off, unsigned int n),
+              (d, a, off, n), nullptr, n)
+FAKE_RECORDED(cuMemcpyDtoA, (CUarray a, unsigned int off, CUdeviceptr_v1 d, unsigned int n),
+              (a, off, d, n), nullptr, n)
+FAKE_RECORDED(cuMemcpyAtoA,
+              (CUarray a, unsigned int off, CUarray src, unsigned int src_off, unsigned int n),
+              (a, off, src, src_off, n), nullptr, n)
+FAKE_RECORDED(cuMemcpy2D, (const CUDA_MEMCPY2D_v1* p), (p), nullptr,
+              p ? uint64_t{p->WidthInBytes} * p->Height : 0)
+FAKE_RECORDED(cuMemcpy2DUnaligned, (const CUDA_MEMCPY2D_v1* p), (p), nullptr,
+              p ? uint64_t{p->WidthInBytes} * p->Height : 0)
+FAKE_RECORDED(cuMemcpy3D, (const CUDA_MEMCPY3D_v1* p), (p), nullptr,
+              p ? uint64_t{p->WidthInBytes} * p->Height * p->Depth : 0)
+FAKE_RECORDED(cuMemsetD8, (CUdeviceptr_v1 d, unsigned char v, unsigned int n), (d, v, n), nullptr,
+              n)
+FAKE_RECORDED(cuMemsetD16, (CUdeviceptr_v1 d, unsigned short v, unsigned int n), (d, v, n),
+              nullptr, n)
+FAKE_RECORDED(cuMemsetD32, (CUdeviceptr_v1 d, unsigned int v, unsigned int n), (d, v, n), nullptr,
+              n)
+FAKE_RECORDED(cuMemsetD2D8,
+              (CUdeviceptr_v1 d, unsigned int pitch, unsigned char v, unsigned int w,
+               unsigned int h),
+              (d, pitch, v, w, h), nullptr, uint64_t{w} * h)
+FAKE_RECORDED(cuMemsetD2D16,
+              (CUdeviceptr_v1 d, unsigned int pitch, unsigned short v, unsigned int w,
+               unsigned int h),
+              (d, pitch, v, w, h), nullptr, uint64_t{w} * h)
+FAKE_RECORDED(cuMemsetD2D32,
+              (CUdeviceptr_v1 d, unsigned int pitch, unsigned int v, unsigned int w,
+               unsigned int h),
+              (d, pitch, v, w, h), nullptr, uint64_t{w} * h)
+FAKE_RECORDED(cuMemFree, (CUdeviceptr_v1 p), (p), nullptr, p)
