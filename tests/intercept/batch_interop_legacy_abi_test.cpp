@@ -7,27 +7,11 @@
 // Compiled like the shim and the fake driver, with cuda.h's internal mode: every ABI is declared
 // under its own name (cuGraphUpload_ptsz, the v1 cuMemcpyHtoDAsync with 32-bit pointers,
 // CUDA_MEMCPY2D_v1, ...), so each exported symbol can be called with its exact type.
-#define __CUDA_API_VERSION_INTERNAL 1
-#include <cuda.h>
-#include <cudaTypedefs.h>
-// In this mode cuStreamDestroy names the pre-4000 symbol; the fixture means the current ABI.
-#define cuStreamDestroy cuStreamDestroy_v2
-
-#include <string>
-#include <vector>
-
-#include "scheduling_fixture.h"
+#include "internal_abi_fixture.h"
 
 namespace {
 
 using namespace icpt_test;
-
-template <typename... Args>
-std::vector<unsigned char> packed(const Args&... args) {
-  std::vector<unsigned char> bytes(FAKE_CUDA_MAX_PARAM_BYTES);
-  bytes.resize(fake_cuda_pack_args(bytes.data(), bytes.size(), args...));
-  return bytes;
-}
 
 struct Case {
   const char* symbol;

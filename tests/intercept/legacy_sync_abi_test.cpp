@@ -6,27 +6,11 @@
 // and through cuGetProcAddress at version 2000. Run twice by ctest: scheduled and pass-through.
 //
 // Compiled with cuda.h's internal mode, so the unsuffixed names are the v1 symbols.
-#define __CUDA_API_VERSION_INTERNAL 1
-#include <cuda.h>
-#include <cudaTypedefs.h>
-// In this mode cuStreamDestroy names the pre-4000 symbol; the fixture means the current ABI.
-#define cuStreamDestroy cuStreamDestroy_v2
-
-#include <string>
-#include <vector>
-
-#include "scheduling_fixture.h"
+#include "internal_abi_fixture.h"
 
 namespace {
 
 using namespace icpt_test;
-
-template <typename... Args>
-std::vector<unsigned char> packed(const Args&... args) {
-  std::vector<unsigned char> bytes(FAKE_CUDA_MAX_PARAM_BYTES);
-  bytes.resize(fake_cuda_pack_args(bytes.data(), bytes.size(), args...));
-  return bytes;
-}
 
 struct Case {
   const char* symbol;  // the v1 symbol, also the cuGetProcAddress base name
