@@ -75,35 +75,29 @@ void Distributed::Impl::monitor_loop() {
   std::unique_lock<std::mutex> lock(mu);
   while (!stop) {
     lock.unlock();
-    std::optional<std::string> lost;
     try {
       // Beats go on after a failure until the process exits: the other ranks tell a live rank
       // from a lost one by its beats (explain_collective_failure).
       monitor_store->add("hb/" + std::to_string(me), 1);
-      if (failed) {
-        // nothing more to look for
-      } else if (monitor_store->check({"abort"})) {
+      if (!acknowledged && monitor_store->check({"abort"})) {
         // Abort our transport before acknowledging: the announcing rank exits once everyone
         // acknowledged, and our receives from it must fail with its reason, not "lost rank".
-        const std::string reason = text(monitor_store->get("abort"));
-        fail(reason);
-        if (!acknowledged) {
-          monitor_store->add("abort_seen", 1);
-          acknowledged = true;
-        }
-        lost = reason;
+        fail(text(monitor_store->get("abort")));
+        monitor_store->add("abort_seen", 1);
+        acknowledged = failed = true;
       }
-      for (int k = 0; k < world.world_size && !lost; ++k) {
+      for (int k = 0; k < world.world_size && !failed; ++k) {
         if (k == me) continue;
         const int64_t value = monitor_store->add("hb/" + std::to_string(k), 0);
         if (value != last_value[k]) {
           last_value[k] = value;
           last_change[k] = Clock::now();
         } else if (Clock::now() - last_change[k] > options.timeout) {
-          lost = fmt::format("lost rank {}: no heartbeat for {} (killed, crashed or hung; "
-                             "parallel.peer_timeout_s sets this limit)", k, seconds(options.timeout));
-          std::string posted = fmt::format("rank {}: {}", me, *lost);
-          monitor_store->compareSet("abort", {}, bytes(posted));
+          const std::string lost = fmt::format("lost rank {}: no heartbeat for {} (killed, crashed or hung; "
+                                               "parallel.peer_timeout_s sets this limit)", k, seconds(options.timeout));
+          monitor_store->compareSet("abort", {}, bytes(fmt::format("rank {}: {}", me, lost)));
+          fail(lost);
+          failed = true;
         }
       }
     } catch (const std::exception& e) {
@@ -111,10 +105,6 @@ void Distributed::Impl::monitor_loop() {
                        "({})", store_address, error_text(e)));
       lock.lock();
       break;
-    }
-    if (lost && !failed) {
-      fail(*lost);
-      failed = true;
     }
     lock.lock();
     cv.wait_for(lock, options.heartbeat, [&] { return stop; });

@@ -7,10 +7,7 @@
 // through the store, the first time a (kind, stage, micro-batch) is sent; later steps reuse them.
 // The host never blocks on a transfer: the receiver's compute stream waits on an event.
 // Communication streams are classed "communication" for the Orion shim when it is loaded.
-#include "distributed_internal.h"
-#include "trainer/placement.h"
-#include "trainer/schedule.h"
-#include "trainer/transport.h"
+#include "cross_process_transport.h"
 #include "trainer/config.h"
 
 #ifdef OURGPIPE_HAVE_NCCL
@@ -85,12 +82,10 @@ struct Channel {
   std::mutex mu;
 };
 
-class NcclProcessTransport final : public Transport {
+class NcclProcessTransport final : public CrossProcessTransport {
  public:
   NcclProcessTransport(Distributed::Impl& dist, const Placement& placement, const Schedule& schedule)
-      : dist_(dist), placement_(placement), num_ranks_(schedule.num_ranks), num_stages_(schedule.num_stages()),
-        num_microbatches_(schedule.num_microbatches), local_(make_inprocess_transport(schedule.num_ranks)),
-        device_(c10::cuda::current_device()) {
+      : CrossProcessTransport(dist, placement, schedule), device_(c10::cuda::current_device()) {
     if (std::string why; !sends_and_receives_in_same_order(schedule, placement, &why)) {
       throw ConfigError("parallel.transport=nccl matches messages in the order they are posted, but " + why +
                         "; use parallel.transport gloo or another schedule");
@@ -122,11 +117,12 @@ class NcclProcessTransport final : public Transport {
     for (auto& [pair, channel] : channels_) close_channel(*channel);
   }
 
-  void send(const TransferKey& key, Message message) override {
-    const int to = rank_of(key.stage), from = rank_of(key.sender_stage());
-    if (is_local(to)) return local_->send(key, std::move(message));
-    check_not_aborted("send of " + to_string(key));
-    Channel& ch = channel(from, to);
+  // The communicators are gone after an abort: only the in-memory mailbox can be reset.
+  size_t reset() override { return local_->reset(); }
+
+ private:
+  void send_remote(const TransferKey& key, Message message, int to) override {
+    Channel& ch = channel(rank_of(key.sender_stage()), to);
     at::Tensor data = message.tensor.detach();
     if (!data.is_cuda()) throw TransportError("the nccl transport carries CUDA tensors; " + to_string(key) + " is on the CPU");
     std::lock_guard<std::mutex> lock(ch.mu);
@@ -142,11 +138,9 @@ class NcclProcessTransport final : public Transport {
     bytes_sent_ += static_cast<uint64_t>(data.nbytes());
   }
 
-  Message recv(const TransferKey& key, std::chrono::milliseconds timeout) override {
-    const int from = rank_of(key.sender_stage()), to = rank_of(key.stage);
-    if (is_local(from)) return local_->recv(key, timeout);
-    check_not_aborted("recv of " + to_string(key));
-    Channel& ch = channel(from, to);
+  Message recv_remote(const TransferKey& key, std::chrono::milliseconds, int from) override {
+    // The wait is stream-ordered: the consumer's stream waits on the event; nothing blocks here.
+    Channel& ch = channel(from, rank_of(key.stage));
     const auto [dtype, shape] = shape_of(key);
     std::lock_guard<std::mutex> lock(ch.mu);
     if (ch.comm == nullptr) check_not_aborted("recv of " + to_string(key));
@@ -157,13 +151,7 @@ class NcclProcessTransport final : public Transport {
     return Message{data, std::make_shared<NcclReadyEvent>(*ch.stream)};
   }
 
-  void abort(const std::string& reason) override {
-    local_->abort(reason);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!aborted_.empty()) return;
-      aborted_ = reason.empty() ? "aborted" : reason;
-    }
+  void abort_remote() override {
     abort_requested_ = true;  // a thread polling in check() lets go of its channel
     // Kernels waiting for a dead peer only stop when their communicator is aborted.
     for (auto& [pair, channel] : channels_) {
@@ -173,17 +161,6 @@ class NcclProcessTransport final : public Transport {
     }
   }
 
-  size_t reset() override { return local_->reset(); }
-  size_t pending() const override { return local_->pending(); }
-  uint64_t bytes_sent() const override { return bytes_sent_.load(); }
-
- private:
-  int rank_of(int stage) const { return ((stage % num_ranks_) + num_ranks_) % num_ranks_; }
-  bool is_local(int rank) const { return placement_.process_of(rank) == dist_.world.rank; }
-  void check_not_aborted(const std::string& what) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!aborted_.empty()) throw TransportError(what + " aborted: " + aborted_);
-  }
   Channel& channel(int from, int to) {
     auto it = channels_.find({from, to});
     if (it == channels_.end()) {
@@ -201,7 +178,7 @@ class NcclProcessTransport final : public Transport {
     std::string text = std::to_string(static_cast<int>(t.scalar_type()));
     for (int64_t d : t.sizes()) text += "," + std::to_string(d);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<std::mutex> lock(shapes_mu_);
       auto [it, first] = published_.emplace(key, text);
       if (!first) {
         // The receiver allocates from the first step's shape: a different one would be a wrong count.
@@ -217,7 +194,7 @@ class NcclProcessTransport final : public Transport {
 
   std::pair<at::ScalarType, std::vector<int64_t>> shape_of(const TransferKey& key) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<std::mutex> lock(shapes_mu_);
       if (auto it = shapes_.find(key); it != shapes_.end()) return it->second;
     }
     std::vector<uint8_t> raw;
@@ -243,7 +220,7 @@ class NcclProcessTransport final : public Transport {
     std::getline(in, field, ',');
     std::pair<at::ScalarType, std::vector<int64_t>> result{static_cast<at::ScalarType>(std::stoi(field)), {}};
     while (std::getline(in, field, ',')) result.second.push_back(std::stoll(field));
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(shapes_mu_);
     shapes_[key] = result;
     return result;
   }
@@ -262,12 +239,7 @@ class NcclProcessTransport final : public Transport {
       if (const ncclResult_t query = ncclCommGetAsyncError(ch.comm, &result); query != ncclSuccess) result = query;
     }
     if (result != ncclSuccess) {
-      std::string reason;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        reason = aborted_;
-      }
-      if (!reason.empty()) throw TransportError(what + " aborted: " + reason);
+      check_not_aborted(what);
       throw TransportError(fmt::format("{} failed: {} ({})", what, ncclGetErrorString(result),
                                        ch.comm ? ncclGetLastError(ch.comm) : ""));
     }
@@ -329,18 +301,12 @@ class NcclProcessTransport final : public Transport {
     ch.raw_stream = nullptr;
   }
 
-  Distributed::Impl& dist_;
-  Placement placement_;
-  int num_ranks_, num_stages_, num_microbatches_;
-  std::unique_ptr<Transport> local_;
   c10::DeviceIndex device_;
   std::map<std::pair<int, int>, std::unique_ptr<Channel>> channels_;
-  std::mutex mu_;
-  std::string aborted_;
-  std::map<TransferKey, std::string> published_;  // the shape each key was first sent with
   std::atomic<bool> abort_requested_{false};
+  std::mutex shapes_mu_;
+  std::map<TransferKey, std::string> published_;  // the shape each key was first sent with
   std::map<TransferKey, std::pair<at::ScalarType, std::vector<int64_t>>> shapes_;
-  std::atomic<uint64_t> bytes_sent_{0};
 };
 
 }  // namespace

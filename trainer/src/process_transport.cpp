@@ -6,7 +6,6 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
-#include <atomic>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -14,10 +13,7 @@
 
 #include <fmt/format.h>
 
-#include "distributed_internal.h"
-#include "trainer/placement.h"
-#include "trainer/schedule.h"
-#include "trainer/transport.h"
+#include "cross_process_transport.h"
 
 namespace gpipe {
 namespace {
@@ -25,18 +21,18 @@ namespace {
 constexpr int kHeaderSize = 10;  // dtype, ndim, up to 8 dimensions
 constexpr int kMaxDims = kHeaderSize - 2;
 
-class GlooProcessTransport final : public Transport {
+class GlooProcessTransport final : public CrossProcessTransport {
  public:
-  GlooProcessTransport(Distributed::Impl& dist, const Placement& placement, const Schedule& schedule)
-      : dist_(dist), placement_(placement), num_ranks_(schedule.num_ranks), num_stages_(schedule.num_stages()),
-        num_microbatches_(schedule.num_microbatches), local_(make_inprocess_transport(schedule.num_ranks)) {}
+  using CrossProcessTransport::CrossProcessTransport;
+  ~GlooProcessTransport() override { abort_remote(); }
 
-  ~GlooProcessTransport() override { abort_remote("transport destroyed"); }
+  size_t reset() override {
+    clear_abort();
+    return local_->reset();
+  }
 
-  void send(const TransferKey& key, Message message) override {
-    const int to = rank_of(key.stage);
-    if (is_local(to)) return local_->send(key, std::move(message));
-    check_not_aborted("send of " + to_string(key));
+ private:
+  void send_remote(const TransferKey& key, Message message, int to) override {
     at::Tensor data = message.tensor.detach().contiguous();
     if (!data.device().is_cpu()) {
       throw TransportError(fmt::format("the gloo transport carries CPU tensors but the {} is on {}; use "
@@ -63,16 +59,14 @@ class GlooProcessTransport final : public Transport {
                                        to_string(key), error_text(e)));
     }
     bytes_sent_ += static_cast<uint64_t>(data.nbytes() + header.nbytes());
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(works_mu_);
     // Completed sends are dropped as new ones go out; the works keep their tensors alive.
     while (!sends_.empty() && sends_.front()->isCompleted()) sends_.pop_front();
     sends_.push_back(std::move(w1));
     sends_.push_back(std::move(w2));
   }
 
-  Message recv(const TransferKey& key, std::chrono::milliseconds timeout) override {
-    const int from = rank_of(key.sender_stage());
-    if (is_local(from)) return local_->recv(key, timeout);
+  Message recv_remote(const TransferKey& key, std::chrono::milliseconds timeout, int from) override {
     const int peer = placement_.process_of(from);
     const int tag = tag_of(key);
     const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -89,23 +83,15 @@ class GlooProcessTransport final : public Transport {
     return Message{data, nullptr};
   }
 
-  void abort(const std::string& reason) override {
-    local_->abort(reason);
-    abort_remote(reason);
+  void abort_remote() override {
+    std::vector<c10::intrusive_ptr<c10d::Work>> receives;
+    {
+      std::lock_guard<std::mutex> lock(works_mu_);
+      receives.assign(receives_.begin(), receives_.end());  // owned: a receiver may drop its own meanwhile
+    }
+    for (const auto& w : receives) w->abort();
   }
 
-  size_t reset() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    aborted_.clear();
-    return local_->reset();
-  }
-
-  size_t pending() const override { return local_->pending(); }
-  uint64_t bytes_sent() const override { return bytes_sent_.load(); }
-
- private:
-  int rank_of(int stage) const { return ((stage % num_ranks_) + num_ranks_) % num_ranks_; }
-  bool is_local(int rank) const { return placement_.process_of(rank) == dist_.world.rank; }
   // Unique per message of a step: kind x stage x micro-batch.
   int tag_of(const TransferKey& key) const {
     return (static_cast<int>(key.kind) * num_stages_ + key.stage) * num_microbatches_ + key.microbatch;
@@ -123,27 +109,14 @@ class GlooProcessTransport final : public Transport {
     return std::nullopt;
   }
 
-  void check_not_aborted(const std::string& what) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!aborted_.empty()) throw TransportError(what + " aborted: " + aborted_);
-  }
-
-  void abort_remote(const std::string& reason) {
-    std::vector<c10::intrusive_ptr<c10d::Work>> receives;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (aborted_.empty()) aborted_ = reason.empty() ? "aborted" : reason;
-      receives.assign(receives_.begin(), receives_.end());  // owned: a receiver may drop its own meanwhile
-    }
-    for (const auto& w : receives) w->abort();
-  }
-
   void wait_recv(at::Tensor& into, int peer, int tag, const TransferKey& key, int from, std::chrono::milliseconds timeout) {
     std::vector<at::Tensor> list{into};
     c10::intrusive_ptr<c10d::Work> work;
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!aborted_.empty()) throw TransportError("recv of " + to_string(key) + " aborted: " + aborted_);
+      // Checked and registered under one lock: abort() records its reason before abort_remote()
+      // takes this lock, so a receive is either refused here or aborted there.
+      std::lock_guard<std::mutex> lock(works_mu_);
+      check_not_aborted("recv of " + to_string(key));
       work = dist_.gloo->recv(list, peer, tag);
       receives_.insert(work);
     }
@@ -153,14 +126,12 @@ class GlooProcessTransport final : public Transport {
     } catch (const std::exception& e) {
       error = error_text(e);
     }
-    std::string aborted;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<std::mutex> lock(works_mu_);
       receives_.erase(work);
-      aborted = aborted_;
     }
     if (error.empty()) return;
-    if (!aborted.empty()) throw TransportError("recv of " + to_string(key) + " aborted: " + aborted);
+    check_not_aborted("recv of " + to_string(key));
     const std::string where = fmt::format("pipeline rank {} was waiting for the {} from pipeline rank {} on rank {}",
                                           rank_of(key.stage), to_string(key), from, peer);
     if (error.find("imed out") != std::string::npos || error.find("imeout") != std::string::npos) {
@@ -173,15 +144,9 @@ class GlooProcessTransport final : public Transport {
                                      peer, from, where, error));
   }
 
-  Distributed::Impl& dist_;
-  Placement placement_;
-  int num_ranks_, num_stages_, num_microbatches_;
-  std::unique_ptr<Transport> local_;
-  std::mutex mu_;
+  std::mutex works_mu_;
   std::deque<c10::intrusive_ptr<c10d::Work>> sends_;
   std::set<c10::intrusive_ptr<c10d::Work>> receives_;
-  std::string aborted_;
-  std::atomic<uint64_t> bytes_sent_{0};
 };
 
 }  // namespace
