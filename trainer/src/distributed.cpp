@@ -311,13 +311,38 @@ void Distributed::barrier() {
   impl_->wait_collective(impl_->gloo->barrier(), "barrier");
 }
 
+std::string Distributed::Impl::wait_for_key(const std::string& key, const std::string& what) {
+  // Polled, not a blocking get: a blocking get can be neither interrupted when the monitor learns
+  // that the rank who should write `key` is gone, nor shared (TCPStore holds its client lock).
+  const auto deadline = Clock::now() + options.timeout;
+  try {
+    while (!store->check({key})) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (failure) throw std::runtime_error(*failure);
+      }
+      if (Clock::now() > deadline) {
+        throw std::runtime_error(fmt::format("{} did not arrive within {}", what, seconds(options.timeout)));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return text(store->get(key));
+  } catch (const std::runtime_error&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (failure) throw std::runtime_error(*failure);
+    throw std::runtime_error(fmt::format("waiting for {}: {}", what, error_text(e)));
+  }
+}
+
 std::string Distributed::broadcast_from_rank0(const std::string& name, const std::string& value) {
   const std::string key = "bcast/" + name;
   if (rank() == 0) {
     impl_->store->set(key, bytes(value));
     return value;
   }
-  return text(impl_->store->get(key));  // waits up to the store's timeout
+  return impl_->wait_for_key(key, "rank 0's " + name);
 }
 
 std::vector<std::string> Distributed::gather_to_rank0(const std::string& name, const std::string& value) {
@@ -326,12 +351,7 @@ std::vector<std::string> Distributed::gather_to_rank0(const std::string& name, c
   std::vector<std::string> all;
   if (rank() != 0) return all;
   for (int k = 0; k < world_size(); ++k) {
-    try {
-      all.push_back(text(impl_->store->get(prefix + std::to_string(k))));
-    } catch (const std::exception& e) {
-      if (auto why = failure()) throw std::runtime_error(*why);
-      throw std::runtime_error(fmt::format("rank {} never delivered its {}: {}", k, name, error_text(e)));
-    }
+    all.push_back(impl_->wait_for_key(prefix + std::to_string(k), fmt::format("rank {}'s {}", k, name)));
   }
   return all;
 }

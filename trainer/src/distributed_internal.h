@@ -38,6 +38,9 @@ struct Distributed::Impl {
   // Records `reason` (first wins) and aborts every watched transport.
   void fail(const std::string& reason);
   void monitor_loop();
+  // The value another rank writes under `key` (`what` names it in errors); ends early when the
+  // monitor records a failure, and after options.timeout.
+  std::string wait_for_key(const std::string& key, const std::string& what);
   // Waits for a collective, ending early when the monitor records a failure; throws naming why.
   void wait_collective(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);
   // Why a collective failed: another rank's announcement, or the ranks whose heartbeat stopped.

@@ -197,25 +197,15 @@ class NcclProcessTransport final : public CrossProcessTransport {
       std::lock_guard<std::mutex> lock(shapes_mu_);
       if (auto it = shapes_.find(key); it != shapes_.end()) return it->second;
     }
-    std::vector<uint8_t> raw;
+    std::string raw;
     try {
-      // Poll rather than a blocking get: TCPStore holds its client lock for a whole get, which
-      // would stall the sends (publish_shape) of this process's other ranks meanwhile.
-      const auto deadline = Clock::now() + dist_.options.timeout;
-      while (!dist_.store->check({key_name(key)})) {
-        check_not_aborted("recv of " + to_string(key));
-        if (Clock::now() > deadline) throw std::runtime_error("timed out");
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-      raw = dist_.store->get(key_name(key));
-    } catch (const TransportError&) {
-      throw;
+      raw = dist_.wait_for_key(key_name(key), "the shape of the " + to_string(key));
     } catch (const std::exception& e) {
-      throw TransportTimeout(fmt::format("the shape of the {} never arrived from pipeline rank {} within {} ms: {}",
-                                         to_string(key), rank_of(key.sender_stage()), dist_.options.timeout.count(),
-                                         error_text(e)));
+      check_not_aborted("recv of " + to_string(key));
+      throw TransportTimeout(fmt::format("the shape of the {} never arrived from pipeline rank {}: {}", to_string(key),
+                                         rank_of(key.sender_stage()), e.what()));
     }
-    std::stringstream in(std::string(raw.begin(), raw.end()));
+    std::stringstream in(raw);
     std::string field;
     std::getline(in, field, ',');
     std::pair<at::ScalarType, std::vector<int64_t>> result{static_cast<at::ScalarType>(std::stoi(field)), {}};
@@ -254,7 +244,7 @@ class NcclProcessTransport final : public CrossProcessTransport {
       if (r != ncclSuccess) throw TransportError(std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(r));
       dist_.store->set(key, std::vector<uint8_t>(id.internal, id.internal + sizeof(id.internal)));
     } else {
-      const auto raw = dist_.store->get(key);
+      const std::string raw = dist_.wait_for_key(key, fmt::format("the NCCL id of pipeline ranks {} -> {}", from, to));
       if (raw.size() != sizeof(id.internal)) throw TransportError("a malformed NCCL id arrived for " + key);
       std::copy(raw.begin(), raw.end(), id.internal);
     }
