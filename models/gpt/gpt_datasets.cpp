@@ -3,8 +3,8 @@
 //   "code_search_net"  CodeSearchNet JSONL / JSONL.gz (dataset.path), the seed's default
 //   "text"             plain text files or folders (dataset.path)
 // Both use the embedded corpus when dataset.path is empty.
-#include "trainer/registry.h"
-#include "trainer/text_data.h"
+#include "trainer/model/registry.h"
+#include "trainer/data/text_data.h"
 
 namespace gpipe::gpt {
 

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "trainer/config.h"
+#include "trainer/config/config.h"
 
 namespace gpipe::gpt {
 

@@ -2,8 +2,8 @@
 #include "gpt_model.h"
 
 #include "gpt_layers.h"
-#include "trainer/partition.h"
-#include "trainer/registry.h"
+#include "trainer/partition/partition.h"
+#include "trainer/model/registry.h"
 
 #include <stdexcept>
 #include <string>

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/interfaces.h"
+#include "trainer/model/interfaces.h"
 
 namespace gpipe::gpt {
 

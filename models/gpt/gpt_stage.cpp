@@ -8,7 +8,7 @@
 #include "gpt_layers.h"
 #include "gpt_model.h"
 #include "gpt_stage_module.h"
-#include "trainer/registry.h"
+#include "trainer/model/registry.h"
 
 namespace gpipe::gpt {
 

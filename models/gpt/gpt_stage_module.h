@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "gpt_layers.h"
-#include "trainer/interfaces.h"
+#include "trainer/model/interfaces.h"
 
 namespace gpipe::gpt {
 

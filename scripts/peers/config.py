@@ -1,6 +1,6 @@
 """The run configuration of the Python peers, read from the project's YAML files.
 
-Same schema and defaults as the C++ trainer (trainer/include/trainer/config.h): sections model /
+Same schema and defaults as the C++ trainer (trainer/config/include/trainer/config/config.h): sections model /
 dataset / training / parallel. Only the fields the peers use are interpreted, but every key is
 checked against the known schema so a typo fails here as it does in gpipe_runner.
 """

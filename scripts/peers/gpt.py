@@ -129,7 +129,7 @@ def create_model(s: GPTShape, seed: int) -> nn.Sequential:
 
 
 def uniform_blocks(num_layers: int, num_stages: int) -> list[int]:
-    """Transformer blocks per stage, as the C++ trainer's uniform split (trainer/src/partition.cpp):
+    """Transformer blocks per stage, as the C++ trainer's uniform split (trainer/partition/partition.cpp):
     an even share each; the remainder goes to the middle stages first, then to stage 0 (an
     embedding lookup is cheap), then to the last stage (the LM head is the heaviest layer)."""
     if not 1 <= num_stages <= num_layers:

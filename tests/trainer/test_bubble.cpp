@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "test_engine_helpers.h"
-#include "trainer/executor.h"
-#include "trainer/timeline.h"
+#include "trainer/execution/executor.h"
+#include "trainer/metrics/timeline.h"
 
 namespace gpipe::testing {
 namespace {

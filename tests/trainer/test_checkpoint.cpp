@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "temp_dir.h"
-#include "trainer/checkpoint.h"
+#include "trainer/checkpoint/checkpoint.h"
 
 namespace gpipe {
 namespace {

@@ -8,7 +8,7 @@
 
 #include <unistd.h>
 
-#include "trainer/cli.h"
+#include "trainer/cli/cli.h"
 
 namespace gpipe {
 namespace {

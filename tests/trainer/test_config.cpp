@@ -7,7 +7,7 @@
 
 #include <unistd.h>
 
-#include "trainer/config.h"
+#include "trainer/config/config.h"
 
 namespace gpipe {
 namespace {

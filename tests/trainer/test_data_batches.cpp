@@ -8,8 +8,8 @@
 #include <numeric>
 
 #include "temp_dir.h"
-#include "trainer/registry.h"
-#include "trainer/text_data.h"
+#include "trainer/model/registry.h"
+#include "trainer/data/text_data.h"
 
 namespace gpipe::test {
 namespace {

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "temp_dir.h"
-#include "trainer/text_data.h"
+#include "trainer/data/text_data.h"
 
 namespace gpipe::test {
 namespace {
@@ -129,7 +129,7 @@ TEST(EmbeddedCorpus, HoldsTheProjectSourcesInSortedOrder) {
     if (i > 0) {
       EXPECT_LT(docs[i - 1].source, docs[i].source);
     }
-    if (docs[i].source == "embedded:trainer/include/trainer/text_data.h") {
+    if (docs[i].source == "embedded:trainer/data/include/trainer/data/text_data.h") {
       found_header = true;
       EXPECT_NE(docs[i].text.find("class TokenBatcher"), std::string::npos);
     }

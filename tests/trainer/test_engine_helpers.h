@@ -7,8 +7,8 @@
 #include <string>
 
 #include "test_engine_tiny_model.h"
-#include "trainer/config.h"
-#include "trainer/trainer.h"
+#include "trainer/config/config.h"
+#include "trainer/training/trainer.h"
 
 namespace gpipe::testing {
 

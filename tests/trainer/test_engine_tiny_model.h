@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "trainer/interfaces.h"
+#include "trainer/model/interfaces.h"
 
 namespace gpipe::testing {
 

@@ -10,9 +10,9 @@
 #include <tuple>
 
 #include "test_engine_helpers.h"
-#include "trainer/device.h"
-#include "trainer/executor.h"
-#include "trainer/stage_runtime.h"
+#include "trainer/device/device.h"
+#include "trainer/execution/executor.h"
+#include "trainer/execution/stage_runtime.h"
 
 namespace gpipe::testing {
 namespace {

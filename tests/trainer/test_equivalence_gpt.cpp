@@ -9,9 +9,9 @@
 #include <string>
 #include <tuple>
 
-#include "trainer/registry.h"
-#include "trainer/stage_runtime.h"
-#include "trainer/trainer.h"
+#include "trainer/model/registry.h"
+#include "trainer/execution/stage_runtime.h"
+#include "trainer/training/trainer.h"
 
 namespace gpipe {
 namespace {

@@ -5,8 +5,8 @@
 #include <memory>
 
 #include "gpt/gpt_model.h"
-#include "trainer/interfaces.h"
-#include "trainer/registry.h"
+#include "trainer/model/interfaces.h"
+#include "trainer/model/registry.h"
 
 namespace gpipe::test {
 

@@ -14,8 +14,8 @@
 #include <thread>
 
 #include "temp_dir.h"
-#include "trainer/launcher.h"
-#include "trainer/world.h"
+#include "trainer/launch/launcher.h"
+#include "trainer/launch/world.h"
 
 namespace gpipe {
 namespace {

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "temp_dir.h"
-#include "trainer/config.h"
-#include "trainer/layer_profiler.h"
-#include "trainer/registry.h"
-#include "trainer/stage_runtime.h"
-#include "trainer/trainer.h"
+#include "trainer/config/config.h"
+#include "trainer/training/layer_profiler.h"
+#include "trainer/model/registry.h"
+#include "trainer/execution/stage_runtime.h"
+#include "trainer/training/trainer.h"
 
 namespace gpipe {
 namespace {

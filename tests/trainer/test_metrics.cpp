@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "temp_dir.h"
-#include "trainer/lr_schedule.h"
-#include "trainer/metrics.h"
+#include "trainer/training/lr_schedule.h"
+#include "trainer/metrics/metrics.h"
 
 namespace gpipe {
 namespace {

@@ -7,8 +7,8 @@
 #include <functional>
 #include <numeric>
 
-#include "trainer/config.h"
-#include "trainer/partition.h"
+#include "trainer/config/config.h"
+#include "trainer/partition/partition.h"
 
 namespace gpipe {
 namespace {

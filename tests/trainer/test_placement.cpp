@@ -1,9 +1,9 @@
 // Placement of pipeline ranks on processes, and the in-order property the NCCL transport needs.
 #include <gtest/gtest.h>
 
-#include "trainer/config.h"
-#include "trainer/placement.h"
-#include "trainer/schedule.h"
+#include "trainer/config/config.h"
+#include "trainer/partition/placement.h"
+#include "trainer/schedule/schedule.h"
 
 namespace gpipe {
 namespace {

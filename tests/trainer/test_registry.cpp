@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "trainer/registry.h"
+#include "trainer/model/registry.h"
 
 namespace gpipe::test {
 namespace {

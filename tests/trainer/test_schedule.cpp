@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <map>
 
-#include "trainer/config.h"
-#include "trainer/schedule.h"
+#include "trainer/config/config.h"
+#include "trainer/schedule/schedule.h"
 
 namespace gpipe {
 namespace {

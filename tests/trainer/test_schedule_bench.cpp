@@ -3,7 +3,7 @@
 // this is start-up latency. Run: build-core/tests/trainer/bench_trainer_core
 #include <benchmark/benchmark.h>
 
-#include "trainer/schedule.h"
+#include "trainer/schedule/schedule.h"
 
 namespace gpipe {
 namespace {

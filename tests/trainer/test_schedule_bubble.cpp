@@ -3,7 +3,7 @@
 // bubble time divided by v); ZB-H1 (p-1)/(3m+p-1) for m >= p (a third of 1F1B's bubble time).
 #include <gtest/gtest.h>
 
-#include "trainer/schedule.h"
+#include "trainer/schedule/schedule.h"
 
 namespace gpipe {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "test_engine_helpers.h"
 #include "temp_dir.h"
-#include "trainer/timeline.h"
+#include "trainer/metrics/timeline.h"
 
 namespace gpipe::testing {
 namespace {

@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "temp_dir.h"
-#include "trainer/tokenizer.h"
+#include "trainer/data/tokenizer.h"
 
 #ifdef OURGPIPE_HAVE_SENTENCEPIECE
 #include <sentencepiece_trainer.h>

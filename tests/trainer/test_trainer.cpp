@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "temp_dir.h"
-#include "trainer/config.h"
-#include "trainer/device.h"
-#include "trainer/trainer.h"
+#include "trainer/config/config.h"
+#include "trainer/device/device.h"
+#include "trainer/training/trainer.h"
 
 namespace gpipe {
 namespace {

@@ -7,7 +7,7 @@
 #include <chrono>
 #include <thread>
 
-#include "trainer/transport.h"
+#include "trainer/distributed/transport.h"
 
 namespace gpipe {
 namespace {

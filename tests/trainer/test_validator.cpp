@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "trainer/schedule.h"
+#include "trainer/schedule/schedule.h"
 
 namespace gpipe {
 namespace {

@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "trainer/world.h"
+#include "trainer/launch/world.h"
 
 namespace gpipe {
 namespace {

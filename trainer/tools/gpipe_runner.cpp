@@ -21,14 +21,14 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>  // PipelineTrainer::train() returns the summary as JSON
 
-#include "trainer/checkpoint.h"
-#include "trainer/cli.h"
-#include "trainer/config.h"
-#include "trainer/distributed.h"
-#include "trainer/engine_log.h"
-#include "trainer/launcher.h"
-#include "trainer/trainer.h"
-#include "trainer/world.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/cli/cli.h"
+#include "trainer/config/config.h"
+#include "trainer/distributed/distributed.h"
+#include "trainer/log/engine_log.h"
+#include "trainer/launch/launcher.h"
+#include "trainer/training/trainer.h"
+#include "trainer/launch/world.h"
 
 namespace {
 

@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from config import BYTE_VOCAB_SIZE, DEFAULTS, ConfigError, gpt_shape, load_config  # noqa: E402
 
-CONFIG_H = Path(__file__).resolve().parents[3] / "trainer" / "include" / "trainer" / "config.h"
+CONFIG_H = Path(__file__).resolve().parents[3] / "trainer" / "config" / "include" / "trainer" / "config" / "config.h"
 
 
 class ConfigTest(unittest.TestCase):

@@ -35,7 +35,7 @@ class GPTTest(unittest.TestCase):
             for (_, end), (start, _) in zip(ranges, ranges[1:]):
                 self.assertEqual(end, start)
         self.assertEqual(uniform_partition(5, 2), [(0, 4), (4, 7)])
-        # As trainer/src/partition.cpp: the remainder to middle stages, then stage 0, then the last.
+        # As trainer/partition/partition.cpp: the remainder to middle stages, then stage 0, then the last.
         self.assertEqual(uniform_blocks(6, 4), [1, 2, 2, 1])
         self.assertEqual(uniform_blocks(7, 4), [2, 2, 2, 1])
         self.assertEqual(uniform_blocks(11, 4), [3, 3, 3, 2])

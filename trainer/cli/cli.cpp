@@ -1,0 +1,185 @@
+// parse_cli() with CLI11, the error-to-exit-code mapping, and the informational actions.
+#include "trainer/cli/cli.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <ostream>
+#include <sstream>
+
+#include "trainer/schedule/schedule.h"
+#include "trainer/launch/world.h"
+
+namespace gpipe {
+
+RunOptions parse_cli(int argc, const char* const* argv) {
+  CLI::App app{"gpipe_runner: pipeline-parallel GPT training (GPipe / 1F1B / interleaved 1F1B / ZB-H1)",
+               "gpipe_runner"};
+  RunOptions opts;
+  std::vector<std::string> sets;
+  std::string scheduler, schedule, microbatches, stages, virtual_stages, steps, device, output_dir, seed, dtype,
+      partition, lr, checkpoint_interval, checkpoint_dir, transport, placement, peer_timeout;
+  int nproc_per_node = 0, nnodes = 1, node_rank = 0, master_port = 29500;
+  std::string master_addr = "127.0.0.1";
+  app.add_option("--config", opts.config_path, "YAML config (sections model, dataset, training, parallel)");
+  app.add_option("--set", sets, "Override any field: section.field=value (repeatable), e.g. training.learning_rate=3e-4");
+  app.add_option("--scheduler", scheduler, "Executor: naive | async_threaded (parallel.scheduler)");
+  app.add_option("--schedule", schedule, "gpipe | 1f1b | interleaved_1f1b | zb_h1 (parallel.schedule)");
+  app.add_option("--microbatches", microbatches, "Micro-batches per step (training.num_microbatches)");
+  app.add_option("--stages", stages, "Pipeline ranks (parallel.model_parallel_size)");
+  app.add_option("--virtual-stages", virtual_stages, "Model chunks per rank (parallel.virtual_stages)");
+  app.add_option("--steps", steps, "Stop after N optimizer steps (training.max_steps; -1: run the epochs)");
+  app.add_option("--device", device, "auto | cpu | cuda (parallel.device)");
+  app.add_option("--output-dir", output_dir, "Where metrics and timelines go (training.output_dir)");
+  app.add_option("--seed", seed, "Random seed (training.seed)");
+  app.add_option("--dtype", dtype, "auto | fp32 | bf16 (training.dtype)");
+  app.add_option("--lr", lr, "Peak learning rate (training.learning_rate)");
+  app.add_option("--partition", partition,
+                 "uniform | parameters | time, or explicit block counts per stage, e.g. \"[12,13,13,11]\"");
+  app.add_flag("--resume", opts.resume, "Continue from the newest complete checkpoint under the checkpoint folder");
+  auto* resume_from = app.add_option("--resume-from", opts.resume_from, "Continue from this checkpoint folder (step_N)");
+  app.add_option("--checkpoint-interval", checkpoint_interval, "Checkpoint every N steps (training.checkpoint_interval)");
+  app.add_option("--checkpoint-dir", checkpoint_dir, "Checkpoint folder (training.checkpoint_dir)");
+  app.add_option("--transport", transport, "auto | inprocess | gloo | nccl (parallel.transport)");
+  app.add_option("--placement", placement, "Process of each pipeline rank, e.g. \"[0,0,1,1]\" (parallel.placement)");
+  app.add_option("--peer-timeout", peer_timeout, "Seconds to wait for a peer rank (parallel.peer_timeout_s)");
+  auto* nproc = app.add_option("--nproc-per-node", nproc_per_node,
+                               "Launch N worker processes on this node (like torchrun --nproc_per_node)");
+  nproc->check(CLI::PositiveNumber);
+  app.add_option("--nnodes", nnodes, "Nodes of a --nproc-per-node launch")->check(CLI::PositiveNumber);
+  app.add_option("--node-rank", node_rank, "This node's index in a --nproc-per-node launch")->check(CLI::NonNegativeNumber);
+  app.add_option("--master-addr", master_addr, "Rendezvous host of a --nproc-per-node launch (rank 0's node)");
+  app.add_option("--master-port", master_port, "Rendezvous port of a --nproc-per-node launch")->check(CLI::Range(1, 65535));
+  app.add_flag("--print-config", opts.print_config, "Print the effective config as YAML and exit");
+  app.add_flag("--print-schedule", opts.print_schedule, "Print the schedule's step x rank grid and exit");
+  app.add_flag("--validate-only", opts.validate_only, "Check the config and the schedule, then exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    throw CliHelp(app.help());
+  } catch (const CLI::CallForAllHelp&) {
+    throw CliHelp(app.help("", CLI::AppFormatMode::All));
+  } catch (const CLI::ParseError& e) {
+    throw CliError(std::string(e.what()) + " (run with --help for the flags)");
+  }
+
+  for (const std::string& s : sets) {
+    if (s.find('=') == std::string::npos)
+      throw CliError("--set '" + s + "': expected section.field=value, e.g. --set training.learning_rate=3e-4");
+    opts.overrides.push_back(s);
+  }
+  auto direct = [&](const std::string& value, const char* path) {
+    if (!value.empty()) opts.overrides.push_back(std::string(path) + "=" + value);
+  };
+  direct(scheduler, "parallel.scheduler");
+  direct(schedule, "parallel.schedule");
+  direct(microbatches, "training.num_microbatches");
+  direct(stages, "parallel.model_parallel_size");
+  direct(virtual_stages, "parallel.virtual_stages");
+  direct(steps, "training.max_steps");
+  direct(device, "parallel.device");
+  direct(output_dir, "training.output_dir");
+  direct(seed, "training.seed");
+  direct(dtype, "training.dtype");
+  direct(lr, "training.learning_rate");
+  direct(checkpoint_interval, "training.checkpoint_interval");
+  direct(checkpoint_dir, "training.checkpoint_dir");
+  direct(transport, "parallel.transport");
+  direct(placement, "parallel.placement");
+  direct(peer_timeout, "parallel.peer_timeout_s");
+  if (resume_from->count() > 0) opts.resume = true;
+  if (nproc->count() > 0) {
+    LaunchOptions launch;
+    launch.nproc_per_node = nproc_per_node;
+    launch.nnodes = nnodes;
+    launch.node_rank = node_rank;
+    launch.master_addr = master_addr;
+    launch.master_port = master_port;
+    if (node_rank >= nnodes) {
+      throw CliError("--node-rank " + std::to_string(node_rank) + " is not below --nnodes " + std::to_string(nnodes));
+    }
+    opts.launch = launch;
+  }
+  if (!partition.empty()) {
+    if (partition.front() == '[') {
+      opts.overrides.push_back("parallel.partition=explicit");
+      opts.overrides.push_back("parallel.partition_layers=" + partition);
+    } else {
+      opts.overrides.push_back("parallel.partition=" + partition);
+      if (partition != "explicit") opts.overrides.push_back("parallel.partition_layers=[]");
+    }
+  }
+
+  opts.config = opts.config_path.empty() ? PipelineConfig{} : PipelineConfig::from_yaml_file(opts.config_path);
+  for (const std::string& o : opts.overrides) opts.config.apply_override(o);
+  opts.config.validate();
+  return opts;
+}
+
+int exit_code_for(const std::exception& e) {
+  if (dynamic_cast<const CliHelp*>(&e)) return 0;
+  // Everything the user can fix in the command line or the config is 2: a bad flag, a bad
+  // field or combination, a missing file, an unknown registry name or impossible schedule shape.
+  if (dynamic_cast<const CliError*>(&e) || dynamic_cast<const ConfigError*>(&e) ||
+      dynamic_cast<const WorldError*>(&e) || dynamic_cast<const std::invalid_argument*>(&e))
+    return 2;
+  return 1;
+}
+
+int report_error(const std::exception& e, std::ostream& out, std::ostream& err) {
+  const int code = exit_code_for(e);
+  if (code == 0) {
+    out << e.what();
+  } else {
+    std::string line = e.what();
+    for (char& c : line)
+      if (c == '\n') c = ' ';  // one line, so logs and SLURM output stay greppable
+    err << "gpipe_runner: error: " << line << "\n";
+  }
+  return code;
+}
+
+std::string schedule_report(const PipelineConfig& config) {
+  const Schedule schedule = with_communication(make_schedule(config));
+  const ValidationResult result = validate(schedule);
+  std::ostringstream out;
+  const int p = schedule.num_ranks, m = schedule.num_microbatches, v = schedule.stages_per_rank;
+  out << "schedule " << to_string(schedule.kind) << ": " << p << " rank(s) x " << v << " stage(s) per rank, " << m
+      << " micro-batch(es)\n";
+  out << render_grid(schedule, result);
+  if (result.ok) {
+    // Chunk costs scale with 1/v so that interleaved schedules do the same total work.
+    const double bubble = simulated_bubble_fraction(schedule, 1.0 / v, 2.0 / v);
+    char line[160];
+    std::snprintf(line, sizeof line, "simulated bubble %.1f%% (F=1, B=2 per micro-batch and rank, free communication; "
+                  "GPipe/1F1B formula (p-1)/(m+p-1) = %.1f%%)\n", 100 * bubble, 100.0 * (p - 1) / (m + p - 1));
+    out << line;
+    out << "peak activations per rank (micro-batch x stage held between F and B/I):";
+    for (int a : peak_activations(schedule)) out << " " << a;
+    out << "\n";
+  }
+  return out.str();
+}
+
+std::optional<int> run_info_actions(const RunOptions& options, std::ostream& out) {
+  if (options.print_config) {
+    out << options.config.to_yaml();
+    return 0;
+  }
+  if (options.print_schedule || options.validate_only) {
+    const Schedule schedule = with_communication(make_schedule(options.config));
+    const ValidationResult result = validate(schedule);
+    if (options.print_schedule) {
+      out << schedule_report(options.config);
+    } else if (result.ok) {
+      out << "config ok; schedule " << to_string(schedule.kind) << " ok: " << result.num_steps
+          << " lock-step steps, no deadlock, every forward and backward exactly once\n";
+    } else {
+      out << render_grid(schedule, result);
+    }
+    return result.ok ? 0 : 1;
+  }
+  return std::nullopt;
+}
+
+}  // namespace gpipe

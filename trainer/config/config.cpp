@@ -1,0 +1,454 @@
+// PipelineConfig: YAML load/save (yaml-cpp), per-field checks, "section.field=value" overrides
+// and the cross-field rules. Every field is described once in field_table(); loading, emitting,
+// overriding and validating all walk that table, so a new field needs one line there.
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <cmath>
+#include <functional>
+#include <numeric>
+#include <sstream>
+
+#include "trainer/config/config.h"
+
+namespace gpipe {
+namespace {
+
+std::string number_text(double v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);  // shortest text that reads back exactly
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
+}
+template <class T>
+std::string value_text(const T& v) {
+  if constexpr (std::is_same_v<T, std::string>) return "'" + v + "'";
+  else if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
+  else if constexpr (std::is_floating_point_v<T>) return number_text(v);
+  else if constexpr (std::is_integral_v<T>) return std::to_string(v);
+  else {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + value_text(v[i]);
+    return s + "]";
+  }
+}
+template <class T>
+const char* type_text() {
+  if constexpr (std::is_same_v<T, std::string>) return "a string";
+  else if constexpr (std::is_same_v<T, bool>) return "true or false";
+  else if constexpr (std::is_floating_point_v<T>) return "a number";
+  else if constexpr (std::is_integral_v<T>) return "an integer";
+  else if constexpr (std::is_same_v<T, std::vector<int64_t>>) return "a list of integers, e.g. [12, 13, 13, 11]";
+  else return "a list of numbers, e.g. [0.0, 0.5]";
+}
+
+std::string location(const YAML::Mark& mark, const std::string& origin) {
+  if (mark.is_null()) return origin + ": ";
+  return origin + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1) + ": ";
+}
+
+// Reads one scalar strictly (yaml-cpp rejects "3.5" as an int and "abc" as a number).
+template <class T>
+T read_scalar(const YAML::Node& node) {
+  if (!node.IsScalar()) throw YAML::TypedBadConversion<T>(node.Mark());
+  if constexpr (std::is_unsigned_v<T> && !std::is_same_v<T, bool>) {
+    const std::string& s = node.Scalar();
+    if (!s.empty() && s[0] == '-') throw YAML::TypedBadConversion<T>(node.Mark());
+  }
+  return node.as<T>();
+}
+template <class T>
+T read_value(const YAML::Node& node) {
+  if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<double>>) {
+    if (!node.IsSequence()) throw YAML::TypedBadConversion<T>(node.Mark());
+    T out;
+    for (const YAML::Node& item : node) out.push_back(read_scalar<typename T::value_type>(item));
+    return out;
+  } else {
+    return read_scalar<T>(node);
+  }
+}
+
+struct Field {
+  std::string section, key;
+  bool is_string = false;
+  std::string type;  // "an integer", ...
+  std::function<void(PipelineConfig&, const YAML::Node&)> read;  // throws YAML::BadConversion
+  std::function<void(YAML::Emitter&, const PipelineConfig&)> write;
+  // Empty when the value is allowed; otherwise what is wrong and what is allowed.
+  std::function<std::string(const PipelineConfig&)> problem;
+  std::string path() const { return section + "." + key; }
+};
+
+// `access` returns a reference to the field; the const_casts below let one accessor serve both
+// reading into and writing out of a config (write/problem only read through it).
+template <class T, class Access>
+Field field(const char* section, const char* key, Access access, std::string allowed,
+            std::function<bool(const T&)> ok = nullptr) {
+  Field f;
+  f.section = section;
+  f.key = key;
+  f.is_string = std::is_same_v<T, std::string>;
+  f.type = type_text<T>();
+  f.read = [access](PipelineConfig& c, const YAML::Node& n) { access(c) = read_value<T>(n); };
+  f.write = [access](YAML::Emitter& out, const PipelineConfig& c) {
+    const T& v = access(const_cast<PipelineConfig&>(c));
+    if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<double>>) {
+      out << YAML::Flow << YAML::BeginSeq;
+      for (const auto& x : v) out << YAML::Value << value_text(x);
+      out << YAML::EndSeq;
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      out << v;
+    } else {
+      out << value_text(v);
+    }
+  };
+  f.problem = [access, allowed, ok](const PipelineConfig& c) -> std::string {
+    const T& v = access(const_cast<PipelineConfig&>(c));
+    if (!ok || ok(v)) return "";
+    return "got " + value_text(v) + "; allowed: " + allowed;
+  };
+  return f;
+}
+
+std::function<bool(const std::string&)> one_of(std::vector<std::string> names) {
+  return [names](const std::string& v) { return std::find(names.begin(), names.end(), v) != names.end(); };
+}
+bool finite(double v) { return std::isfinite(v); }
+
+const std::vector<Field>& field_table() {
+  using C = PipelineConfig;
+  static const std::vector<Field> table = {
+      field<std::string>("model", "name", [](C& c) -> auto& { return c.model.name; }, "a non-empty registry key",
+                         [](const std::string& v) { return !v.empty(); }),
+      field<int64_t>("model", "hidden_size", [](C& c) -> auto& { return c.model.hidden_size; }, "an integer >= 1",
+                     [](int64_t v) { return v >= 1; }),
+      field<int64_t>("model", "num_layers", [](C& c) -> auto& { return c.model.num_layers; }, "an integer >= 1",
+                     [](int64_t v) { return v >= 1; }),
+      field<int64_t>("model", "num_heads", [](C& c) -> auto& { return c.model.num_heads; }, "an integer >= 1",
+                     [](int64_t v) { return v >= 1; }),
+      field<int64_t>("model", "sequence_length", [](C& c) -> auto& { return c.model.sequence_length; },
+                     "an integer >= 1", [](int64_t v) { return v >= 1; }),
+      field<int64_t>("model", "vocab_size", [](C& c) -> auto& { return c.model.vocab_size; },
+                     "-1 (from the tokenizer) or an integer >= 1", [](int64_t v) { return v == -1 || v >= 1; }),
+      field<int64_t>("model", "ffn_hidden_size", [](C& c) -> auto& { return c.model.ffn_hidden_size; },
+                     "-1 (4 x hidden_size) or an integer >= 1", [](int64_t v) { return v == -1 || v >= 1; }),
+      field<double>("model", "dropout", [](C& c) -> auto& { return c.model.dropout; }, "a number in [0, 1)",
+                    [](double v) { return v >= 0 && v < 1; }),
+      field<std::string>("dataset", "name", [](C& c) -> auto& { return c.dataset.name; }, "a non-empty registry key",
+                         [](const std::string& v) { return !v.empty(); }),
+      field<int64_t>("dataset", "batch_size", [](C& c) -> auto& { return c.dataset.batch_size; }, "an integer >= 1",
+                     [](int64_t v) { return v >= 1; }),
+      field<int>("dataset", "num_workers", [](C& c) -> auto& { return c.dataset.num_workers; }, "an integer >= 0",
+                 [](int v) { return v >= 0; }),
+      field<std::string>("dataset", "path", [](C& c) -> auto& { return c.dataset.path; }, "a file or folder path"),
+      field<std::string>("dataset", "tokenizer", [](C& c) -> auto& { return c.dataset.tokenizer; },
+                         "byte, sentencepiece", one_of({"byte", "sentencepiece"})),
+      field<std::string>("dataset", "tokenizer_model", [](C& c) -> auto& { return c.dataset.tokenizer_model; },
+                         "a SentencePiece .model path"),
+      field<double>("training", "learning_rate", [](C& c) -> auto& { return c.training.learning_rate; },
+                    "a number > 0", [](double v) { return finite(v) && v > 0; }),
+      field<int>("training", "epochs", [](C& c) -> auto& { return c.training.epochs; }, "an integer >= 1",
+                 [](int v) { return v >= 1; }),
+      field<int>("training", "num_microbatches", [](C& c) -> auto& { return c.training.num_microbatches; },
+                 "an integer >= 1", [](int v) { return v >= 1; }),
+      field<int>("training", "profile_iteration", [](C& c) -> auto& { return c.training.profile_iteration; },
+                 "-1 (never) or an integer >= 0", [](int v) { return v >= -1; }),
+      field<bool>("training", "exit_after_profile", [](C& c) -> auto& { return c.training.exit_after_profile; },
+                  "true or false"),
+      field<int64_t>("training", "max_steps", [](C& c) -> auto& { return c.training.max_steps; },
+                     "-1 (run the epochs) or an integer >= 1", [](int64_t v) { return v == -1 || v >= 1; }),
+      field<double>("training", "weight_decay", [](C& c) -> auto& { return c.training.weight_decay; },
+                    "a number >= 0", [](double v) { return finite(v) && v >= 0; }),
+      field<double>("training", "grad_clip", [](C& c) -> auto& { return c.training.grad_clip; },
+                    "a number (<= 0 turns clipping off)", finite),
+      field<int64_t>("training", "warmup_steps", [](C& c) -> auto& { return c.training.warmup_steps; },
+                     "an integer >= 0", [](int64_t v) { return v >= 0; }),
+      field<double>("training", "min_lr_ratio", [](C& c) -> auto& { return c.training.min_lr_ratio; },
+                    "a number in [0, 1]", [](double v) { return v >= 0 && v <= 1; }),
+      field<uint64_t>("training", "seed", [](C& c) -> auto& { return c.training.seed; }, "an integer >= 0"),
+      field<std::string>("training", "dtype", [](C& c) -> auto& { return c.training.dtype; }, "auto, fp32, bf16",
+                         one_of({"auto", "fp32", "bf16"})),
+      field<int>("training", "log_interval", [](C& c) -> auto& { return c.training.log_interval; }, "an integer >= 1",
+                 [](int v) { return v >= 1; }),
+      field<std::string>("training", "output_dir", [](C& c) -> auto& { return c.training.output_dir; },
+                         "a non-empty folder path", [](const std::string& v) { return !v.empty(); }),
+      field<int64_t>("training", "checkpoint_interval", [](C& c) -> auto& { return c.training.checkpoint_interval; },
+                     "0 (never) or an integer >= 1", [](int64_t v) { return v >= 0; }),
+      field<std::string>("training", "checkpoint_dir", [](C& c) -> auto& { return c.training.checkpoint_dir; },
+                         "a folder path (empty: <output_dir>/checkpoints)"),
+      field<int>("training", "keep_checkpoints", [](C& c) -> auto& { return c.training.keep_checkpoints; },
+                 "0 (keep all) or an integer >= 1", [](int v) { return v >= 0; }),
+      field<int>("parallel", "model_parallel_size", [](C& c) -> auto& { return c.parallel.model_parallel_size; },
+                 "an integer >= 1", [](int v) { return v >= 1; }),
+      field<std::string>("parallel", "scheduler", [](C& c) -> auto& { return c.parallel.scheduler; },
+                         "naive, async_threaded", one_of({"naive", "async_threaded"})),
+      field<bool>("parallel", "use_orion_scheduler", [](C& c) -> auto& { return c.parallel.use_orion_scheduler; },
+                  "true or false"),
+      field<std::string>("parallel", "schedule", [](C& c) -> auto& { return c.parallel.schedule; },
+                         "gpipe, 1f1b, interleaved_1f1b, zb_h1", one_of({"gpipe", "1f1b", "interleaved_1f1b", "zb_h1"})),
+      field<int>("parallel", "virtual_stages", [](C& c) -> auto& { return c.parallel.virtual_stages; },
+                 "an integer >= 1", [](int v) { return v >= 1; }),
+      field<std::string>("parallel", "priority", [](C& c) -> auto& { return c.parallel.priority; },
+                         "backward_first, forward_first, none", one_of({"backward_first", "forward_first", "none"})),
+      field<std::string>("parallel", "partition", [](C& c) -> auto& { return c.parallel.partition; },
+                         "uniform, explicit, parameters, time", one_of({"uniform", "explicit", "parameters", "time"})),
+      field<std::vector<int64_t>>("parallel", "partition_layers", [](C& c) -> auto& { return c.parallel.partition_layers; },
+                                  "a list of per-stage layer counts, each >= 1", [](const std::vector<int64_t>& v) {
+                                    return std::all_of(v.begin(), v.end(), [](int64_t x) { return x >= 1; });
+                                  }),
+      field<std::vector<double>>("parallel", "recompute_ratio", [](C& c) -> auto& { return c.parallel.recompute_ratio; },
+                                 "a list of per-stage ratios, each in [0, 1]", [](const std::vector<double>& v) {
+                                   return std::all_of(v.begin(), v.end(), [](double x) { return x >= 0 && x <= 1; });
+                                 }),
+      field<std::string>("parallel", "device", [](C& c) -> auto& { return c.parallel.device; }, "auto, cpu, cuda",
+                         one_of({"auto", "cpu", "cuda"})),
+      field<std::string>("parallel", "transport", [](C& c) -> auto& { return c.parallel.transport; },
+                         "auto, inprocess, gloo, nccl", one_of({"auto", "inprocess", "gloo", "nccl"})),
+      field<std::vector<int64_t>>("parallel", "placement", [](C& c) -> auto& { return c.parallel.placement; },
+                                  "a list with the process (0..WORLD_SIZE-1) of each pipeline rank",
+                                  [](const std::vector<int64_t>& v) {
+                                    return std::all_of(v.begin(), v.end(), [](int64_t x) { return x >= 0; });
+                                  }),
+      field<double>("parallel", "peer_timeout_s", [](C& c) -> auto& { return c.parallel.peer_timeout_s; },
+                    "a number of seconds > 0", [](double v) { return finite(v) && v > 0; }),
+  };
+  return table;
+}
+
+const std::vector<std::string> kSections = {"model", "dataset", "training", "parallel"};
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  std::iota(row.begin(), row.end(), 0);
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// " (did you mean X?)" when a known name is close, else a list of the known names.
+std::string suggestion(const std::string& wrong, const std::vector<std::string>& known) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, wrong.size() / 3) + 1;
+  for (const std::string& k : known) {
+    const size_t d = edit_distance(wrong, k);
+    if (d < best_distance) best_distance = d, best = k;
+  }
+  if (!best.empty()) return " (did you mean '" + best + "'?)";
+  std::string list;
+  for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+  return "; known: " + list;
+}
+
+const Field* find_field(const std::string& section, const std::string& key) {
+  for (const Field& f : field_table())
+    if (f.section == section && f.key == key) return &f;
+  return nullptr;
+}
+
+std::string unknown_field_message(const std::string& section, const std::string& key) {
+  std::vector<std::string> in_section, everywhere;
+  for (const Field& f : field_table()) {
+    if (f.section == section) in_section.push_back(f.path());
+    everywhere.push_back(f.path());
+    if (f.key == key) return "unknown key '" + section + "." + key + "' (did you mean '" + f.path() + "'?)";
+  }
+  return "unknown key '" + section + "." + key + "'" + suggestion(section + "." + key, in_section);
+}
+
+// Reads `node` into field `f`, turning yaml-cpp's conversion errors into a ConfigError.
+// `origin` is a file name (errors get file:line:column) or an override (no lines to give).
+void read_field(PipelineConfig& c, const Field& f, const YAML::Node& node, const std::string& origin,
+                bool has_lines = true) {
+  auto location = [&](const YAML::Mark& mark, const std::string& o) {
+    return has_lines ? gpipe::location(mark, o) : o + ": ";
+  };
+  try {
+    f.read(c, node);
+  } catch (const YAML::Exception&) {
+    const std::string got = node.IsScalar()     ? "'" + node.Scalar() + "'"
+                            : node.IsSequence() ? "a list"
+                            : node.IsMap()      ? "a map"
+                                                : "nothing";
+    throw ConfigError(location(node.Mark(), origin) + f.path() + ": expected " + f.type + ", got " + got);
+  }
+  if (std::string p = f.problem(c); !p.empty()) throw ConfigError(location(node.Mark(), origin) + f.path() + ": " + p);
+}
+
+YAML::Node parse_yaml(const std::string& text, const std::string& origin) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(location(e.mark, origin) + "not valid YAML: " + e.msg);
+  }
+}
+
+void check_cross_fields(const PipelineConfig& c) {
+  const ParallelConfig& par = c.parallel;
+  const int64_t stages = static_cast<int64_t>(par.model_parallel_size) * par.virtual_stages;
+  const std::string stages_text = std::to_string(stages) + " stages (parallel.model_parallel_size " +
+                                  std::to_string(par.model_parallel_size) + " x parallel.virtual_stages " +
+                                  std::to_string(par.virtual_stages) + ")";
+  if (c.model.hidden_size % c.model.num_heads != 0)
+    throw ConfigError("model.hidden_size " + std::to_string(c.model.hidden_size) + " is not divisible by model.num_heads " +
+                      std::to_string(c.model.num_heads) + "; pick a head count that divides it");
+  if (stages > c.model.num_layers)
+    throw ConfigError(stages_text + " but model.num_layers is " + std::to_string(c.model.num_layers) +
+                      ": every stage needs at least one transformer block; use fewer stages or more layers");
+  if (c.training.num_microbatches > c.dataset.batch_size)
+    throw ConfigError("training.num_microbatches " + std::to_string(c.training.num_microbatches) +
+                      " is larger than dataset.batch_size " + std::to_string(c.dataset.batch_size) +
+                      "; a micro-batch needs at least one sample");
+  if (c.dataset.batch_size % c.training.num_microbatches != 0)
+    throw ConfigError("training.num_microbatches " + std::to_string(c.training.num_microbatches) +
+                      " does not divide dataset.batch_size " + std::to_string(c.dataset.batch_size) +
+                      "; micro-batches must be equal (pick a divisor of the batch size)");
+  if (par.schedule == "interleaved_1f1b") {
+    if (par.virtual_stages < 2)
+      throw ConfigError("parallel.schedule interleaved_1f1b needs parallel.virtual_stages >= 2 (got " +
+                        std::to_string(par.virtual_stages) + "); use 1f1b for one stage per rank");
+    if (c.training.num_microbatches % par.model_parallel_size != 0)
+      throw ConfigError("parallel.schedule interleaved_1f1b needs training.num_microbatches (" +
+                        std::to_string(c.training.num_microbatches) + ") to be a multiple of parallel.model_parallel_size (" +
+                        std::to_string(par.model_parallel_size) + ")");
+  } else if (par.virtual_stages != 1) {
+    throw ConfigError("parallel.virtual_stages is " + std::to_string(par.virtual_stages) + " but parallel.schedule " +
+                      par.schedule + " runs one stage per rank; set virtual_stages: 1 or schedule: interleaved_1f1b");
+  }
+  if (par.partition == "explicit") {
+    if (par.partition_layers.empty())
+      throw ConfigError("parallel.partition is explicit but parallel.partition_layers is empty; give one layer count per stage, e.g. [12, 13, 13, 11]");
+    if (static_cast<int64_t>(par.partition_layers.size()) != stages)
+      throw ConfigError("parallel.partition_layers has " + std::to_string(par.partition_layers.size()) + " entries but there are " +
+                        stages_text + "; give one layer count per stage");
+    const int64_t sum = std::accumulate(par.partition_layers.begin(), par.partition_layers.end(), int64_t{0});
+    if (sum != c.model.num_layers)
+      throw ConfigError("parallel.partition_layers sums to " + std::to_string(sum) + " but model.num_layers is " +
+                        std::to_string(c.model.num_layers) + "; the counts must add up to the number of transformer blocks");
+  } else if (!par.partition_layers.empty()) {
+    throw ConfigError("parallel.partition_layers is set but parallel.partition is " + par.partition +
+                      "; set partition: explicit to use it, or remove partition_layers");
+  }
+  // One ratio for all, one per rank, or one per (virtual) stage: what the model's partition reads.
+  const auto ratios = static_cast<int64_t>(par.recompute_ratio.size());
+  if (ratios > 1 && ratios != par.model_parallel_size && ratios != stages)
+    throw ConfigError("parallel.recompute_ratio has " + std::to_string(ratios) + " entries but there are " + stages_text +
+                      "; give 1 ratio, one per rank, one per stage, or leave it empty");
+  if (!par.placement.empty() && static_cast<int64_t>(par.placement.size()) != par.model_parallel_size)
+    throw ConfigError("parallel.placement has " + std::to_string(par.placement.size()) + " entries but parallel.model_parallel_size is " +
+                      std::to_string(par.model_parallel_size) + "; give the process of each pipeline rank, e.g. [0, 0, 1, 1]");
+  if (par.transport == "nccl" && par.device == "cpu")
+    throw ConfigError("parallel.transport is nccl but parallel.device is cpu; NCCL moves CUDA tensors (use transport gloo or auto on CPU)");
+  if (par.transport == "gloo" && par.device == "cuda")
+    throw ConfigError("parallel.transport is gloo but parallel.device is cuda; use transport nccl (or auto) for GPU stages");
+  if (c.dataset.tokenizer == "sentencepiece" && c.dataset.tokenizer_model.empty())
+    throw ConfigError("dataset.tokenizer is sentencepiece but dataset.tokenizer_model is empty; give the .model file");
+  if (par.use_orion_scheduler && par.device == "cpu")
+    throw ConfigError("parallel.use_orion_scheduler is true but parallel.device is cpu; the Orion scheduler schedules CUDA kernels (use device: cuda or auto)");
+}
+
+}  // namespace
+
+namespace {
+
+// A key must be a plain scalar; a second occurrence of a key is an error (yaml-cpp keeps both).
+std::string key_text(const YAML::Node& key, std::vector<std::string>& seen, const std::string& parent,
+                     const std::string& origin) {
+  if (!key.IsScalar()) throw ConfigError(location(key.Mark(), origin) + "keys must be plain names");
+  const std::string name = key.Scalar();
+  if (std::find(seen.begin(), seen.end(), name) != seen.end())
+    throw ConfigError(location(key.Mark(), origin) + "duplicate key '" + parent + name + "'");
+  seen.push_back(name);
+  return name;
+}
+
+}  // namespace
+
+PipelineConfig PipelineConfig::from_yaml_string(const std::string& text, const std::string& origin) {
+  PipelineConfig c;
+  const YAML::Node root = parse_yaml(text, origin);
+  if (root.IsNull()) return c;  // an empty document: all defaults
+  if (!root.IsMap())
+    throw ConfigError(location(root.Mark(), origin) + "expected a map with sections model, dataset, training, parallel");
+  std::vector<std::string> sections_seen;
+  for (const auto& section : root) {
+    const std::string name = key_text(section.first, sections_seen, "", origin);
+    if (std::find(kSections.begin(), kSections.end(), name) == kSections.end())
+      throw ConfigError(location(section.first.Mark(), origin) + "unknown section '" + name + "'" + suggestion(name, kSections));
+    if (section.second.IsNull()) continue;
+    if (!section.second.IsMap())
+      throw ConfigError(location(section.second.Mark(), origin) + name + ": expected a map of fields");
+    std::vector<std::string> keys_seen;
+    for (const auto& entry : section.second) {
+      const std::string key = key_text(entry.first, keys_seen, name + ".", origin);
+      const Field* f = find_field(name, key);
+      if (!f) throw ConfigError(location(entry.first.Mark(), origin) + unknown_field_message(name, key));
+      read_field(c, *f, entry.second, origin);
+    }
+  }
+  return c;  // cross-field rules wait for validate(): later overrides may still fix them
+}
+
+PipelineConfig PipelineConfig::from_yaml_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in)
+    throw ConfigError("cannot read config file '" + path + "': " + std::strerror(errno) +
+                      " (check the --config path; configs/ has examples)");
+  std::stringstream text;
+  text << in.rdbuf();
+  return from_yaml_string(text.str(), path);
+}
+
+void PipelineConfig::apply_override(const std::string& assignment) {
+  const std::string origin = "override '" + assignment + "'";
+  const size_t eq = assignment.find('=');
+  const size_t dot = assignment.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq)
+    throw ConfigError(origin + ": expected section.field=value, e.g. training.learning_rate=3e-4");
+  const std::string section = assignment.substr(0, dot);
+  const std::string key = assignment.substr(dot + 1, eq - dot - 1);
+  const std::string value = assignment.substr(eq + 1);
+  if (std::find(kSections.begin(), kSections.end(), section) == kSections.end())
+    throw ConfigError(origin + ": unknown section '" + section + "'" + suggestion(section, kSections));
+  const Field* f = find_field(section, key);
+  if (!f) throw ConfigError(origin + ": " + unknown_field_message(section, key));
+  // Strings are taken verbatim (a path may contain ':' or '#'); everything else is YAML, so
+  // lists are written "[12,13,13,11]".
+  const YAML::Node node = f->is_string ? YAML::Node(value) : parse_yaml(value, origin);
+  if (!f->is_string && node.IsNull()) throw ConfigError(origin + ": " + f->path() + " needs a value (" + f->type + ")");
+  read_field(*this, *f, node, origin, /*has_lines=*/false);
+}
+
+void PipelineConfig::validate() const {
+  for (const Field& f : field_table())
+    if (std::string p = f.problem(*this); !p.empty()) throw ConfigError(f.path() + ": " + p);
+  check_cross_fields(*this);
+}
+
+std::string PipelineConfig::to_yaml() const {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  for (const std::string& section : kSections) {
+    out << YAML::Key << section << YAML::Value << YAML::BeginMap;
+    for (const Field& f : field_table()) {
+      if (f.section != section) continue;
+      out << YAML::Key << f.key << YAML::Value;
+      f.write(out, *this);
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace gpipe

@@ -1,0 +1,74 @@
+// Token stream -> shuffled global batches of (input_ids, targets shifted by one).
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <limits>
+#include <stdexcept>
+
+#include "trainer/data/text_data.h"
+
+namespace gpipe {
+
+std::vector<int32_t> tokenize_documents(const std::vector<TextDocument>& documents, const DocumentTokenizer& tokenizer) {
+  if (tokenizer.vocab_size() > std::numeric_limits<int32_t>::max()) {
+    throw std::runtime_error("tokenizer vocabulary does not fit the int32 token stream");
+  }
+  const auto eot = tokenizer.eot_id();
+  std::vector<int32_t> tokens;
+  for (const auto& document : documents) {
+    for (int64_t id : tokenizer.encode(document.text)) tokens.push_back(static_cast<int32_t>(id));
+    if (eot) tokens.push_back(static_cast<int32_t>(*eot));
+  }
+  return tokens;
+}
+
+TokenBatcher::TokenBatcher(std::vector<int32_t> tokens, int64_t batch_size, int64_t sequence_length,
+                           const std::string& origin)
+    : tokens_(std::move(tokens)), batch_size_(batch_size), sequence_length_(sequence_length) {
+  if (batch_size_ <= 0) throw std::runtime_error("dataset.batch_size must be positive, got " + std::to_string(batch_size_));
+  if (sequence_length_ <= 0) {
+    throw std::runtime_error("model.sequence_length must be positive, got " + std::to_string(sequence_length_));
+  }
+  // Samples overlap by one token: sample i covers tokens [i*T, i*T + T] inclusive.
+  num_samples_ = tokens_.size() > 1 ? static_cast<int64_t>(tokens_.size() - 1) / sequence_length_ : 0;
+  if (num_batches() == 0) {
+    throw std::runtime_error(origin + " gives " + std::to_string(tokens_.size()) + " tokens, too few for one batch of " +
+                             std::to_string(batch_size_) + " x " + std::to_string(sequence_length_) + " (needs " +
+                             std::to_string(batch_size_ * sequence_length_ + 1) +
+                             "): use more data or a smaller dataset.batch_size / model.sequence_length");
+  }
+}
+
+Batch TokenBatcher::batch(int64_t epoch, int64_t index, uint64_t seed) const {
+  if (index < 0 || index >= num_batches()) {
+    throw std::out_of_range("batch index " + std::to_string(index) + " is outside [0, " + std::to_string(num_batches()) +
+                            ") for this dataset");
+  }
+  if (epoch < 0) throw std::out_of_range("epoch " + std::to_string(epoch) + " is negative");
+  at::Tensor order;
+  {
+    std::lock_guard<std::mutex> lock(order_mu_);
+    if (order_epoch_ != epoch || order_seed_ != seed || !order_.defined()) {
+      auto generator = at::make_generator<at::CPUGeneratorImpl>(seed + static_cast<uint64_t>(epoch));
+      order_ = at::randperm(num_samples_, generator, at::TensorOptions().dtype(at::kLong));
+      order_epoch_ = epoch;
+      order_seed_ = seed;
+    }
+    order = order_;
+  }
+  const int64_t* sample_ids = order.const_data_ptr<int64_t>() + index * batch_size_;
+  at::Tensor inputs = at::empty({batch_size_, sequence_length_}, at::kLong);
+  at::Tensor targets = at::empty({batch_size_, sequence_length_}, at::kLong);
+  int64_t* in = inputs.mutable_data_ptr<int64_t>();
+  int64_t* out = targets.mutable_data_ptr<int64_t>();
+  for (int64_t b = 0; b < batch_size_; ++b) {
+    const int32_t* sample = tokens_.data() + sample_ids[b] * sequence_length_;
+    for (int64_t t = 0; t < sequence_length_; ++t) {
+      in[b * sequence_length_ + t] = sample[t];
+      out[b * sequence_length_ + t] = sample[t + 1];
+    }
+  }
+  return {inputs, targets};
+}
+
+}  // namespace gpipe

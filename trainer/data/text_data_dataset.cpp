@@ -1,0 +1,53 @@
+// TextDataset: a reader (CodeSearchNet or plain text, or the embedded corpus) + tokenizer +
+// TokenBatcher behind DatasetInterface.
+#include <stdexcept>
+#include <string>
+
+#include "trainer/data/text_data.h"
+#include "trainer/log/text_data_log.h"
+
+namespace gpipe {
+
+void TextDataset::load_dataset(const DatasetConfig& dataset, const ModelConfig& model) {
+  auto tokenizer = make_tokenizer(dataset);
+  std::vector<TextDocument> documents;
+  std::string origin;
+  if (dataset.path.empty()) {
+    documents = embedded_corpus();
+    origin = "the embedded corpus";
+    log_data_info("dataset '" + dataset.name + "': dataset.path is empty, using the embedded corpus (" +
+                  std::to_string(documents.size()) + " files of this project's sources)");
+  } else {
+    documents = format_ == Format::kCodeSearchNet ? read_codesearchnet(dataset.path) : read_text_path(dataset.path);
+    origin = "dataset.path '" + dataset.path + "'";
+  }
+  if (model.vocab_size != -1 && model.vocab_size < tokenizer->vocab_size()) {
+    throw std::runtime_error("model.vocab_size " + std::to_string(model.vocab_size) + " is smaller than the " +
+                             dataset.tokenizer + " tokenizer's vocabulary (" + std::to_string(tokenizer->vocab_size()) +
+                             "): set model.vocab_size to -1 to take it from the tokenizer");
+  }
+  auto tokens = tokenize_documents(documents, *tokenizer);
+  batcher_ = std::make_unique<TokenBatcher>(std::move(tokens), dataset.batch_size, model.sequence_length, origin);
+  tokenizer_ = std::move(tokenizer);
+  log_data_info("dataset '" + dataset.name + "': " + std::to_string(documents.size()) + " documents, " +
+                std::to_string(batcher_->num_tokens()) + " tokens, " + std::to_string(batcher_->num_samples()) +
+                " samples of " + std::to_string(model.sequence_length) + " tokens, " +
+                std::to_string(batcher_->num_batches()) + " global batches of " + std::to_string(dataset.batch_size) +
+                " per epoch");
+}
+
+const TokenBatcher& TextDataset::batcher() const {
+  if (!batcher_) throw std::logic_error("TextDataset used before load_dataset()");
+  return *batcher_;
+}
+
+const Tokenizer& TextDataset::get_tokenizer() const {
+  if (!tokenizer_) throw std::logic_error("TextDataset::get_tokenizer() called before load_dataset()");
+  return *tokenizer_;
+}
+
+int64_t TextDataset::num_batches() const { return batcher().num_batches(); }
+
+Batch TextDataset::process_batch(int64_t epoch, int64_t index) { return batcher().batch(epoch, index, seed_); }
+
+}  // namespace gpipe

@@ -1,0 +1,302 @@
+// Device selection, per-rank streams and events, autocast and memory statistics. Everything
+// CUDA-specific sits behind OURGPIPE_HAVE_TORCH_CUDA (compiled in CI, run on a GPU).
+#include "trainer/device/device.h"
+
+#include <ATen/autocast_mode.h>
+
+#include <map>
+#include <set>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "trainer/config/config.h"
+#include "trainer/metrics/metrics.h"
+
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+
+#include "orion.h"
+#include "trainer/log/engine_log.h"
+#endif
+
+namespace gpipe {
+
+bool cuda_usable() {
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+  return c10::cuda::device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+std::vector<c10::Device> resolve_rank_devices(const std::string& requested, int num_ranks) {
+  if (requested != "auto" && requested != "cpu" && requested != "cuda") {
+    throw ConfigError("parallel.device='" + requested + "' is not one of auto, cpu, cuda");
+  }
+  const bool use_cuda = requested == "cuda" || (requested == "auto" && cuda_usable());
+  if (use_cuda && !cuda_usable()) {
+    throw ConfigError(
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+        "parallel.device='cuda' but no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the driver), "
+        "or use parallel.device=cpu"
+#else
+        "parallel.device='cuda' but this build has no LibTorch-CUDA support; rebuild with a CUDA LibTorch "
+        "or use parallel.device=cpu"
+#endif
+    );
+  }
+  std::vector<c10::Device> devices;
+  for (int r = 0; r < num_ranks; ++r) {
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+    if (use_cuda) {
+      devices.emplace_back(c10::kCUDA, static_cast<c10::DeviceIndex>(r % c10::cuda::device_count()));
+      continue;
+    }
+#endif
+    devices.emplace_back(c10::kCPU);
+  }
+  return devices;
+}
+
+std::string device_display_name(const c10::Device& device) {
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+  if (device.is_cuda()) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, device.index()) == cudaSuccess) return prop.name;
+    return "cuda (unknown name)";
+  }
+#endif
+  return device.str();
+}
+
+int count_distinct_devices(const std::vector<c10::Device>& devices) {
+  std::set<std::string> names;
+  for (const auto& d : devices) names.insert(d.str());
+  return static_cast<int>(names.size());
+}
+
+int64_t peak_memory_bytes(const std::vector<c10::Device>& devices) {
+  int64_t peak = 0;
+  bool any_cuda = false;
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+  std::set<c10::DeviceIndex> seen;
+  for (const auto& d : devices) {
+    if (!d.is_cuda() || !seen.insert(d.index()).second) continue;
+    any_cuda = true;
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
+    const auto& agg = stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+    peak = std::max<int64_t>(peak, agg.peak);
+  }
+#else
+  (void)devices;
+#endif
+  return any_cuda ? peak : max_rss_bytes();
+}
+
+void reset_peak_memory(const std::vector<c10::Device>& devices) {
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+  for (const auto& d : devices) {
+    if (d.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(d.index());
+  }
+#else
+  (void)devices;
+#endif
+}
+
+void synchronize_devices(const std::vector<c10::Device>& devices) {
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+  std::set<c10::DeviceIndex> seen;
+  for (const auto& d : devices) {
+    if (d.is_cuda() && seen.insert(d.index()).second) c10::cuda::device_synchronize();
+  }
+#else
+  (void)devices;
+#endif
+}
+
+void bind_thread_to_device(c10::Device device) {
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+  if (device.is_cuda()) c10::cuda::set_device(device.index());
+#else
+  (void)device;
+#endif
+}
+
+namespace {
+bool is_backward(ActionType type) {
+  return type == ActionType::kBackward || type == ActionType::kBackwardInput ||
+         type == ActionType::kBackwardWeight || type == ActionType::kSendBackward ||
+         type == ActionType::kRecvBackward;
+}
+
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+class CudaReadyEvent final : public ReadyEvent {
+ public:
+  explicit CudaReadyEvent(const c10::cuda::CUDAStream& stream) { event_.record(stream); }
+  void block_current_stream() const override {
+    // CUDAEvent::block is non-const only because it may create the event lazily; it exists here.
+    const_cast<at::cuda::CUDAEvent&>(event_).block(c10::cuda::getCurrentCUDAStream());
+  }
+
+ private:
+  at::cuda::CUDAEvent event_;
+};
+
+// The Orion shim's orion_set_stream_class, looked up once at run time (null without the shim,
+// so the same binary runs unchanged with and without it).
+orion_set_stream_class_fn orion_set_class() {
+  static const orion_set_stream_class_fn fn = [] {
+    auto found = reinterpret_cast<orion_set_stream_class_fn>(dlsym(RTLD_DEFAULT, "orion_set_stream_class"));
+    engine_log_info(found != nullptr
+                        ? "Orion shim API found: pipeline streams are re-classed per action (parallel.priority)"
+                        : "Orion shim API not found: stream priorities come from CUDA stream priorities only");
+    return found;
+  }();
+  return fn;
+}
+#endif
+}  // namespace
+
+struct RankStreams::Impl {
+  c10::Device device{c10::kCPU};
+  StreamPolicy policy = StreamPolicy::kSingle;
+  std::string priority;
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+  // (is_backward, micro-batch) -> stream, taken from LibTorch's pool on first use.
+  // Micro-batch kAllWeights keys the one stream every W of the rank runs on.
+  std::map<std::pair<bool, int>, c10::cuda::CUDAStream> streams;
+  // Set by begin_step(): the previous optimizer step's work; each stream waits once per step.
+  std::shared_ptr<const ReadyEvent> step_start;
+  std::set<std::pair<bool, int>> waited_step_start;
+#endif
+};
+
+RankStreams::RankStreams(c10::Device device, StreamPolicy policy, const std::string& priority)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->device = device;
+  impl_->policy = policy;
+  impl_->priority = priority;
+  if (priority != "backward_first" && priority != "forward_first" && priority != "none") {
+    throw ConfigError("parallel.priority='" + priority + "' is not one of backward_first, forward_first, none");
+  }
+}
+
+RankStreams::~RankStreams() = default;
+
+void RankStreams::begin_step() {
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+  // optimizer_step updates the weights on this device's current (default) stream; without this
+  // the next step's forwards on pool streams could read weights mid-update (train() happens to
+  // synchronize, but nothing here relied on it).
+  if (impl_->device.is_cuda() && impl_->policy == StreamPolicy::kPerMicrobatch) {
+    impl_->step_start = std::make_shared<CudaReadyEvent>(c10::cuda::getCurrentCUDAStream(impl_->device.index()));
+    impl_->waited_step_start.clear();
+  }
+#endif
+}
+
+std::shared_ptr<void> RankStreams::enter(ActionType type, int microbatch) {
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+  if (impl_->device.is_cuda() && impl_->policy == StreamPolicy::kPerMicrobatch) {
+    constexpr int kAllWeights = -1;
+    const bool backward = is_backward(type);
+    // Every W of the rank on one stream: W's of different micro-batches add into the same .grad
+    // (StageRuntime::backward_weight), which on per-micro-batch streams would race.
+    auto key = std::make_pair(backward, type == ActionType::kBackwardWeight ? kAllWeights : microbatch);
+    auto it = impl_->streams.find(key);
+    if (it == impl_->streams.end()) {
+      const bool high = impl_->priority == "backward_first"  ? backward
+                        : impl_->priority == "forward_first" ? !backward
+                                                             : false;
+      it = impl_->streams.emplace(key, c10::cuda::getStreamFromPool(high, impl_->device.index())).first;
+    }
+    auto guard = std::make_shared<c10::cuda::CUDAStreamGuard>(it->second);
+    if (impl_->step_start && impl_->waited_step_start.insert(key).second) impl_->step_start->block_current_stream();
+    // Orion: autograd runs mb's backward kernels on F(mb)'s stream, so re-class that stream
+    // before each action (forward class before F, backward class before B/I/W) and the stream
+    // entered here, so the shim sees the real priority of the kernels about to be queued.
+    if (impl_->priority != "none") {
+      if (const orion_set_stream_class_fn set_class = orion_set_class()) {
+        const bool high = impl_->priority == "backward_first" ? backward : !backward;
+        const char* cls = high ? "high_priority" : "best_effort";
+        set_class(static_cast<void*>(it->second.stream()), cls);
+        if (backward) {
+          if (auto f = impl_->streams.find({false, microbatch}); f != impl_->streams.end()) {
+            set_class(static_cast<void*>(f->second.stream()), cls);
+          }
+        }
+      }
+    }
+    return guard;
+  }
+#else
+  (void)type;
+  (void)microbatch;
+#endif
+  return nullptr;
+}
+
+std::shared_ptr<const ReadyEvent> RankStreams::record_ready() const {
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+  if (impl_->device.is_cuda()) return std::make_shared<CudaReadyEvent>(c10::cuda::getCurrentCUDAStream());
+#endif
+  return nullptr;
+}
+
+void RankStreams::wait(const std::shared_ptr<const ReadyEvent>& event) {
+  if (event) event->block_current_stream();
+}
+
+void RankStreams::record_use(const at::Tensor& tensor) const {
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+  if (tensor.defined() && tensor.is_cuda()) {
+    c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), c10::cuda::getCurrentCUDAStream());
+  }
+#else
+  (void)tensor;
+#endif
+}
+
+std::string RankStreams::describe() const {
+  if (!impl_->device.is_cuda()) {
+    return "CPU: no streams exist; each rank's actions run in order on its thread (parallel.priority '" +
+           impl_->priority + "' has no effect)";
+  }
+  if (impl_->policy == StreamPolicy::kSingle) return impl_->device.str() + ": one stream (the current stream)";
+  const std::string fwd = impl_->priority == "forward_first" ? "high" : impl_->priority == "none" ? "default" : "low";
+  const std::string bwd = impl_->priority == "backward_first" ? "high" : impl_->priority == "none" ? "default" : "low";
+  // Honest about LibTorch: autograd runs each backward kernel on the stream its forward op used,
+  // so CUDA stream priority alone cannot favour backward over forward here.
+  std::string text = fmt::format(
+      "{}: per-micro-batch pool streams (F(mb) on a {}-priority stream, B/I(mb) on a {}-priority stream, all W on one "
+      "{}-priority stream); autograd runs backward kernels on their forward's {}-priority stream, so the {}-priority "
+      "streams carry only synchronisation and gradient accumulation",
+      impl_->device.str(), fwd, bwd, bwd, fwd, bwd);
+  if (impl_->priority != "none") {
+    text += "; under the Orion shim each F(mb) stream is re-classed to the backward class before B/I/W(mb)";
+  }
+  return text;
+}
+
+AutocastScope::AutocastScope(c10::Device device, bool enabled) {
+  if (!enabled || !device.is_cuda()) return;
+  active_ = true;
+  at::autocast::set_autocast_enabled(at::kCUDA, true);
+  at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+  at::autocast::increment_nesting();
+}
+
+AutocastScope::~AutocastScope() {
+  if (!active_) return;
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  at::autocast::set_autocast_enabled(at::kCUDA, false);
+}
+
+}  // namespace gpipe

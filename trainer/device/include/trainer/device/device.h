@@ -1,0 +1,99 @@
+// Devices and streams for the executors. Device selection (auto | cpu | cuda), per-rank CUDA
+// streams whose priority says forward or backward (parallel.priority), events that order work
+// across streams, bf16 autocast per thread, and memory statistics. On CPU, streams and events
+// do not exist: every stream call is a no-op and describe() says so.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainer/schedule/schedule.h"
+
+namespace gpipe {
+
+// True when this build has LibTorch-CUDA code paths and a CUDA device is visible.
+bool cuda_usable();
+// One device per pipeline rank: cpu for all, or cuda:(rank % device count). "auto" picks cuda
+// when usable. Throws ConfigError naming parallel.device if "cuda" is asked and absent, or the
+// value is unknown.
+std::vector<c10::Device> resolve_rank_devices(const std::string& requested, int num_ranks);
+// "cpu" or the GPU's marketing name ("NVIDIA H100 80GB HBM3").
+std::string device_display_name(const c10::Device& device);
+// Distinct devices among `devices`.
+int count_distinct_devices(const std::vector<c10::Device>& devices);
+// Largest peak allocated bytes over the CUDA devices since reset_peak_memory, or max RSS on CPU.
+int64_t peak_memory_bytes(const std::vector<c10::Device>& devices);
+void reset_peak_memory(const std::vector<c10::Device>& devices);
+// Waits for all queued work on the devices (no-op on CPU).
+void synchronize_devices(const std::vector<c10::Device>& devices);
+
+// Something a stream can wait on (a CUDA event); null pointers stand for "ready".
+class ReadyEvent {
+ public:
+  virtual ~ReadyEvent() = default;
+  virtual void block_current_stream() const = 0;
+};
+
+enum class StreamPolicy {
+  kSingle,         // the device's current (default) stream: the naive executor
+  kPerMicrobatch,  // each micro-batch's forward and backward on their own pool streams
+};
+
+// The streams of one rank. parallel.priority: backward_first (backward on high-priority
+// streams, forward on low), forward_first (the reverse), none (all at default priority).
+// Caveat: LibTorch autograd runs each backward kernel on the stream its forward op used, so the
+// backward kernels of mb run on F(mb)'s stream; the backward stream mostly carries the engine's
+// synchronisation. Under the Orion shim (found at run time) the F(mb) stream is re-classed
+// before each action so that its backward kernels get the backward class; see describe().
+class RankStreams {
+ public:
+  RankStreams(c10::Device device, StreamPolicy policy, const std::string& priority);
+  ~RankStreams();
+  RankStreams(const RankStreams&) = delete;
+  RankStreams& operator=(const RankStreams&) = delete;
+  // Makes the stream for this action current on the calling thread until the result dies.
+  // kPerMicrobatch: F(mb) and B/I(mb) get their own pool streams; every W of the rank shares one
+  // stream, because W's of different micro-batches add into the same .grad tensors.
+  [[nodiscard]] std::shared_ptr<void> enter(ActionType type, int microbatch);
+  // Call on the thread that ran the optimizer step, before the step's actions: every pool stream
+  // waits (at its first enter() of the step) for the work queued so far on this device's current
+  // stream, i.e. the previous optimizer step's weight updates. No-op on CPU or kSingle.
+  void begin_step();
+  // An event recorded on the current stream (null on CPU).
+  std::shared_ptr<const ReadyEvent> record_ready() const;
+  // The current stream waits for `event` (null: nothing to wait for).
+  static void wait(const std::shared_ptr<const ReadyEvent>& event);
+  // Tells the caching allocator that `tensor` (made on another stream) is used on the current
+  // stream, so its memory is not reused early (no-op on CPU).
+  void record_use(const at::Tensor& tensor) const;
+  // One line for the log, e.g. "CPU: no streams; actions run in order on the rank's thread".
+  std::string describe() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Thread-local bf16 autocast on a CUDA device for the lifetime of the object; clears the
+// autocast weight cache on exit (weights change after each optimizer step). No-op when
+// `enabled` is false or the device is not CUDA.
+class AutocastScope {
+ public:
+  AutocastScope(c10::Device device, bool enabled);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  bool active_ = false;
+};
+
+// Binds the calling thread to `device` (cudaSetDevice) so its kernels and streams go there.
+void bind_thread_to_device(c10::Device device);
+
+}  // namespace gpipe

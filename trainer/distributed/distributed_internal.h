@@ -1,0 +1,63 @@
+// Private to distributed.cpp and the cross-process transports: the c10d objects behind
+// Distributed, and the monitor's list of transports to abort.
+#pragma once
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "trainer/distributed/distributed.h"
+
+namespace gpipe {
+
+struct Distributed::Impl {
+  WorldInfo world;
+  DistributedOptions options;
+  std::string store_address;                 // "host:port", for messages
+  c10::intrusive_ptr<c10d::Store> store;     // the main thread's client (prefixed)
+  c10::intrusive_ptr<c10d::Store> monitor_store;  // the monitor's own connection
+  c10::intrusive_ptr<c10d::Backend> gloo;
+
+  std::thread monitor;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  std::set<Transport*> watched;
+  std::optional<std::string> failure;  // first reason seen
+  bool announced = false;
+
+  // Records `reason` (first wins) and aborts every watched transport.
+  void fail(const std::string& reason);
+  void monitor_loop();
+  // The value another rank writes under `key` (`what` names it in errors); ends early when the
+  // monitor records a failure, and after options.timeout.
+  std::string wait_for_key(const std::string& key, const std::string& what);
+  // Waits for a collective, ending early when the monitor records a failure; throws naming why.
+  void wait_collective(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);
+  // Why a collective failed: another rank's announcement, or the ranks whose heartbeat stopped.
+  std::string explain_collective_failure(const std::string& what, const std::exception& error);
+};
+
+// An exception's message without the C++ backtrace c10::Error appends (one line per log entry).
+inline std::string error_text(const std::exception& e) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
+  return e.what();
+}
+
+// Creates the Gloo cross-process transport (process_transport.cpp) and the NCCL one
+// (nccl_transport.cpp, CUDA builds only).
+std::unique_ptr<Transport> make_gloo_process_transport(Distributed::Impl& dist, const Placement& placement,
+                                                       const Schedule& schedule);
+std::unique_ptr<Transport> make_nccl_process_transport(Distributed::Impl& dist, const Placement& placement,
+                                                       const Schedule& schedule);
+
+}  // namespace gpipe

@@ -1,0 +1,141 @@
+// The async_threaded executor: one thread per rank runs its own program against the transport.
+// On CUDA each micro-batch's forward and backward get their own pool streams (priority per
+// parallel.priority; autograd still runs backward kernels on the forward's stream, see
+// RankStreams), all W's of a rank share one stream, and events order them; on CPU there are no
+// streams. The first failing rank
+// aborts the transport so its peers stop waiting, and its error is the one reported.
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "action_runner.h"
+#include "trainer/execution/stage_runtime.h"
+#include "trainer/metrics/timeline.h"
+
+namespace gpipe {
+namespace {
+
+class AsyncThreadedExecutor final : public Executor {
+ public:
+  explicit AsyncThreadedExecutor(ExecutorOptions options) : options_(std::move(options)) {}
+  const char* name() const override { return "async_threaded"; }
+
+  std::vector<std::string> describe_streams(const std::vector<c10::Device>& rank_devices) const override {
+    std::vector<std::string> lines;
+    for (size_t r = 0; r < rank_devices.size(); ++r) {
+      RankStreams streams(rank_devices[r], StreamPolicy::kPerMicrobatch, options_.priority);
+      lines.push_back(fmt::format("rank {}: {}", r, streams.describe()));
+    }
+    return lines;
+  }
+
+  void run_step(const StepContext& ctx) override {
+    const Schedule& schedule = *ctx.schedule;
+    const auto ranks = static_cast<size_t>(schedule.num_ranks);
+    // Streams persist across steps (pool streams are handed out round-robin; keep ours stable).
+    const std::vector<int> here = ctx.ranks_here();
+    if (streams_.size() != ranks) {
+      streams_.clear();
+      streams_.resize(ranks);
+      for (int r : here) {
+        streams_[static_cast<size_t>(r)] = std::make_unique<RankStreams>(
+            ctx.rank_devices.at(static_cast<size_t>(r)), StreamPolicy::kPerMicrobatch, options_.priority);
+      }
+    }
+    // The optimizer step ran on each device's current stream on this thread: the pool streams
+    // wait for it before this step's actions use the weights.
+    for (auto& s : streams_) {
+      if (s) s->begin_step();
+    }
+    std::vector<std::unique_ptr<ActionRunner>> runners(ranks);
+    for (int r : here) {
+      runners[static_cast<size_t>(r)] =
+          std::make_unique<ActionRunner>(ctx, r, *streams_[static_cast<size_t>(r)], options_);
+    }
+
+    std::mutex error_mu;
+    std::optional<std::string> first_error;
+    auto fail = [&](const std::string& what) {
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (!first_error) {
+        first_error = what;
+        ctx.transport->abort(what);
+      }
+    };
+
+    if (ctx.recorder != nullptr) ctx.recorder->begin_step(schedule.num_ranks);
+    std::vector<std::thread> threads;
+    threads.reserve(here.size());
+    for (int rank : here) {
+      const auto r = static_cast<size_t>(rank);
+      threads.emplace_back([&, r] {
+        try {
+          const c10::Device device = ctx.rank_devices.at(r);
+          bind_thread_to_device(device);
+          // One AutocastScope per action (as in the naive executor), not per step: autocast's
+          // per-thread cache of bf16 weight copies made by F(mb0) on its stream would otherwise
+          // be reused by F(mbk) on another stream with no ordering between them.
+          run_program(schedule.per_rank[r], [&](const Action& action) {
+            AutocastScope autocast(device, options_.bf16_autocast);
+            runners[r]->run(action);
+          });
+          runners[r]->check_drained();
+        } catch (const std::exception& e) {
+          fail(e.what());
+        } catch (...) {
+          fail(fmt::format("rank {}: unknown exception", r));
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    if (first_error) {
+      const size_t dropped = ctx.transport->reset();
+      throw std::runtime_error(*first_error + (dropped ? fmt::format(" ({} undelivered message(s) dropped)", dropped) : ""));
+    }
+    synchronize_devices(ctx.rank_devices);
+    if (ctx.recorder != nullptr) ctx.recorder->end_step();
+    if (const size_t left = ctx.transport->pending(); left != 0) {
+      ctx.transport->reset();
+      throw std::runtime_error(fmt::format("{} message(s) were sent but never received: the schedule's sends and "
+                                           "receives do not match (check --print-schedule)", left));
+    }
+  }
+
+ private:
+  // A run of consecutive communication actions is one group, posted at once (schedule.h). Sends
+  // never block here, so running the group's sends before its receives is equivalent to posting
+  // it at once, and cannot deadlock against a peer whose group starts with receives.
+  template <typename Run>
+  static void run_program(const std::vector<Action>& program, const Run& run) {
+    size_t i = 0;
+    while (i < program.size()) {
+      if (!is_communication(program[i].type)) {
+        run(program[i++]);
+        continue;
+      }
+      size_t end = i;
+      while (end < program.size() && is_communication(program[end].type)) ++end;
+      for (size_t k = i; k < end; ++k) {
+        if (!is_receive(program[k].type)) run(program[k]);
+      }
+      for (size_t k = i; k < end; ++k) {
+        if (is_receive(program[k].type)) run(program[k]);
+      }
+      i = end;
+    }
+  }
+  static bool is_receive(ActionType t) { return t == ActionType::kRecvForward || t == ActionType::kRecvBackward; }
+
+  ExecutorOptions options_;
+  std::vector<std::unique_ptr<RankStreams>> streams_;
+};
+
+}  // namespace
+
+std::unique_ptr<Executor> make_async_threaded_executor(ExecutorOptions options) {
+  return std::make_unique<AsyncThreadedExecutor>(std::move(options));
+}
+
+}  // namespace gpipe

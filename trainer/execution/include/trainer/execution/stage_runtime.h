@@ -1,0 +1,71 @@
+// One virtual stage at run time: its sub-model, what it stashes per micro-batch between forward
+// and backward, and one method per compute action (F, B, I, W). The last stage computes the loss,
+// scaled by 1/num_microbatches so that accumulated gradients equal the full-batch mean's.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "trainer/model/interfaces.h"
+
+namespace gpipe {
+
+class StageRuntime {
+ public:
+  // `stage_interface` (prepare_input / compute_loss) must outlive the runtime.
+  StageRuntime(StageSpec spec, std::shared_ptr<StageModule> module, const StageInterface& stage_interface,
+               c10::Device device, int num_microbatches);
+
+  const StageSpec& spec() const { return spec_; }
+  StageModule& module() { return *module_; }
+  const std::shared_ptr<StageModule>& module_ptr() const { return module_; }
+  c10::Device device() const { return device_; }
+  std::vector<at::Tensor> parameters() const;
+
+  // F: the first stage feeds prepare_input(microbatch), the others `activation` (the previous
+  // stage's output, which this stage differentiates against). Returns what to send to the next
+  // stage; on the last stage, returns the unscaled loss (detached) and keeps the scaled one.
+  at::Tensor forward(int microbatch, const Batch& batch, const at::Tensor& activation);
+  // B: full backward of `microbatch` (`output_grad` is ignored on the last stage). Returns the
+  // gradient for the previous stage (undefined on the first) and frees the stash.
+  at::Tensor backward(int microbatch, const at::Tensor& output_grad);
+  // I: input gradient only, keeping the graph for W (zero-bubble schedules).
+  at::Tensor backward_input(int microbatch, const at::Tensor& output_grad);
+  // W: weight gradients of a micro-batch whose I ran; accumulates into .grad and frees the stash.
+  void backward_weight(int microbatch);
+
+  // Sum of the unscaled micro-batch losses since begin_step() (last stage only; 0 otherwise).
+  double loss_sum() const;
+  int losses_recorded() const { return static_cast<int>(losses_.size()); }
+  // Clears losses; throws std::logic_error if a previous step left micro-batches stashed.
+  void begin_step();
+  void zero_grad();
+  // Drops whatever a failed step left stashed (and its losses), so the next step can run.
+  void discard_step();
+  size_t stashed_microbatches() const { return stash_.size(); }
+
+ private:
+  struct Stash {
+    at::Tensor input;        // requires grad on non-first stages
+    at::Tensor output;       // activation, or the scaled loss on the last stage
+    at::Tensor output_grad;  // kept between I and W
+    bool input_grad_done = false;
+  };
+  Stash& stash_for(int microbatch, const char* action);
+  // Gradient w.r.t. the stage input, keeping the graph (W still needs it).
+  at::Tensor take_input_grad(Stash& stash, const at::Tensor& output_grad);
+
+  StageSpec spec_;
+  std::shared_ptr<StageModule> module_;
+  const StageInterface& stage_interface_;
+  c10::Device device_;
+  int num_microbatches_;
+  std::map<int, Stash> stash_;
+  std::vector<at::Tensor> losses_;  // detached, unscaled, one per micro-batch
+};
+
+}  // namespace gpipe

@@ -1,0 +1,168 @@
+// Metrics: MFU peaks, JSONL records, and the end-of-run summary.
+#include "trainer/metrics/metrics.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <numeric>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace gpipe {
+
+std::optional<double> peak_flops_for_device_name(const std::string& device_name) {
+  std::string name;
+  for (char c : device_name) name += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+  // Dense bf16 tensor-core peaks from the vendor data sheets (no sparsity).
+  if (has("H200")) return 989e12;
+  if (has("H100")) return has("PCIE") ? 756e12 : 989e12;
+  if (has("H800")) return 989e12;
+  if (has("A100") || has("A800")) return 312e12;
+  if (has("L40S")) return 362e12;
+  if (has("A10")) return 125e12;
+  if (has("V100")) return 125e12;
+  return std::nullopt;
+}
+
+std::optional<double> peak_flops_override_from_env() {
+  const char* value = std::getenv("OURGPIPE_PEAK_TFLOPS");
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  char* end = nullptr;
+  const double tflops = std::strtod(value, &end);
+  if (end == value || *end != '\0' || !(tflops > 0)) {
+    throw std::invalid_argument(fmt::format(
+        "OURGPIPE_PEAK_TFLOPS='{}' is not a positive number: give the GPU's peak in TFLOP/s, e.g. 989", value));
+  }
+  return tflops * 1e12;
+}
+
+int64_t max_rss_bytes() {
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+nlohmann::json to_json(const IterationMetrics& m) {
+  return {{"step", m.step},
+          {"epoch", m.epoch},
+          {"loss", m.loss},
+          {"lr", m.learning_rate},
+          {"grad_norm", m.grad_norm},
+          {"step_time_ms", m.step_time_ms},
+          {"tokens_per_s", m.tokens_per_s},
+          {"bubble_fraction", m.bubble_fraction},
+          {"mfu", m.mfu ? nlohmann::json(*m.mfu) : nlohmann::json(nullptr)},
+          {"peak_memory_bytes", m.peak_memory_bytes}};
+}
+
+MetricsLog::MetricsLog(const std::string& output_dir, RunInfo info) : output_dir_(output_dir), info_(std::move(info)) {
+  std::error_code ec;
+  std::filesystem::create_directories(output_dir_, ec);
+  const std::string path = (std::filesystem::path(output_dir_) / "metrics.jsonl").string();
+  jsonl_.open(path, std::ios::trunc);
+  if (!jsonl_) {
+    throw std::runtime_error("cannot write metrics to '" + path +
+                             "': set training.output_dir to a writable folder");
+  }
+}
+
+std::optional<double> MetricsLog::mfu(double tokens_per_s) const {
+  if (!info_.peak_flops_per_gpu || info_.num_gpus <= 0 || info_.flops_per_token <= 0) return std::nullopt;
+  return info_.flops_per_token * tokens_per_s / (*info_.peak_flops_per_gpu * info_.num_gpus);
+}
+
+void MetricsLog::add(const IterationMetrics& m) {
+  iterations_.push_back(m);
+  jsonl_ << to_json(m).dump() << '\n';
+  jsonl_.flush();
+}
+
+namespace {
+// The steady-state iterations: all but the first when there are several.
+std::vector<IterationMetrics> steady(const std::vector<IterationMetrics>& all) {
+  if (all.size() <= 1) return all;
+  return {all.begin() + 1, all.end()};
+}
+double mean_of(const std::vector<IterationMetrics>& its, double IterationMetrics::*field) {
+  if (its.empty()) return 0.0;
+  double sum = 0;
+  for (const auto& m : its) sum += m.*field;
+  return sum / static_cast<double>(its.size());
+}
+}  // namespace
+
+nlohmann::json MetricsLog::summary() const {
+  const auto its = steady(iterations_);
+  const double step_ms = mean_of(its, &IterationMetrics::step_time_ms);
+  const double tokens_per_s = step_ms > 0 ? static_cast<double>(info_.tokens_per_step) / (step_ms / 1e3) : 0.0;
+  const auto mfu_value = mfu(tokens_per_s);
+  int64_t peak_memory = 0;
+  for (const auto& m : iterations_) peak_memory = std::max(peak_memory, m.peak_memory_bytes);
+  auto null_or = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  return {{"tokens_per_s", tokens_per_s},
+          {"mfu", null_or(mfu_value)},
+          {"bubble_fraction", mean_of(its, &IterationMetrics::bubble_fraction)},
+          {"peak_memory_bytes", peak_memory},
+          {"step_time_ms_mean", step_ms},
+          {"step_time_ms_first", iterations_.empty() ? 0.0 : iterations_.front().step_time_ms},
+          {"final_loss", iterations_.empty() ? nlohmann::json(nullptr) : nlohmann::json(iterations_.back().loss)},
+          {"first_loss", iterations_.empty() ? nlohmann::json(nullptr) : nlohmann::json(iterations_.front().loss)},
+          {"steps", iterations_.size()},
+          {"schedule", info_.schedule},
+          {"executor", info_.executor},
+          {"ranks", info_.ranks},
+          {"stages", info_.stages},
+          {"microbatches", info_.microbatches},
+          {"device", info_.device},
+          {"device_name", info_.device_name},
+          {"dtype", info_.dtype},
+          {"priority", info_.priority},
+          {"parameters", info_.parameters},
+          {"tokens_per_step", info_.tokens_per_step},
+          {"flops_per_token", info_.flops_per_token},
+          {"peak_flops_per_gpu", null_or(info_.peak_flops_per_gpu)},
+          {"num_gpus", info_.num_gpus},
+          {"use_orion_scheduler", info_.use_orion_scheduler},
+          {"orion_env", info_.orion_env}};
+}
+
+std::string MetricsLog::write_summary() const {
+  const std::string path = (std::filesystem::path(output_dir_) / "summary.json").string();
+  std::ofstream out(path, std::ios::trunc);
+  if (!out) throw std::runtime_error("cannot write the summary to '" + path + "'");
+  out << summary().dump(2) << '\n';
+  return path;
+}
+
+std::string MetricsLog::summary_text() const {
+  const auto s = summary();
+  const std::string mfu_text = s["mfu"].is_null()
+                                   ? std::string(info_.device == "cpu" ? "n/a (CPU)" : "n/a (unknown GPU peak; set OURGPIPE_PEAK_TFLOPS)")
+                                   : fmt::format("{:.2f}%", 100.0 * s["mfu"].get<double>());
+  std::string text;
+  text += "==================== Training summary ====================\n";
+  text += fmt::format("schedule {} | executor {} | {} ranks x {} stages | {} micro-batches\n", info_.schedule,
+                      info_.executor, info_.ranks, info_.stages, info_.microbatches);
+  text += fmt::format("device {} ({}) | dtype {} | priority {} | orion {} (USE_ORION_SCHEDULER={})\n", info_.device,
+                      info_.device_name, info_.dtype, info_.priority, info_.use_orion_scheduler ? "on" : "off",
+                      info_.orion_env.empty() ? "unset" : info_.orion_env);
+  text += fmt::format("steps {} | loss {:.4f} -> {:.4f}\n", s["steps"].get<size_t>(),
+                      s["first_loss"].is_null() ? 0.0 : s["first_loss"].get<double>(),
+                      s["final_loss"].is_null() ? 0.0 : s["final_loss"].get<double>());
+  text += fmt::format("step time {:.1f} ms (mean, first step {:.1f} ms) | throughput {:.1f} tokens/s\n",
+                      s["step_time_ms_mean"].get<double>(), s["step_time_ms_first"].get<double>(),
+                      s["tokens_per_s"].get<double>());
+  text += fmt::format("MFU {} | bubble {:.1f}% | peak memory {:.1f} MiB\n", mfu_text,
+                      100.0 * s["bubble_fraction"].get<double>(),
+                      static_cast<double>(s["peak_memory_bytes"].get<int64_t>()) / (1024.0 * 1024.0));
+  text += "==========================================================";
+  return text;
+}
+
+}  // namespace gpipe

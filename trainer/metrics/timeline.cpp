@@ -1,0 +1,118 @@
+// ActionRecorder and the Chrome-trace export (chrome://tracing, ui.perfetto.dev).
+#include "trainer/metrics/timeline.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace gpipe {
+
+bool is_compute(ActionType type) {
+  switch (type) {
+    case ActionType::kForward:
+    case ActionType::kBackward:
+    case ActionType::kBackwardInput:
+    case ActionType::kBackwardWeight:
+      return true;
+    default:
+      return false;
+  }
+}
+
+ActionRecorder::ActionRecorder(int num_ranks) : per_rank_(static_cast<size_t>(std::max(0, num_ranks))) {}
+
+void ActionRecorder::begin_step(int num_ranks) {
+  per_rank_.assign(static_cast<size_t>(std::max(0, num_ranks)), {});
+  for (auto& spans : per_rank_) spans.reserve(64);
+  wall_us_ = 0;
+  step_start_ = Clock::now();
+}
+
+void ActionRecorder::record(int rank, const Action& action, Clock::time_point start, Clock::time_point end) {
+  auto us = [&](Clock::time_point t) {
+    return std::chrono::duration<double, std::micro>(t - step_start_).count();
+  };
+  per_rank_.at(static_cast<size_t>(rank)).push_back(ActionSpan{action, rank, us(start), us(end)});
+}
+
+void ActionRecorder::end_step() {
+  wall_us_ = std::chrono::duration<double, std::micro>(Clock::now() - step_start_).count();
+}
+
+std::vector<ActionSpan> ActionRecorder::all_spans() const {
+  std::vector<ActionSpan> out;
+  for (const auto& spans : per_rank_) out.insert(out.end(), spans.begin(), spans.end());
+  return out;
+}
+
+double ActionRecorder::busy_us(int rank) const {
+  double busy = 0;
+  for (const auto& span : per_rank_.at(static_cast<size_t>(rank))) {
+    if (is_compute(span.action.type)) busy += span.end_us - span.start_us;
+  }
+  return busy;
+}
+
+double ActionRecorder::bubble_fraction() const {
+  if (per_rank_.empty() || wall_us_ <= 0) return 0.0;
+  // Ranks run by other processes record nothing here and are left out.
+  double busy = 0;
+  int recorded = 0;
+  for (int r = 0; r < num_ranks(); ++r) {
+    if (per_rank_[static_cast<size_t>(r)].empty()) continue;
+    busy += busy_us(r);
+    ++recorded;
+  }
+  if (recorded == 0) return 0.0;
+  return std::clamp(1.0 - busy / (static_cast<double>(recorded) * wall_us_), 0.0, 1.0);
+}
+
+std::string span_name(const Action& action) {
+  return std::string(short_name(action.type)) + std::to_string(action.microbatch) + " s" +
+         std::to_string(action.stage);
+}
+
+nlohmann::json to_chrome_trace(const ActionRecorder& recorder, int step) {
+  nlohmann::json events = nlohmann::json::array();
+  for (int r = 0; r < recorder.num_ranks(); ++r) {
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", r},
+                      {"args", {{"name", "rank " + std::to_string(r)}}}});
+    events.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 0}, {"tid", r},
+                      {"args", {{"sort_index", r}}}});
+    for (const auto& span : recorder.spans(r)) {
+      events.push_back({{"name", span_name(span.action)},
+                        {"cat", is_compute(span.action.type) ? "compute" : "comm"},
+                        {"ph", "X"},
+                        {"pid", 0},
+                        {"tid", r},
+                        {"ts", span.start_us},
+                        {"dur", std::max(0.0, span.end_us - span.start_us)},
+                        {"args",
+                         {{"stage", span.action.stage},
+                          {"microbatch", span.action.microbatch},
+                          {"action", short_name(span.action.type)}}}});
+    }
+  }
+  return {{"traceEvents", events},
+          {"displayTimeUnit", "ms"},
+          {"metadata",
+           {{"step", step},
+            {"ranks", recorder.num_ranks()},
+            {"wall_us", recorder.wall_us()},
+            {"bubble_fraction", recorder.bubble_fraction()}}}};
+}
+
+void write_chrome_trace(const ActionRecorder& recorder, int step, const std::string& path) {
+  const std::filesystem::path file(path);
+  std::error_code ec;
+  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), ec);
+  std::ofstream out(file);
+  if (!out) throw std::runtime_error("cannot write the timeline to '" + path + "': check that the folder is writable");
+  out << to_chrome_trace(recorder, step).dump() << '\n';
+  if (!out) throw std::runtime_error("writing the timeline to '" + path + "' failed (disk full?)");
+}
+
+}  // namespace gpipe

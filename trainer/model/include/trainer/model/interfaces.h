@@ -1,0 +1,111 @@
+// The seed's three extension points (core/interfaces.py), in C++: a model says how it is built
+// and partitioned, a stage says how its piece runs (input, loss, sub-model), a dataset says how
+// text becomes batches. Models find the trainer only through these and the registries
+// (registry.h); the trainer never includes a model's headers.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainer/config/config.h"
+
+namespace gpipe {
+
+// One batch or micro-batch of token ids: input_ids[b, t] predicts targets[b, t] (next token).
+struct Batch {
+  at::Tensor input_ids;  // int64 [B, T]
+  at::Tensor targets;    // int64 [B, T]
+};
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual int64_t vocab_size() const = 0;
+  virtual std::vector<int64_t> encode(const std::string& text) const = 0;
+  virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
+};
+
+class DatasetInterface {
+ public:
+  virtual ~DatasetInterface() = default;
+  // Reads the data named by the config (dataset.path; empty: the embedded corpus). Throws
+  // std::runtime_error naming the file and the problem.
+  virtual void load_dataset(const DatasetConfig& dataset, const ModelConfig& model) = 0;
+  virtual const Tokenizer& get_tokenizer() const = 0;
+  // Global batches per epoch.
+  virtual int64_t num_batches() const = 0;
+  // Global batch `index` of `epoch` ([batch_size, sequence_length]); deterministic for a seed.
+  virtual Batch process_batch(int64_t epoch, int64_t index) = 0;
+  // Seed of the per-epoch shuffle (the runner passes training.seed; call any time before
+  // process_batch). Default: a dataset without randomness ignores it.
+  virtual void set_seed(uint64_t /*seed*/) {}
+};
+
+// What one layer of the model costs, for partition balancing. Layer 0 is the embedding, the last
+// layer is the final norm + LM head, transformer blocks are in between.
+struct LayerCost {
+  std::string name;
+  int64_t parameters = 0;
+  double forward_flops_per_token = 0;
+};
+
+// Which layers one (virtual) stage holds: [first_layer, last_layer) over ModelInterface::layer_costs().
+struct StageSpec {
+  int stage = 0;       // virtual stage index
+  int num_stages = 1;  // total virtual stages
+  int64_t first_layer = 0;
+  int64_t last_layer = 0;
+  double recompute_ratio = 0.0;  // share of this stage's blocks recomputed in backward (VPipe)
+  bool is_first() const { return stage == 0; }
+  bool is_last() const { return stage == num_stages - 1; }
+};
+
+// A stage's sub-model: a Module with the stage's layers. forward() takes token ids on the first
+// stage and hidden states otherwise; the last stage returns logits.
+// Activation recomputation (StageSpec::recompute_ratio) is internal to the module: with grad mode
+// on, forward() runs the recomputed blocks inside one autograd node that keeps only their input,
+// and the ordinary backward (tensor.backward(grad) or torch::autograd::grad, also split into
+// input- and weight-gradient calls for ZB-H1) re-runs them with grad. The engine calls nothing
+// extra. Such a module must not be run under autocast states that change between forward and
+// backward on the calling thread (the node restores the forward's autocast state itself).
+class StageModule : public torch::nn::Module {
+ public:
+  virtual at::Tensor forward(const at::Tensor& input) = 0;
+};
+
+class ModelInterface {
+ public:
+  virtual ~ModelInterface() = default;
+  virtual void configure(const ModelConfig& config) = 0;  // vocab_size already resolved
+  virtual const ModelConfig& get_model_config() const = 0;
+  // All layers, embedding first and LM head last.
+  virtual std::vector<LayerCost> layer_costs() const = 0;
+  // Transformer blocks per stage for `num_stages` virtual stages, following parallel.partition
+  // (uniform | explicit | parameters | time); `measured_layer_ms` is used by "time".
+  virtual std::vector<StageSpec> get_stage_partition(const ParallelConfig& parallel, int num_stages,
+                                                     const std::vector<double>& measured_layer_ms = {}) const = 0;
+  // Builds layer `index` of layer_costs(). Initialisation depends only on (seed, index), so a
+  // pipelined model and the unpipelined one start from identical weights whatever the partition.
+  virtual std::shared_ptr<torch::nn::Module> create_layer(int64_t index, uint64_t seed) const = 0;
+  // FLOPs per token of one training step (forward + backward), for MFU.
+  virtual double training_flops_per_token() const = 0;
+};
+
+class StageInterface {
+ public:
+  virtual ~StageInterface() = default;
+  // The tensor the first stage feeds to its sub-model for this micro-batch (token ids).
+  virtual at::Tensor prepare_input(const Batch& microbatch) const = 0;
+  // Mean cross-entropy of the last stage's logits against the micro-batch's targets.
+  virtual at::Tensor compute_loss(const at::Tensor& logits, const Batch& microbatch) const = 0;
+  // The stage's sub-model, built from model.create_layer() for its layers.
+  virtual std::shared_ptr<StageModule> create_sub_model(const ModelInterface& model, const StageSpec& spec,
+                                                        uint64_t seed) const = 0;
+};
+
+}  // namespace gpipe

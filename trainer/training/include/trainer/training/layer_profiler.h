@@ -1,0 +1,37 @@
+// Per-layer timings for parallel.partition=time: each layer of the model (layer_costs() order:
+// embedding, blocks, head) is built alone as a one-layer stage module through the model's
+// StageInterface and timed forward + backward on one micro-batch-shaped input.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <vector>
+
+#include "trainer/config/config.h"
+#include "trainer/model/interfaces.h"
+
+namespace gpipe {
+
+struct LayerProfileOptions {
+  int warmup_runs = 2;  // untimed rounds over all layers (allocator, kernels, caches); at least 1 runs
+  int timed_runs = 7;   // timed rounds; each layer's median is reported
+  bool bf16_autocast = false;  // time under bf16 autocast (CUDA only, as the executors run it)
+};
+
+// Milliseconds of forward + backward of each layer alone, one entry per layer of
+// model.layer_costs() (the model must be configured). Layer i runs as
+// stage.create_sub_model(model, StageSpec{stage i of L+2, layers [i, i+1)}, config.training.seed)
+// on `device`: the first layer gets stage.prepare_input() of random token ids of
+// [dataset.batch_size / training.num_microbatches, model.sequence_length], every other layer a
+// random tensor shaped like the previous layer's output (requires_grad, so its input gradient is
+// timed too); the last layer's output goes through stage.compute_loss(), the others' backward
+// takes a random output gradient. All layers are built first (the whole model's memory on
+// `device`), then run in warm-up rounds, then in timed rounds that each time every layer once; a
+// layer's result is the median of its timed runs (CUDA is synchronised around each). Random
+// inputs come from a private generator seeded from training.seed; layers with dropout still draw
+// from the global generator, so callers that need a reproducible run re-seed after profiling.
+std::vector<double> measure_layer_ms(const ModelInterface& model, const StageInterface& stage,
+                                     const PipelineConfig& config, c10::Device device,
+                                     const LayerProfileOptions& options = {});
+
+}  // namespace gpipe

@@ -1,0 +1,124 @@
+// measure_layer_ms: times each layer alone, forward + backward, through the model's interfaces.
+#include "trainer/training/layer_profiler.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+#include <string>
+
+#include "trainer/device/device.h"
+
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#endif
+
+namespace gpipe {
+namespace {
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+}  // namespace
+
+std::vector<double> measure_layer_ms(const ModelInterface& model, const StageInterface& stage,
+                                     const PipelineConfig& config, c10::Device device,
+                                     const LayerProfileOptions& options) {
+  if (options.timed_runs < 1) {
+    throw std::invalid_argument("measure_layer_ms: needs timed_runs >= 1");
+  }
+  const ModelConfig& mc = model.get_model_config();
+  const int64_t num_layers = static_cast<int64_t>(model.layer_costs().size());
+  if (num_layers < 1) throw std::invalid_argument("measure_layer_ms: the model has no layers");
+  if (mc.vocab_size <= 0) throw std::invalid_argument("measure_layer_ms: model.vocab_size is unresolved");
+  const int64_t microbatches = std::max(1, config.training.num_microbatches);
+  const int64_t mb = std::max<int64_t>(1, config.dataset.batch_size / microbatches);
+  const int64_t seq = mc.sequence_length;
+
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+  c10::cuda::OptionalCUDAGuard cuda_guard;
+  if (device.is_cuda()) cuda_guard.set_device(device);
+#endif
+  c10::AutoGradMode grad_on(true);
+  const std::vector<c10::Device> devices{device};
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(config.training.seed ^ 0x9e3779b97f4a7c15ULL);
+
+  // A micro-batch of random token ids (input and targets), on the device.
+  const Batch microbatch{at::randint(mc.vocab_size, {mb, seq}, gen, at::TensorOptions().dtype(at::kLong)).to(device),
+                         at::randint(mc.vocab_size, {mb, seq}, gen, at::TensorOptions().dtype(at::kLong)).to(device)};
+
+  // Every layer is built first; then warm-up rounds over all layers in order (the first one also
+  // learns each layer's output shape, the next layer's input), then timed rounds, each timing
+  // every layer once. Round-robin spreads drift (allocator growth, frequency, other processes)
+  // over all layers instead of penalising the first ones.
+  struct Probe {
+    std::shared_ptr<StageModule> module;
+    at::Tensor input;
+    at::Tensor output_grad;  // drawn once the output's shape is known; undefined for the last layer
+    std::vector<double> ms;
+  };
+  std::vector<Probe> probes(static_cast<size_t>(num_layers));
+  for (int64_t i = 0; i < num_layers; ++i) {
+    StageSpec spec;
+    spec.stage = static_cast<int>(i);  // is_first() / is_last() agree with the layer index
+    spec.num_stages = static_cast<int>(num_layers);
+    spec.first_layer = i;
+    spec.last_layer = i + 1;
+    spec.recompute_ratio = 0.0;
+    Probe& probe = probes[static_cast<size_t>(i)];
+    probe.module = stage.create_sub_model(model, spec, config.training.seed);
+    probe.module->to(device);
+    probe.module->train();
+  }
+  probes.front().input = stage.prepare_input(microbatch).to(device);
+
+  auto run = [&](int64_t i) {
+    Probe& probe = probes[static_cast<size_t>(i)];
+    AutocastScope autocast(device, options.bf16_autocast);
+    at::Tensor y = probe.module->forward(probe.input);
+    if (i == num_layers - 1) {
+      stage.compute_loss(y, microbatch).backward();
+    } else {
+      if (!probe.output_grad.defined()) {
+        probe.output_grad = at::randn(y.sizes(), gen, at::TensorOptions().dtype(at::kFloat)).to(device, y.scalar_type());
+      }
+      y.backward(probe.output_grad);
+    }
+    if (probe.input.requires_grad()) probe.input.mutable_grad() = at::Tensor();
+    return y.detach();
+  };
+  const int warmup_rounds = std::max(1, options.warmup_runs);
+  for (int w = 0; w < warmup_rounds; ++w) {
+    for (int64_t i = 0; i < num_layers; ++i) {
+      const at::Tensor y = run(i);
+      if (w == 0 && i + 1 < num_layers) {
+        probes[static_cast<size_t>(i + 1)].input = at::randn(y.sizes(), gen, at::TensorOptions().dtype(at::kFloat))
+                                                       .to(device, y.scalar_type())
+                                                       .requires_grad_(y.is_floating_point());
+      }
+    }
+  }
+  for (int r = 0; r < options.timed_runs; ++r) {
+    for (int64_t i = 0; i < num_layers; ++i) {
+      synchronize_devices(devices);
+      const auto start = std::chrono::steady_clock::now();
+      (void)run(i);
+      synchronize_devices(devices);
+      probes[static_cast<size_t>(i)].ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    }
+  }
+  std::vector<double> out;
+  out.reserve(probes.size());
+  // partition_blocks wants costs > 0 to be meaningful; a clock tick is the floor.
+  for (auto& probe : probes) out.push_back(std::max(median(std::move(probe.ms)), 1e-6));
+  return out;
+}
+
+}  // namespace gpipe

@@ -1,0 +1,508 @@
+// PipelineTrainer: building a pipeline from the registries and running optimizer steps.
+#include "trainer/training/trainer.h"
+
+#include "trainer_internal.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/optim/adamw.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "trainer/device/device.h"
+#include "trainer/distributed/distributed.h"
+#include "trainer/log/engine_log.h"
+#include "trainer/execution/executor.h"
+#include "trainer/training/layer_profiler.h"
+#include "trainer/training/lr_schedule.h"
+#include "trainer/metrics/metrics.h"
+#include "trainer/model/registry.h"
+#include "trainer/execution/stage_runtime.h"
+#include "trainer/metrics/timeline.h"
+#include "trainer/distributed/transport.h"
+
+namespace gpipe {
+
+Schedule build_schedule(const ParallelConfig& parallel, const TrainingConfig& training) {
+  ScheduleKind kind;
+  try {
+    kind = parse_schedule_kind(parallel.schedule);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(std::string("parallel.schedule: ") + e.what());
+  }
+  Schedule compute;
+  try {
+    compute = make_schedule(kind, parallel.model_parallel_size, training.num_microbatches, parallel.virtual_stages);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(fmt::format("parallel.schedule={} with parallel.model_parallel_size={}, "
+                                  "training.num_microbatches={}, parallel.virtual_stages={}: {}",
+                                  parallel.schedule, parallel.model_parallel_size, training.num_microbatches,
+                                  parallel.virtual_stages, e.what()));
+  }
+  Schedule schedule = with_communication(compute);
+  const ValidationResult result = validate(schedule);
+  if (!result.ok) {
+    std::string issues;
+    for (const auto& issue : result.issues) issues += fmt::format("\n  rank {} step {}: {}", issue.rank, issue.step, issue.message);
+    throw ConfigError(fmt::format("parallel.schedule={} does not validate for {} ranks and {} micro-batches:{}\n{}",
+                                  parallel.schedule, parallel.model_parallel_size, training.num_microbatches, issues,
+                                  render_grid(schedule, result)));
+  }
+  return schedule;
+}
+
+PipelineComponents create_components(PipelineConfig& config) {
+  config.validate();
+  (void)build_schedule(config.parallel, config.training);  // schedule errors before loading data
+  PipelineComponents c;
+  auto create = [](auto& registry, const std::string& name, const char* field) {
+    try {
+      return registry.create(name);
+    } catch (const std::invalid_argument& e) {
+      throw ConfigError(std::string(field) + ": " + e.what());
+    }
+  };
+  c.model = create(model_registry(), config.model.name, "model.name");
+  c.stage = create(stage_registry(), config.model.name, "model.name (stage)");
+  c.dataset = create(dataset_registry(), config.dataset.name, "dataset.name");
+  c.dataset->set_seed(config.training.seed);
+  try {
+    c.dataset->load_dataset(config.dataset, config.model);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw ConfigError(std::string("dataset (dataset.path / dataset.tokenizer): ") + e.what());
+  }
+  const int64_t tokenizer_vocab = c.dataset->get_tokenizer().vocab_size();
+  if (config.model.vocab_size == -1) {
+    config.model.vocab_size = tokenizer_vocab;
+  } else if (config.model.vocab_size < tokenizer_vocab) {
+    throw ConfigError(fmt::format("model.vocab_size={} is smaller than the tokenizer's vocabulary ({}): "
+                                  "use -1 to take it from the tokenizer",
+                                  config.model.vocab_size, tokenizer_vocab));
+  }
+  if (c.dataset->num_batches() < 1) {
+    throw ConfigError(fmt::format("dataset '{}' has no full batch of {} x {} tokens: give more data or lower "
+                                  "dataset.batch_size / model.sequence_length",
+                                  config.dataset.name, config.dataset.batch_size, config.model.sequence_length));
+  }
+  config.validate();
+  return c;
+}
+
+namespace {
+template <typename... Args>
+void log_info(fmt::format_string<Args...> format, Args&&... args) {
+  engine_log_info(fmt::format(format, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void log_warn(fmt::format_string<Args...> format, Args&&... args) {
+  engine_log_warn(fmt::format(format, std::forward<Args>(args)...));
+}
+}  // namespace
+
+namespace {
+// AdamW with weight decay on matrices (embeddings, linear weights) and none on biases and norms.
+std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<at::Tensor>& params, const TrainingConfig& t) {
+  std::vector<at::Tensor> decay, no_decay;
+  for (const auto& p : params) {
+    if (!p.requires_grad()) continue;
+    (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  }
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  auto options = [&](double wd) {
+    return std::make_unique<torch::optim::AdamWOptions>(
+        torch::optim::AdamWOptions(t.learning_rate).weight_decay(wd).betas({0.9, 0.95}).eps(1e-8));
+  };
+  if (!decay.empty()) groups.emplace_back(decay, options(t.weight_decay));
+  if (!no_decay.empty()) groups.emplace_back(no_decay, options(0.0));
+  return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(t.learning_rate));
+}
+}  // namespace
+
+PipelineTrainer::PipelineTrainer(PipelineConfig config, PipelineComponents components, Distributed* dist)
+    : config_(std::move(config)), components_(std::move(components)),
+      schedule_(build_schedule(config_.parallel, config_.training)), dist_(dist) {
+  if (!components_.model || !components_.stage) throw std::invalid_argument("PipelineTrainer needs a model and a stage");
+  if (config_.model.vocab_size <= 0) {
+    throw ConfigError("model.vocab_size is unresolved (-1): build the components with create_components()");
+  }
+  const auto& p = config_.parallel;
+  placement_ = make_placement(p, dist_ ? dist_->world_size() : 1);
+  local_ranks_ = placement_.ranks_of(dist_ ? dist_->rank() : 0);
+  if (dist_) {
+    // One device per process (cuda:LOCAL_RANK, as torchrun runs), shared by its ranks.
+    const int local_rank = dist_->world().local_rank;
+    const c10::Device device = resolve_rank_devices(p.device, local_rank + 1).at(static_cast<size_t>(local_rank));
+    rank_devices_.assign(static_cast<size_t>(p.model_parallel_size), device);
+  } else {
+    rank_devices_ = resolve_rank_devices(p.device, p.model_parallel_size);
+  }
+  const bool cuda = rank_devices_.front().is_cuda();
+  const std::string& dtype = config_.training.dtype;
+  if (dtype != "auto" && dtype != "fp32" && dtype != "bf16") {
+    throw ConfigError("training.dtype='" + dtype + "' is not one of auto, fp32, bf16");
+  }
+  if (dtype == "bf16" && !cuda) {
+    throw ConfigError("training.dtype=bf16 (autocast) needs a CUDA device; use fp32 or auto on CPU");
+  }
+  bf16_ = cuda && dtype != "fp32";
+
+  at::manual_seed(config_.training.seed);
+  // Threads: ranks already run in parallel on CPU, so each gets a share of the cores unless
+  // OMP_NUM_THREADS says otherwise. A fixed count keeps a seed's results reproducible.
+  if (!cuda && std::getenv("OMP_NUM_THREADS") == nullptr) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int processes_here = dist_ ? std::max(1, dist_->world().local_world_size) : 1;
+    const int ranks_in_parallel = p.scheduler == "async_threaded" ? static_cast<int>(local_ranks_.size()) : 1;
+    at::set_num_threads(std::max(1, cores / (ranks_in_parallel * processes_here)));
+  }
+
+  components_.model->configure(config_.model);
+  const int num_stages = schedule_.num_stages();
+  std::vector<StageSpec> specs;
+  if (p.partition == "time") {
+    // Each layer alone, forward + backward on a micro-batch, on the first rank's device (the
+    // ranks' devices are alike) under the run's dtype and intra-op threads.
+    LayerProfileOptions profile;
+    profile.bf16_autocast = bf16_;
+    const auto start = std::chrono::steady_clock::now();
+    measured_layer_ms_ = measure_layer_ms(*components_.model, *components_.stage, config_, rank_devices_.front(), profile);
+    if (dist_) {
+      // Every process must cut the model at the same layers: rank 0's measurement decides.
+      std::string text;
+      for (double ms : measured_layer_ms_) text += fmt::format("{:.17g},", ms);
+      text = dist_->broadcast_from_rank0("layer_ms", text);
+      measured_layer_ms_.clear();
+      for (size_t at = 0, next; (next = text.find(',', at)) != std::string::npos; at = next + 1) {
+        measured_layer_ms_.push_back(std::stod(text.substr(at, next - at)));
+      }
+    }
+    const double took = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const auto layers = components_.model->layer_costs();
+    std::string listing;
+    for (size_t i = 0; i < measured_layer_ms_.size(); ++i) {
+      listing += fmt::format("{}{} {:.3f}", i == 0 ? "" : ", ", i < layers.size() ? layers[i].name : std::to_string(i),
+                             measured_layer_ms_[i]);
+    }
+    log_info("parallel.partition=time: measured forward+backward ms per layer on {} ({:.0f} ms): {}",
+             device_display_name(rank_devices_.front()), took, listing);
+    at::manual_seed(config_.training.seed);  // profiling may draw from the global generator (dropout)
+  }
+  try {
+    specs = components_.model->get_stage_partition(p, num_stages, measured_layer_ms_);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(std::string("parallel.partition: ") + e.what());
+  }
+  if (static_cast<int>(specs.size()) != num_stages) {
+    throw ConfigError(fmt::format("the model's partition gave {} stages for {} virtual stages", specs.size(), num_stages));
+  }
+  if (p.partition == "time") {
+    std::string split;
+    for (const auto& spec : specs) {
+      double ms = 0;
+      for (int64_t l = spec.first_layer; l < spec.last_layer && l < static_cast<int64_t>(measured_layer_ms_.size()); ++l) {
+        ms += measured_layer_ms_[static_cast<size_t>(l)];
+      }
+      split += fmt::format("{}stage {}: layers [{}, {}) {:.3f} ms", spec.stage == 0 ? "" : "; ", spec.stage,
+                           spec.first_layer, spec.last_layer, ms);
+    }
+    log_info("parallel.partition=time split: {}", split);
+  }
+  optimizers_ = std::make_unique<Optimizers>();
+  for (const auto& spec : specs) {
+    const int rank = schedule_.rank_of_stage(spec.stage);
+    if (!placement_.is_local(rank, dist_ ? dist_->rank() : 0)) {
+      stages_.push_back(nullptr);  // another process runs it
+      optimizers_->per_stage.push_back(nullptr);
+      continue;
+    }
+    std::shared_ptr<StageModule> module;
+    try {
+      module = components_.stage->create_sub_model(*components_.model, spec, config_.training.seed);
+    } catch (const std::invalid_argument& e) {
+      throw ConfigError(fmt::format("stage {}: {}", spec.stage, e.what()));
+    }
+    const c10::Device device = rank_devices_.at(static_cast<size_t>(schedule_.rank_of_stage(spec.stage)));
+    stages_.push_back(std::make_unique<StageRuntime>(spec, std::move(module), *components_.stage, device,
+                                                     config_.training.num_microbatches));
+    optimizers_->per_stage.push_back(make_adamw(stages_.back()->parameters(), config_.training));
+  }
+  ExecutorOptions options;
+  options.priority = p.priority;
+  options.bf16_autocast = bf16_;
+  options.recv_timeout = std::chrono::milliseconds(static_cast<int64_t>(p.peer_timeout_s * 1000));
+  executor_ = make_executor(p.scheduler, options);
+  if (dist_) {
+    std::string kind = p.transport;
+    if (kind == "auto") kind = cuda ? "nccl" : "gloo";
+    if (kind == "inprocess") {
+      throw ConfigError("parallel.transport is inprocess but WORLD_SIZE=" + std::to_string(dist_->world_size()) +
+                        " processes run this pipeline; use auto, gloo (CPU) or nccl (CUDA)");
+    }
+    if (cuda) bind_thread_to_device(rank_devices_.front());
+    transport_ = dist_->make_transport(kind, placement_, schedule_);
+    log_info("transport {} between processes ({}), in memory between ranks of one process", kind, placement_.describe());
+  } else {
+    if (p.transport == "gloo" || p.transport == "nccl") {
+      log_info("parallel.transport={} but a single process runs every rank: tensors stay in memory", p.transport);
+    }
+    transport_ = make_inprocess_transport(p.model_parallel_size);
+  }
+}
+
+PipelineTrainer::~PipelineTrainer() {
+  if (dist_ && transport_) dist_->unwatch(transport_.get());
+}
+
+int64_t PipelineTrainer::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& s : stages_) {
+    if (!s) continue;
+    for (const auto& t : s->parameters()) n += t.numel();
+  }
+  return n;
+}
+
+int64_t PipelineTrainer::total_steps() const {
+  if (config_.training.max_steps > 0) return config_.training.max_steps;
+  const int64_t per_epoch = components_.dataset ? components_.dataset->num_batches() : 1;
+  return std::max<int64_t>(1, per_epoch * config_.training.epochs);
+}
+
+double PipelineTrainer::forward_backward(const Batch& batch, ActionRecorder* recorder) {
+  const int m = config_.training.num_microbatches;
+  if (batch.input_ids.size(0) % m != 0) {
+    throw ConfigError(fmt::format("a batch of {} sequences does not split into training.num_microbatches={}",
+                                  batch.input_ids.size(0), m));
+  }
+  StepContext ctx;
+  ctx.schedule = &schedule_;
+  ctx.rank_devices = rank_devices_;
+  ctx.local_ranks = local_ranks_;
+  ctx.transport = transport_.get();
+  ctx.recorder = recorder;
+  const auto inputs = batch.input_ids.chunk(m, 0);
+  const auto targets = batch.targets.chunk(m, 0);
+  for (int i = 0; i < m; ++i) ctx.microbatches.push_back(Batch{inputs[static_cast<size_t>(i)], targets[static_cast<size_t>(i)]});
+  for (auto& s : stages_) {
+    if (s) {
+      s->begin_step();
+      s->zero_grad();
+    }
+    ctx.stages.push_back(s.get());
+  }
+  try {
+    executor_->run_step(ctx);
+  } catch (...) {
+    for (auto& s : stages_) {
+      if (s) s->discard_step();  // a later step starts clean
+    }
+    throw;
+  }
+  double loss = 0;
+  if (const StageRuntime* last = stages_.back().get()) {
+    if (last->losses_recorded() != m) {
+      throw std::runtime_error(fmt::format("the last stage computed {} losses for {} micro-batches", last->losses_recorded(), m));
+    }
+    loss = last->loss_sum() / m;
+  }
+  // The last stage's process has the loss; every process needs it (logs, the NaN guard).
+  if (dist_) loss = dist_->all_reduce_sum({loss}).front();
+  return loss;
+}
+
+std::pair<double, double> PipelineTrainer::optimizer_step(int64_t step) {
+  // The global norm spans every stage (each on its own device, later in its own process), so it
+  // is summed from per-stage squared norms rather than clip_grad_norm_ over one device's list.
+  double squared = 0;
+  for (const auto& s : stages_) {
+    if (!s) continue;
+    std::vector<at::Tensor> norms;
+    for (const auto& p : s->parameters()) {
+      if (p.grad().defined()) norms.push_back(p.grad().detach().to(at::kFloat).pow(2).sum());
+    }
+    if (!norms.empty()) squared += at::stack(norms).sum().item<double>();
+  }
+  if (dist_) squared = dist_->all_reduce_sum({squared}).front();
+  const double norm = std::sqrt(squared);
+  // A NaN/inf norm fails `norm > clip`, so clipping would be skipped and AdamW would write
+  // NaN into every weight: stop before opt->step() instead of silently corrupting the model.
+  if (!std::isfinite(norm)) {
+    throw std::runtime_error(fmt::format("non-finite gradient norm at step {}; lower training.learning_rate or "
+                                         "check the data", step));
+  }
+  const double clip = config_.training.grad_clip;
+  if (clip > 0 && norm > clip) {
+    const double scale = clip / (norm + 1e-6);
+    for (const auto& s : stages_) {
+      if (!s) continue;
+      for (const auto& p : s->parameters()) {
+        if (p.grad().defined()) p.grad().mul_(scale);
+      }
+    }
+  }
+  const auto& t = config_.training;
+  const double lr = learning_rate_at(step, total_steps(), t.learning_rate, t.warmup_steps, t.min_lr_ratio);
+  for (auto& opt : optimizers_->per_stage) {
+    if (!opt) continue;
+    for (auto& group : opt->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    opt->step();
+  }
+  return {norm, lr};
+}
+
+nlohmann::json PipelineTrainer::train() {
+  if (!components_.dataset) throw std::invalid_argument("train() needs a dataset");
+  const auto& t = config_.training;
+  const auto& p = config_.parallel;
+  const bool main_process = !dist_ || dist_->rank() == 0;
+  const char* orion_env = std::getenv("USE_ORION_SCHEDULER");
+  RunInfo info;
+  info.schedule = p.schedule;
+  info.executor = executor_->name();
+  info.device = rank_devices_.front().is_cuda() ? "cuda" : "cpu";
+  info.device_name = device_display_name(rank_devices_.front());
+  info.dtype = bf16_ ? "bf16" : "fp32";
+  info.priority = p.priority;
+  info.ranks = p.model_parallel_size;
+  info.stages = schedule_.num_stages();
+  info.microbatches = t.num_microbatches;
+  info.tokens_per_step = config_.dataset.batch_size * config_.model.sequence_length;
+  info.parameters = num_parameters();
+  if (dist_) info.parameters = static_cast<int64_t>(dist_->all_reduce_sum({static_cast<double>(info.parameters)}).front());
+  info.flops_per_token = components_.model->training_flops_per_token();
+  info.num_gpus = info.device == "cuda" ? (dist_ ? dist_->world_size() : count_distinct_devices(rank_devices_)) : 0;
+  if (info.device == "cuda") {
+    info.peak_flops_per_gpu = peak_flops_override_from_env();
+    if (!info.peak_flops_per_gpu) info.peak_flops_per_gpu = peak_flops_for_device_name(info.device_name);
+  }
+  info.use_orion_scheduler = p.use_orion_scheduler;
+  info.orion_env = orion_env ? orion_env : "";
+
+  log_info("model: {} parameters, {:.3g} training FLOPs/token; {} virtual stages on {} ranks", info.parameters,
+               info.flops_per_token, info.stages, info.ranks);
+  for (const auto& s : stages_) {
+    if (!s) continue;
+    log_info("  stage {} (rank {}): layers [{}, {}), recompute {:.2f}", s->spec().stage,
+                 schedule_.rank_of_stage(s->spec().stage), s->spec().first_layer, s->spec().last_layer,
+                 s->spec().recompute_ratio);
+  }
+  log_info("executor {} | schedule {} | device {} ({}) | dtype {} | intra-op threads {}", info.executor,
+               info.schedule, info.device, info.device_name, info.dtype, at::get_num_threads());
+  const auto stream_lines = executor_->describe_streams(rank_devices_);
+  for (int r : local_ranks_) log_info("  {}", stream_lines.at(static_cast<size_t>(r)));
+  log_info("orion scheduler: parallel.use_orion_scheduler={} USE_ORION_SCHEDULER={}",
+               p.use_orion_scheduler ? "true" : "false", orion_env ? orion_env : "(unset)");
+  if (p.use_orion_scheduler && (orion_env == nullptr || std::string(orion_env) != "1")) {
+    log_warn("parallel.use_orion_scheduler is true but USE_ORION_SCHEDULER=1 is not set: run with "
+                 "USE_ORION_SCHEDULER=1 LD_PRELOAD=.../libgpu_scheduler.so for the shim to schedule kernels");
+  }
+
+  // Rank 0 writes the metrics and the summary; each process writes the timeline of its ranks.
+  std::optional<MetricsLog> metrics;
+  if (main_process) metrics.emplace(t.output_dir, info);
+  std::filesystem::create_directories(t.output_dir);
+  ActionRecorder recorder;
+  const std::string timeline_name = main_process ? "timeline.json" : fmt::format("timeline.rank{}.json", dist_->rank());
+  const std::string timeline_path = (std::filesystem::path(t.output_dir) / timeline_name).string();
+  bool profiled = false;
+  int64_t step = 0;
+  int first_epoch = 0;
+  int64_t first_index = 0;
+  if (resume_) std::tie(step, first_epoch, first_index) = load_checkpoint();
+  const int64_t first_step = step;
+  const int64_t batches = components_.dataset->num_batches();
+  bool stop = false;
+  for (int epoch = first_epoch; epoch < t.epochs && !stop; ++epoch) {
+    for (int64_t index = epoch == first_epoch ? first_index : 0; index < batches && !stop; ++index) {
+      if (t.max_steps >= 0 && step >= t.max_steps) {
+        stop = true;
+        break;
+      }
+      const Batch batch = components_.dataset->process_batch(epoch, index);
+      reset_peak_memory(rank_devices_);
+      const auto start = std::chrono::steady_clock::now();
+      const double loss = forward_backward(batch, &recorder);
+      // Checked before optimizer_step: a non-finite loss means non-finite gradients, and
+      // stepping on them would write NaN into the weights.
+      if (!std::isfinite(loss)) {
+        throw std::runtime_error(fmt::format("the loss is {} at step {}: lower training.learning_rate or raise "
+                                             "training.warmup_steps", loss, step));
+      }
+      const auto [grad_norm, lr] = optimizer_step(step);
+      synchronize_devices(rank_devices_);
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      IterationMetrics it;
+      it.step = step;
+      it.epoch = epoch;
+      it.loss = loss;
+      it.learning_rate = lr;
+      it.grad_norm = grad_norm;
+      it.step_time_ms = ms;
+      it.tokens_per_s = static_cast<double>(info.tokens_per_step) / (ms / 1e3);
+      it.bubble_fraction = recorder.bubble_fraction();
+      it.peak_memory_bytes = peak_memory_bytes(rank_devices_);
+      if (metrics) {
+        it.mfu = metrics->mfu(it.tokens_per_s);
+        metrics->add(it);
+      }
+      if (main_process && t.log_interval > 0 && step % t.log_interval == 0) {
+        log_info("epoch {} step {} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.1f} ms | {:.0f} tokens/s | "
+                     "bubble {:.1f}%{}", epoch, step, loss, lr, grad_norm, ms, it.tokens_per_s,
+                     100.0 * it.bubble_fraction, it.mfu ? fmt::format(" | MFU {:.2f}%", 100.0 * *it.mfu) : "");
+      }
+      if (step == t.profile_iteration) {
+        write_chrome_trace(recorder, static_cast<int>(step), timeline_path);
+        log_info("timeline of step {} written to {}", step, timeline_path);
+        profiled = true;
+        if (t.exit_after_profile) {
+          log_info("training.exit_after_profile: stopping after the profiled step");
+          stop = true;
+        }
+      }
+      ++step;
+      if (t.checkpoint_interval > 0 && step % t.checkpoint_interval == 0) {
+        const bool epoch_done = index + 1 >= batches;
+        save_checkpoint(step, epoch_done ? epoch + 1 : epoch, epoch_done ? 0 : index + 1);
+      }
+    }
+  }
+  if (!profiled && step > 0 && recorder.wall_us() > 0) {
+    write_chrome_trace(recorder, static_cast<int>(step - 1), timeline_path);
+    log_info("training.profile_iteration={} was not reached; timeline of the last step ({}) written to {}",
+                 t.profile_iteration, step - 1, timeline_path);
+  }
+  const int64_t steps_run = step - first_step;
+  if (dist_) {
+    // What crossed process boundaries, against what the model implies: per micro-batch and
+    // boundary one activation and one gradient of (micro-batch, sequence, hidden) values.
+    const double sent = dist_->all_reduce_sum({static_cast<double>(transport_->bytes_sent())}).front();
+    int boundaries = 0;
+    for (int s = 0; s + 1 < schedule_.num_stages(); ++s) {
+      if (placement_.process_of(schedule_.rank_of_stage(s)) != placement_.process_of(schedule_.rank_of_stage(s + 1))) ++boundaries;
+    }
+    const double element = 4.0;  // a block ends in a residual add, so activations cross in fp32 even under autocast
+    const double implied = 2.0 * boundaries * static_cast<double>(config_.dataset.batch_size) *
+                           static_cast<double>(config_.model.sequence_length * config_.model.hidden_size) * element;
+    if (main_process && steps_run > 0) {
+      log_info("bytes sent between processes: {:.0f} per step over {} process boundar{} (the model implies {:.0f} "
+               "for activations and gradients: ratio {:.4f})", sent / static_cast<double>(steps_run), boundaries,
+               boundaries == 1 ? "y" : "ies", implied, implied > 0 ? sent / static_cast<double>(steps_run) / implied : 0.0);
+    }
+  }
+  if (!metrics) return nlohmann::json::object();
+  const std::string summary_path = metrics->write_summary();
+  std::printf("%s\n", metrics->summary_text().c_str());
+  log_info("summary written to {}", summary_path);
+  return metrics->summary();
+}
+
+}  // namespace gpipe

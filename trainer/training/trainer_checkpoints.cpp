@@ -1,0 +1,109 @@
+// PipelineTrainer's checkpoints: each process writes its stages' files, rank 0 the manifest last;
+// resuming reads the manifest rank 0 picked and restores this process's stages (checkpoint.h).
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/distributed/distributed.h"
+#include "trainer/log/engine_log.h"
+#include "trainer/execution/stage_runtime.h"
+#include "trainer/training/trainer.h"
+#include "trainer_internal.h"
+
+namespace gpipe {
+
+std::string PipelineTrainer::checkpoint_root() const {
+  const auto& t = config_.training;
+  return t.checkpoint_dir.empty() ? (std::filesystem::path(t.output_dir) / "checkpoints").string() : t.checkpoint_dir;
+}
+
+std::string PipelineTrainer::checkpoint_config_hash() const {
+  PipelineConfig trajectory = config_;
+  trajectory.training.output_dir = "-";
+  trajectory.training.checkpoint_dir.clear();
+  trajectory.training.checkpoint_interval = 0;
+  trajectory.training.keep_checkpoints = 0;
+  trajectory.training.log_interval = 1;
+  trajectory.training.profile_iteration = 0;
+  trajectory.training.exit_after_profile = false;
+  trajectory.parallel.peer_timeout_s = 1;
+  return config_hash(trajectory.to_yaml());
+}
+
+void PipelineTrainer::resume_from(const std::string& folder) { resume_ = folder; }
+
+void PipelineTrainer::save_checkpoint(int64_t step, int epoch, int64_t batch_index) {
+  const std::string root = checkpoint_root();
+  const std::string folder = checkpoint_folder(root, step);
+  std::filesystem::create_directories(folder);
+  const TrainingPosition position{step, epoch, batch_index};
+  const std::string hash = checkpoint_config_hash();
+  std::vector<StageCheckpointFile> files;
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    if (!stages_[s]) continue;
+    files.push_back(write_stage_checkpoint(folder, static_cast<int>(s), stages_[s]->module(), *optimizers_->per_stage[s],
+                                           stages_[s]->device(), position, hash));
+  }
+  if (dist_) {
+    // Rank 0 writes the manifest only after every process has written (and fsynced) its files:
+    // it waits for each rank's entries, one line per stage, through the store.
+    std::string mine;
+    for (const auto& f : files) mine += fmt::format("{}\t{}\t{}\t{}\n", f.stage, f.file, f.bytes, f.crc32);
+    const auto all = dist_->gather_to_rank0(fmt::format("checkpoint/{}", step), mine);
+    if (dist_->rank() == 0) {
+      files.clear();
+      for (const std::string& text : all) {
+        std::istringstream lines(text);
+        StageCheckpointFile f;
+        while (lines >> f.stage >> f.file >> f.bytes >> f.crc32) files.push_back(f);
+      }
+    }
+  }
+  if (!dist_ || dist_->rank() == 0) {
+    Manifest manifest;
+    manifest.position = position;
+    manifest.config_hash = hash;
+    manifest.num_stages = static_cast<int>(stages_.size());
+    manifest.world_size = dist_ ? dist_->world_size() : 1;
+    manifest.stages = files;
+    std::sort(manifest.stages.begin(), manifest.stages.end(),
+              [](const StageCheckpointFile& a, const StageCheckpointFile& b) { return a.stage < b.stage; });
+    write_manifest(folder, manifest);
+    prune_checkpoints(root, config_.training.keep_checkpoints);
+    engine_log_info(fmt::format("checkpoint of step {} written to {}", step, folder));
+  }
+}
+std::tuple<int64_t, int, int64_t> PipelineTrainer::load_checkpoint() {
+  std::string folder = resume_.value_or("");
+  if (folder.empty()) {
+    // Rank 0 picks, so that every process resumes from the same step even if a newer checkpoint
+    // completes in between.
+    const auto latest = latest_checkpoint(checkpoint_root());
+    folder = latest.value_or("");
+    if (dist_) folder = dist_->broadcast_from_rank0("resume_folder", folder);
+    if (folder.empty()) {
+      throw CheckpointError("--resume: no complete checkpoint under " + checkpoint_root() +
+                            " (a folder step_N with a manifest.json); train without --resume, or set "
+                            "training.checkpoint_dir to where the checkpoints are");
+    }
+  }
+  const Manifest manifest = read_manifest(folder, checkpoint_config_hash(), static_cast<int>(stages_.size()));
+  TrainingPosition position = manifest.position;
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    if (!stages_[s]) continue;
+    const TrainingPosition stored = read_stage_checkpoint(folder, static_cast<int>(s), stages_[s]->module(),
+                                                          *optimizers_->per_stage[s], stages_[s]->device());
+    if (!(stored == manifest.position)) {
+      throw CheckpointError(fmt::format("{}: stage {} was saved at step {} but the manifest says step {}: the folder "
+                                        "mixes two checkpoints", folder, s, stored.step, manifest.position.step));
+    }
+  }
+  engine_log_info(fmt::format("resumed from {}: {} steps done, next batch {} of epoch {}", folder, position.step,
+                              position.batch_index, position.epoch));
+  return {position.step, position.epoch, position.batch_index};
+}
+
+}  // namespace gpipe
