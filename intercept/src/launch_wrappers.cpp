@@ -6,78 +6,52 @@ using orion::KernelLaunch;
 using orion::Shim;
 namespace real = orion::real;
 
-ORION_EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
-                                             unsigned bx, unsigned by, unsigned bz, unsigned smem,
-                                             CUstream s, void** params, void** extra) {
-  ORION_REQUIRE_REAL(cuLaunchKernel);
-  if (Shim* shim = orion::scheduling_shim()) {
-    KernelLaunch call(KernelLaunch::Api::kLaunch, f, gx, gy, gz, bx, by, bz, smem, s, params, extra);
-    return shim->launch(call, false);
+// Each family is written once and stamped out for the base symbol and its _ptsz twin (per_thread:
+// the NULL stream means the calling thread's default stream), as the other wrapper files do.
+#define ORION_LAUNCH_KERNEL(sym, api, per_thread)                                              \
+  ORION_EXPORT CUresult CUDAAPI sym(CUfunction f, unsigned gx, unsigned gy, unsigned gz,      \
+                                    unsigned bx, unsigned by, unsigned bz, unsigned smem,      \
+                                    CUstream s, void** params, void** extra) {                 \
+    ORION_REQUIRE_REAL(sym);                                                                   \
+    if (Shim* shim = orion::scheduling_shim()) {                                               \
+      KernelLaunch call(KernelLaunch::Api::api, f, gx, gy, gz, bx, by, bz, smem, s, params,    \
+                        extra);                                                                \
+      return shim->launch(call, per_thread);                                                   \
+    }                                                                                          \
+    return real::sym(f, gx, gy, gz, bx, by, bz, smem, s, params, extra);                       \
   }
-  return real::cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, s, params, extra);
-}
+ORION_LAUNCH_KERNEL(cuLaunchKernel, kLaunch, false)
+ORION_LAUNCH_KERNEL(cuLaunchKernel_ptsz, kLaunchPtsz, true)
 
-ORION_EXPORT CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy,
-                                                  unsigned gz, unsigned bx, unsigned by,
-                                                  unsigned bz, unsigned smem, CUstream s,
-                                                  void** params, void** extra) {
-  ORION_REQUIRE_REAL(cuLaunchKernel_ptsz);
-  if (Shim* shim = orion::scheduling_shim()) {
-    KernelLaunch call(KernelLaunch::Api::kLaunchPtsz, f, gx, gy, gz, bx, by, bz, smem, s, params,
-                      extra);
-    return shim->launch(call, true);
+// A NULL config is the driver's to reject: pass it through.
+#define ORION_LAUNCH_KERNEL_EX(sym, api, per_thread)                                           \
+  ORION_EXPORT CUresult CUDAAPI sym(const CUlaunchConfig* config, CUfunction f, void** params, \
+                                    void** extra) {                                            \
+    ORION_REQUIRE_REAL(sym);                                                                   \
+    Shim* shim = orion::scheduling_shim();                                                     \
+    if (shim != nullptr && config != nullptr) {                                                \
+      KernelLaunch call(KernelLaunch::Api::api, config, f, params, extra);                     \
+      return shim->launch(call, per_thread);                                                   \
+    }                                                                                          \
+    return real::sym(config, f, params, extra);                                                \
   }
-  return real::cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, smem, s, params, extra);
-}
+ORION_LAUNCH_KERNEL_EX(cuLaunchKernelEx, kEx, false)
+ORION_LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz, kExPtsz, true)
 
-ORION_EXPORT CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f,
-                                               void** params, void** extra) {
-  ORION_REQUIRE_REAL(cuLaunchKernelEx);
-  Shim* shim = orion::scheduling_shim();
-  if (shim != nullptr && config != nullptr) {
-    KernelLaunch call(KernelLaunch::Api::kEx, config, f, params, extra);
-    return shim->launch(call, false);
+#define ORION_LAUNCH_COOPERATIVE(sym, api, per_thread)                                         \
+  ORION_EXPORT CUresult CUDAAPI sym(CUfunction f, unsigned gx, unsigned gy, unsigned gz,      \
+                                    unsigned bx, unsigned by, unsigned bz, unsigned smem,      \
+                                    CUstream s, void** params) {                               \
+    ORION_REQUIRE_REAL(sym);                                                                   \
+    if (Shim* shim = orion::scheduling_shim()) {                                               \
+      KernelLaunch call(KernelLaunch::Api::api, f, gx, gy, gz, bx, by, bz, smem, s, params,    \
+                        nullptr);                                                              \
+      return shim->launch(call, per_thread);                                                   \
+    }                                                                                          \
+    return real::sym(f, gx, gy, gz, bx, by, bz, smem, s, params);                              \
   }
-  return real::cuLaunchKernelEx(config, f, params, extra);
-}
-
-ORION_EXPORT CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f,
-                                                    void** params, void** extra) {
-  ORION_REQUIRE_REAL(cuLaunchKernelEx_ptsz);
-  Shim* shim = orion::scheduling_shim();
-  if (shim != nullptr && config != nullptr) {
-    KernelLaunch call(KernelLaunch::Api::kExPtsz, config, f, params, extra);
-    return shim->launch(call, true);
-  }
-  return real::cuLaunchKernelEx_ptsz(config, f, params, extra);
-}
-
-ORION_EXPORT CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy,
-                                                        unsigned gz, unsigned bx, unsigned by,
-                                                        unsigned bz, unsigned smem, CUstream s,
-                                                        void** params) {
-  ORION_REQUIRE_REAL(cuLaunchCooperativeKernel);
-  if (Shim* shim = orion::scheduling_shim()) {
-    KernelLaunch call(KernelLaunch::Api::kCooperative, f, gx, gy, gz, bx, by, bz, smem, s, params,
-                      nullptr);
-    return shim->launch(call, false);
-  }
-  return real::cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, smem, s, params);
-}
-
-ORION_EXPORT CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx,
-                                                             unsigned gy, unsigned gz,
-                                                             unsigned bx, unsigned by,
-                                                             unsigned bz, unsigned smem,
-                                                             CUstream s, void** params) {
-  ORION_REQUIRE_REAL(cuLaunchCooperativeKernel_ptsz);
-  if (Shim* shim = orion::scheduling_shim()) {
-    KernelLaunch call(KernelLaunch::Api::kCooperativePtsz, f, gx, gy, gz, bx, by, bz, smem, s,
-                      params, nullptr);
-    return shim->launch(call, true);
-  }
-  return real::cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, smem, s, params);
-}
+ORION_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel, kCooperative, false)
+ORION_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz, kCooperativePtsz, true)
 
 // A graph is one opaque op on its stream: never split, never reordered with its neighbours.
 #define ORION_GRAPH_LAUNCH(sym, per_thread)                                                    \
