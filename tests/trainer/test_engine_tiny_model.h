@@ -5,12 +5,14 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/core/AutogradState.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -31,6 +33,34 @@ struct SleepInBackward : torch::autograd::Function<SleepInBackward> {
   }
 };
 
+// Identity that records, in its backward, whether autograd could have handed the backward to its
+// worker threads (the calling thread's multithreading setting, which the engine carries into the
+// backward) and which thread ran it; its forward records the forward's thread.
+struct BackwardThreadProbe : torch::autograd::Function<BackwardThreadProbe> {
+  struct Log {
+    std::mutex mu;
+    std::vector<std::thread::id> forward_threads, backward_threads;
+    int backward_calls = 0;
+    int backward_calls_with_autograd_threads = 0;
+  };
+  static Log& log() {
+    static Log instance;
+    return instance;
+  }
+  static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& x) {
+    std::lock_guard<std::mutex> lock(log().mu);
+    log().forward_threads.push_back(std::this_thread::get_id());
+    return x.view_as(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list grads) {
+    std::lock_guard<std::mutex> lock(log().mu);
+    log().backward_threads.push_back(std::this_thread::get_id());
+    ++log().backward_calls;
+    if (c10::AutogradState::get_tls_state().get_multithreading_enabled()) ++log().backward_calls_with_autograd_threads;
+    return {grads[0]};
+  }
+};
+
 class TinyLayer : public torch::nn::Module {
  public:
   virtual at::Tensor forward(const at::Tensor& x) = 0;
@@ -47,19 +77,21 @@ class TinyEmbedding final : public TinyLayer {
 
 class TinyBlock final : public TinyLayer {
  public:
-  TinyBlock(int64_t hidden, int64_t forward_sleep_ms, int64_t backward_sleep_ms)
-      : forward_sleep_ms_(forward_sleep_ms), backward_sleep_ms_(backward_sleep_ms) {
+  TinyBlock(int64_t hidden, int64_t forward_sleep_ms, int64_t backward_sleep_ms, bool probe_threads = false)
+      : forward_sleep_ms_(forward_sleep_ms), backward_sleep_ms_(backward_sleep_ms), probe_threads_(probe_threads) {
     fc_ = register_module("fc", torch::nn::Linear(hidden, hidden));
   }
   at::Tensor forward(const at::Tensor& x) override {
     if (forward_sleep_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(forward_sleep_ms_));
     at::Tensor y = x + at::tanh(fc_->forward(x));
     if (backward_sleep_ms_ > 0) y = SleepInBackward::apply(y, backward_sleep_ms_);
+    if (probe_threads_) y = BackwardThreadProbe::apply(y);
     return y;
   }
 
  private:
   int64_t forward_sleep_ms_, backward_sleep_ms_;
+  bool probe_threads_;
   torch::nn::Linear fc_{nullptr};
 };
 
@@ -90,6 +122,7 @@ class TinyStageModule final : public StageModule {
 struct TinyCosts {
   int64_t forward_sleep_ms = 0;
   int64_t backward_sleep_ms = 0;
+  bool probe_threads = false;  // every block logs its threads in BackwardThreadProbe::log()
 };
 
 class TinyModel final : public ModelInterface {
@@ -121,7 +154,8 @@ class TinyModel final : public ModelInterface {
     at::manual_seed(seed * 7919 + static_cast<uint64_t>(index));
     if (index == 0) return std::make_shared<TinyEmbedding>(config_.vocab_size, config_.hidden_size);
     if (index == blocks_ + 1) return std::make_shared<TinyHead>(config_.hidden_size, config_.vocab_size);
-    return std::make_shared<TinyBlock>(config_.hidden_size, costs_.forward_sleep_ms, costs_.backward_sleep_ms);
+    return std::make_shared<TinyBlock>(config_.hidden_size, costs_.forward_sleep_ms, costs_.backward_sleep_ms,
+                                       costs_.probe_threads);
   }
   double training_flops_per_token() const override { return 6.0 * 1000; }
 

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <tuple>
@@ -103,7 +104,44 @@ TEST(EquivalenceTest, FourRanksEightMicrobatchesOneFOneB) {
   EXPECT_EQ(i, ref.grads.size());
 }
 
-// The async executor on CUDA: per-micro-batch pool streams with priorities and events between
+// Backward runs on the thread that runs the action, with autograd's device worker threads off:
+// otherwise the CUDA backward of every co-located rank goes through one shared autograd thread.
+// On CPU the engine runs backward on the calling thread either way, so the probe checks the
+// setting the engine carries into the backward (it reads true without BackwardOnCallingThread),
+// and that the thread which ran each backward is one of the threads that ran forwards. The
+// calling thread's own setting is restored after the step.
+class BackwardThreadTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BackwardThreadTest, BackwardRunsOnTheRankThreadWithAutogradThreadsOff) {
+  TinySetup s;
+  s.executor = GetParam();
+  s.schedule = "zb_h1";  // B, I and W all run
+  s.costs.probe_threads = true;
+  auto trainer = make_tiny_trainer(s);
+  auto& log = BackwardThreadProbe::log();
+  {
+    std::lock_guard<std::mutex> lock(log.mu);
+    log.forward_threads.clear();
+    log.backward_threads.clear();
+    log.backward_calls = log.backward_calls_with_autograd_threads = 0;
+  }
+  ASSERT_TRUE(c10::AutogradState::get_tls_state().get_multithreading_enabled());
+  trainer->forward_backward(tiny_batch(s.batch, s.seq, s.vocab, 5));
+  EXPECT_TRUE(c10::AutogradState::get_tls_state().get_multithreading_enabled()) << "the caller's setting was not restored";
+  std::lock_guard<std::mutex> lock(log.mu);
+  EXPECT_GT(log.backward_calls, 0);
+  EXPECT_EQ(log.backward_calls_with_autograd_threads, 0)
+      << log.backward_calls_with_autograd_threads << " of " << log.backward_calls
+      << " backward calls could have been handed to autograd's worker threads";
+  for (const auto& id : log.backward_threads) {
+    EXPECT_NE(std::find(log.forward_threads.begin(), log.forward_threads.end(), id), log.forward_threads.end())
+        << "a backward ran on a thread that ran no forward";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(BothExecutors, BackwardThreadTest, ::testing::Values("naive", "async_threaded"));
+
+// The async executor on CUDA: per-micro-batch rank streams with priorities and events between
 // them must still give the CPU reference's gradients (fp32; looser tolerance for GPU kernels).
 TEST(EquivalenceTest, CudaStreamsMatchTheCpuReference) {
   if (!cuda_usable()) GTEST_SKIP() << "needs a CUDA GPU (none visible, or a build without LibTorch-CUDA)";

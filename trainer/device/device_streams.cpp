@@ -18,6 +18,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -114,7 +115,10 @@ void synchronize_devices(const std::vector<c10::Device>& devices) {
 #ifdef OURGPIPE_HAVE_TORCH_CUDA
   std::set<c10::DeviceIndex> seen;
   for (const auto& d : devices) {
-    if (d.is_cuda() && seen.insert(d.index()).second) c10::cuda::device_synchronize();
+    if (!d.is_cuda() || !seen.insert(d.index()).second) continue;
+    // device_synchronize() waits for the calling thread's current device only.
+    c10::cuda::CUDAGuard guard(d.index());
+    c10::cuda::device_synchronize();
   }
 #else
   (void)devices;
@@ -149,6 +153,22 @@ class CudaReadyEvent final : public ReadyEvent {
   at::cuda::CUDAEvent event_;
 };
 
+// A stream of this rank alone. LibTorch's pool has 32 streams per priority and device, handed out
+// round-robin: 4 ranks x 8 micro-batches already wrap around, so ranks would share streams
+// (independent work serialised, and one rank's stream-class change would hit another rank's
+// forward). Non-blocking like the pool's, at the device's greatest priority for high and 0 for
+// low. Never destroyed: the caching allocator keeps blocks and events tied to it until exit, as it
+// does for the pool's streams.
+c10::cuda::CUDAStream create_rank_stream(c10::DeviceIndex device, bool high) {
+  c10::cuda::CUDAGuard guard(device);
+  int least = 0;
+  int greatest = 0;
+  C10_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  cudaStream_t raw = nullptr;
+  C10_CUDA_CHECK(cudaStreamCreateWithPriority(&raw, cudaStreamNonBlocking, high ? greatest : least));
+  return c10::cuda::getStreamFromExternal(raw, device);
+}
+
 // The Orion shim's orion_set_stream_class, looked up once at run time (null without the shim,
 // so the same binary runs unchanged with and without it).
 orion_set_stream_class_fn orion_set_class() {
@@ -169,7 +189,7 @@ struct RankStreams::Impl {
   StreamPolicy policy = StreamPolicy::kSingle;
   std::string priority;
 #ifdef OURGPIPE_HAVE_TORCH_CUDA
-  // (is_backward, micro-batch) -> stream, taken from LibTorch's pool on first use.
+  // (is_backward, micro-batch) -> this rank's own stream, created on first use.
   // Micro-batch kAllWeights keys the one stream every W of the rank runs on.
   std::map<std::pair<bool, int>, c10::cuda::CUDAStream> streams;
   // Set by begin_step(): the previous optimizer step's work; each stream waits once per step.
@@ -193,7 +213,7 @@ RankStreams::~RankStreams() = default;
 void RankStreams::begin_step() {
 #ifdef OURGPIPE_HAVE_TORCH_CUDA
   // optimizer_step updates the weights on this device's current (default) stream; without this
-  // the next step's forwards on pool streams could read weights mid-update (train() happens to
+  // the next step's forwards on the rank streams could read weights mid-update (train() happens to
   // synchronize, but nothing here relied on it).
   if (impl_->device.is_cuda() && impl_->policy == StreamPolicy::kPerMicrobatch) {
     impl_->step_start = std::make_shared<CudaReadyEvent>(c10::cuda::getCurrentCUDAStream(impl_->device.index()));
@@ -215,7 +235,7 @@ std::shared_ptr<void> RankStreams::enter(ActionType type, int microbatch) {
       const bool high = impl_->priority == "backward_first"  ? backward
                         : impl_->priority == "forward_first" ? !backward
                                                              : false;
-      it = impl_->streams.emplace(key, c10::cuda::getStreamFromPool(high, impl_->device.index())).first;
+      it = impl_->streams.emplace(key, create_rank_stream(impl_->device.index(), high)).first;
     }
     auto guard = std::make_shared<c10::cuda::CUDAStreamGuard>(it->second);
     if (impl_->step_start && impl_->waited_step_start.insert(key).second) impl_->step_start->block_current_stream();
@@ -254,10 +274,13 @@ void RankStreams::wait(const std::shared_ptr<const ReadyEvent>& event) {
   if (event) event->block_current_stream();
 }
 
-void RankStreams::record_use(const at::Tensor& tensor) const {
+void RankStreams::record_use(const at::Tensor& tensor) const { record_stream_use(tensor); }
+
+void record_stream_use(const at::Tensor& tensor) {
 #ifdef OURGPIPE_HAVE_TORCH_CUDA
   if (tensor.defined() && tensor.is_cuda()) {
-    c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), c10::cuda::getCurrentCUDAStream());
+    c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(),
+                                                  c10::cuda::getCurrentCUDAStream(tensor.device().index()));
   }
 #else
   (void)tensor;
@@ -275,7 +298,7 @@ std::string RankStreams::describe() const {
   // Honest about LibTorch: autograd runs each backward kernel on the stream its forward op used,
   // so CUDA stream priority alone cannot favour backward over forward here.
   std::string text = fmt::format(
-      "{}: per-micro-batch pool streams (F(mb) on a {}-priority stream, B/I(mb) on a {}-priority stream, all W on one "
+      "{}: per-micro-batch streams of this rank (F(mb) on a {}-priority stream, B/I(mb) on a {}-priority stream, all W on one "
       "{}-priority stream); autograd runs backward kernels on their forward's {}-priority stream, so the {}-priority "
       "streams carry only synchronisation and gradient accumulation",
       impl_->device.str(), fwd, bwd, bwd, fwd, bwd);

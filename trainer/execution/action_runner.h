@@ -2,6 +2,8 @@
 // and the per-step state they pass along: received and outgoing tensors and their ready events.
 #pragma once
 
+#include <c10/core/AutogradState.h>
+
 #include <map>
 #include <memory>
 #include <utility>
@@ -48,6 +50,24 @@ class ActionRunner {
   // Recorded after each action that adds into parameter .grad (B, W); the next such action's
   // stream waits on it, so accumulation across micro-batch streams is ordered (see backward()).
   std::shared_ptr<const ReadyEvent> grads_accumulated_;
+};
+
+// LibTorch hands the backward of a CUDA graph to one autograd worker thread per device, shared by
+// every thread of the process: the backward launches of all co-located ranks would go through that
+// one CPU thread, and a scheduler could not tell backward work by its calling thread. With
+// multithreading off on the calling thread, the engine runs the backward right there, on the
+// rank's own thread (CPU backward already runs on the calling thread). Restores the setting.
+class BackwardOnCallingThread {
+ public:
+  BackwardOnCallingThread() : previous_(c10::AutogradState::get_tls_state().get_multithreading_enabled()) {
+    c10::AutogradState::get_tls_state().set_multithreading_enabled(false);
+  }
+  ~BackwardOnCallingThread() { c10::AutogradState::get_tls_state().set_multithreading_enabled(previous_); }
+  BackwardOnCallingThread(const BackwardOnCallingThread&) = delete;
+  BackwardOnCallingThread& operator=(const BackwardOnCallingThread&) = delete;
+
+ private:
+  bool previous_;
 };
 
 // The two executors (naive_executor.cpp, async_executor.cpp), for make_executor.

@@ -1,5 +1,5 @@
 // The async_threaded executor: one thread per rank runs its own program against the transport.
-// On CUDA each micro-batch's forward and backward get their own pool streams (priority per
+// On CUDA each micro-batch's forward and backward get streams of their own (priority per
 // parallel.priority; autograd still runs backward kernels on the forward's stream, see
 // RankStreams), all W's of a rank share one stream, and events order them; on CPU there are no
 // streams. The first failing rank
@@ -34,7 +34,7 @@ class AsyncThreadedExecutor final : public Executor {
   void run_step(const StepContext& ctx) override {
     const Schedule& schedule = *ctx.schedule;
     const auto ranks = static_cast<size_t>(schedule.num_ranks);
-    // Streams persist across steps (pool streams are handed out round-robin; keep ours stable).
+    // Streams persist across steps (created once per rank, never shared between ranks).
     const std::vector<int> here = ctx.ranks_here();
     if (streams_.size() != ranks) {
       streams_.clear();
@@ -74,6 +74,7 @@ class AsyncThreadedExecutor final : public Executor {
         try {
           const c10::Device device = ctx.rank_devices.at(r);
           bind_thread_to_device(device);
+          const BackwardOnCallingThread backward_here;
           // One AutocastScope per action (as in the naive executor), not per step: autocast's
           // per-thread cache of bf16 weight copies made by F(mb0) on its stream would otherwise
           // be reused by F(mbk) on another stream with no ordering between them.

@@ -77,6 +77,7 @@ class NaiveExecutor final : public Executor {
                                                                       StreamPolicy::kSingle, options_.priority);
       runners[static_cast<size_t>(r)] = std::make_unique<ActionRunner>(ctx, r, *streams[static_cast<size_t>(r)], no_wait);
     }
+    const BackwardOnCallingThread backward_here;
     for (const Item& item : order) {
       const c10::Device device = ctx.rank_devices.at(static_cast<size_t>(item.rank));
       bind_thread_to_device(device);

@@ -9,6 +9,8 @@
 
 #include <stdexcept>
 
+#include "trainer/device/device.h"
+
 namespace gpipe {
 
 StageRuntime::StageRuntime(StageSpec spec, std::shared_ptr<StageModule> module, const StageInterface& stage_interface,
@@ -63,6 +65,13 @@ at::Tensor StageRuntime::forward(int microbatch, const Batch& batch, const at::T
   return result;
 }
 
+at::Tensor StageRuntime::on_stage_device(const at::Tensor& tensor) const {
+  // A gradient received from a neighbour on another device (ranks on cuda:(r % N), or a CPU
+  // transport buffer) must reach autograd on this stage's device, as forward's input does: the
+  // engine rejects a root gradient on another device than its output.
+  return tensor.device() == device_ ? tensor : tensor.to(device_, /*non_blocking=*/true);
+}
+
 at::Tensor StageRuntime::take_input_grad(Stash& stash, const at::Tensor& output_grad) {
   if (spec_.is_first() || !stash.input.requires_grad()) return {};
   auto grads = torch::autograd::grad({stash.output}, {stash.input}, {output_grad},
@@ -72,11 +81,11 @@ at::Tensor StageRuntime::take_input_grad(Stash& stash, const at::Tensor& output_
 
 at::Tensor StageRuntime::backward(int microbatch, const at::Tensor& output_grad) {
   Stash& stash = stash_for(microbatch, "B");
-  const at::Tensor grad = spec_.is_last() ? at::Tensor() : output_grad;
-  if (!spec_.is_last() && !grad.defined()) {
+  if (!spec_.is_last() && !output_grad.defined()) {
     throw std::logic_error(fmt::format("stage {}: backward of micro-batch {} has no output gradient "
                                        "(the schedule lacks its receive)", spec_.stage, microbatch));
   }
+  const at::Tensor grad = spec_.is_last() ? at::Tensor() : on_stage_device(output_grad);
   torch::autograd::backward({stash.output}, {grad});
   at::Tensor input_grad = (spec_.is_first() || !stash.input.requires_grad()) ? at::Tensor() : stash.input.grad();
   stash_.erase(microbatch);
@@ -88,10 +97,10 @@ at::Tensor StageRuntime::backward_input(int microbatch, const at::Tensor& output
   if (stash.input_grad_done) {
     throw std::logic_error(fmt::format("stage {}: I of micro-batch {} ran twice", spec_.stage, microbatch));
   }
-  stash.output_grad = spec_.is_last() ? at::Tensor() : output_grad;
-  if (!spec_.is_last() && !stash.output_grad.defined()) {
+  if (!spec_.is_last() && !output_grad.defined()) {
     throw std::logic_error(fmt::format("stage {}: I of micro-batch {} has no output gradient", spec_.stage, microbatch));
   }
+  stash.output_grad = spec_.is_last() ? at::Tensor() : on_stage_device(output_grad);
   stash.input_grad_done = true;
   return take_input_grad(stash, stash.output_grad);
 }
@@ -110,6 +119,10 @@ void StageRuntime::backward_weight(int microbatch) {
                                        /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
     for (size_t i = 0; i < params.size(); ++i) {
       if (!grads[i].defined()) continue;
+      // Autograd made grads[i] on the stream of the forward op it belongs to (F(mb)'s) and made
+      // this stream wait for it; the add below runs here, so the allocator must not hand its
+      // memory back to F(mb)'s stream when grads dies, before this stream has read it.
+      record_stream_use(grads[i]);
       at::Tensor& g = params[i].mutable_grad();
       if (g.defined()) {
         g.add_(grads[i]);

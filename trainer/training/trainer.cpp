@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include <fmt/format.h>
@@ -20,6 +21,7 @@
 #include "trainer/distributed/distributed.h"
 #include "trainer/log/engine_log.h"
 #include "trainer/execution/executor.h"
+#include "trainer/training/fused_adamw.h"
 #include "trainer/training/layer_profiler.h"
 #include "trainer/training/lr_schedule.h"
 #include "trainer/metrics/metrics.h"
@@ -289,8 +291,18 @@ double PipelineTrainer::forward_backward(const Batch& batch, ActionRecorder* rec
   ctx.local_ranks = local_ranks_;
   ctx.transport = transport_.get();
   ctx.recorder = recorder;
-  const auto inputs = batch.input_ids.chunk(m, 0);
-  const auto targets = batch.targets.chunk(m, 0);
+  // The step's token ids go to the first stage's device and its targets to the last stage's
+  // once, from pinned memory without blocking the host, before any stream starts on them (the
+  // copies are on this thread's current stream, which every rank stream waits for at its first
+  // action of the step). The stages' own .to(device) are then no-ops: no action waits on a host
+  // copy. CPU stages and stages of other processes take the batch as it is.
+  auto to_stage_device = [&](const at::Tensor& t, int stage) {
+    const c10::Device device = stages_.at(static_cast<size_t>(stage)) ? stages_[static_cast<size_t>(stage)]->device()
+                                                                        : c10::Device(c10::kCPU);
+    return device.is_cuda() ? t.pin_memory().to(device, /*non_blocking=*/true) : t;
+  };
+  const auto inputs = to_stage_device(batch.input_ids, 0).chunk(m, 0);
+  const auto targets = to_stage_device(batch.targets, schedule_.num_stages() - 1).chunk(m, 0);
   for (int i = 0; i < m; ++i) ctx.microbatches.push_back(Batch{inputs[static_cast<size_t>(i)], targets[static_cast<size_t>(i)]});
   for (auto& s : stages_) {
     if (s) {
@@ -322,19 +334,29 @@ double PipelineTrainer::forward_backward(const Batch& batch, ActionRecorder* rec
 std::pair<double, double> PipelineTrainer::optimizer_step(int64_t step) {
   // The global norm spans every stage (each on its own device, later in its own process), so it
   // is summed from per-stage squared norms rather than clip_grad_norm_ over one device's list.
-  double squared = 0;
+  // Each stage's norms come from one multi-tensor kernel; the squared sums of the stages of one
+  // device are added there, so the host reads one number per device (one on a single GPU).
+  std::map<std::string, std::vector<at::Tensor>> squared_per_device;
+  std::vector<std::vector<at::Tensor>> grads_per_stage;
   for (const auto& s : stages_) {
     if (!s) continue;
-    std::vector<at::Tensor> norms;
+    std::vector<at::Tensor> grads;
     for (const auto& p : s->parameters()) {
-      if (p.grad().defined()) norms.push_back(p.grad().detach().to(at::kFloat).pow(2).sum());
+      if (p.grad().defined()) grads.push_back(p.grad());
     }
-    if (!norms.empty()) squared += at::stack(norms).sum().item<double>();
+    if (grads.empty()) continue;
+    const auto norms = at::_foreach_norm(grads, 2, at::kFloat);
+    squared_per_device[s->device().str()].push_back(at::stack(norms).pow(2).sum());
+    grads_per_stage.push_back(std::move(grads));
+  }
+  double squared = 0;
+  for (const auto& [device, parts] : squared_per_device) {
+    squared += at::stack(parts).to(at::kDouble).sum().item<double>();
   }
   if (dist_) squared = dist_->all_reduce_sum({squared}).front();
   const double norm = std::sqrt(squared);
   // A NaN/inf norm fails `norm > clip`, so clipping would be skipped and AdamW would write
-  // NaN into every weight: stop before opt->step() instead of silently corrupting the model.
+  // NaN into every weight: stop before the update instead of silently corrupting the model.
   if (!std::isfinite(norm)) {
     throw std::runtime_error(fmt::format("non-finite gradient norm at step {}; lower training.learning_rate or "
                                          "check the data", step));
@@ -342,19 +364,14 @@ std::pair<double, double> PipelineTrainer::optimizer_step(int64_t step) {
   const double clip = config_.training.grad_clip;
   if (clip > 0 && norm > clip) {
     const double scale = clip / (norm + 1e-6);
-    for (const auto& s : stages_) {
-      if (!s) continue;
-      for (const auto& p : s->parameters()) {
-        if (p.grad().defined()) p.grad().mul_(scale);
-      }
-    }
+    for (auto& grads : grads_per_stage) at::_foreach_mul_(grads, scale);
   }
   const auto& t = config_.training;
   const double lr = learning_rate_at(step, total_steps(), t.learning_rate, t.warmup_steps, t.min_lr_ratio);
   for (auto& opt : optimizers_->per_stage) {
     if (!opt) continue;
     for (auto& group : opt->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-    opt->step();
+    fused_adamw_step(*opt);
   }
   return {norm, lr};
 }

@@ -29,8 +29,14 @@ int count_distinct_devices(const std::vector<c10::Device>& devices);
 // Largest peak allocated bytes over the CUDA devices since reset_peak_memory, or max RSS on CPU.
 int64_t peak_memory_bytes(const std::vector<c10::Device>& devices);
 void reset_peak_memory(const std::vector<c10::Device>& devices);
-// Waits for all queued work on the devices (no-op on CPU).
+// Waits for all queued work on every one of the devices, each under its own device guard (no-op
+// on CPU).
 void synchronize_devices(const std::vector<c10::Device>& devices);
+
+// Tells the caching allocator that `tensor` (made on another stream) is used on the calling
+// thread's current stream, so its memory is not reused before this stream's work on it is done
+// (no-op on CPU).
+void record_stream_use(const at::Tensor& tensor);
 
 // Something a stream can wait on (a CUDA event); null pointers stand for "ready".
 class ReadyEvent {
@@ -41,7 +47,7 @@ class ReadyEvent {
 
 enum class StreamPolicy {
   kSingle,         // the device's current (default) stream: the naive executor
-  kPerMicrobatch,  // each micro-batch's forward and backward on their own pool streams
+  kPerMicrobatch,  // each micro-batch's forward and backward on streams of their own (per rank)
 };
 
 // The streams of one rank. parallel.priority: backward_first (backward on high-priority
@@ -57,10 +63,10 @@ class RankStreams {
   RankStreams(const RankStreams&) = delete;
   RankStreams& operator=(const RankStreams&) = delete;
   // Makes the stream for this action current on the calling thread until the result dies.
-  // kPerMicrobatch: F(mb) and B/I(mb) get their own pool streams; every W of the rank shares one
+  // kPerMicrobatch: F(mb) and B/I(mb) get streams of their own, never shared with another rank; every W of the rank shares one
   // stream, because W's of different micro-batches add into the same .grad tensors.
   [[nodiscard]] std::shared_ptr<void> enter(ActionType type, int microbatch);
-  // Call on the thread that ran the optimizer step, before the step's actions: every pool stream
+  // Call on the thread that ran the optimizer step, before the step's actions: every rank stream
   // waits (at its first enter() of the step) for the work queued so far on this device's current
   // stream, i.e. the previous optimizer step's weight updates. No-op on CPU or kSingle.
   void begin_step();

@@ -56,6 +56,8 @@ class StageRuntime {
     bool input_grad_done = false;
   };
   Stash& stash_for(int microbatch, const char* action);
+  // `tensor` on this stage's device (a copy when it arrived on another one).
+  at::Tensor on_stage_device(const at::Tensor& tensor) const;
   // Gradient w.r.t. the stage input, keeping the graph (W still needs it).
   at::Tensor take_input_grad(Stash& stash, const at::Tensor& output_grad);
 
