@@ -30,5 +30,20 @@ expect short_run 0 "Training summary" -- --config "$cfg" --steps 2 --output-dir 
 for f in summary.json metrics.jsonl timeline.json; do
   [ -s "$tmp/run/$f" ] || { echo "FAIL short_run: $f not written"; failures=$((failures + 1)); }
 done
+# parallel.use_orion_scheduler: the runner restarts itself with the scheduler library built beside
+# it preloaded and USE_ORION_SCHEDULER=1, and the restarted run reports the library loaded.
+shim=$(dirname "$runner")/../intercept/libgpu_scheduler.so
+if [ -f "$shim" ]; then
+  expect orion_restart 0 "restarting with LD_PRELOAD=[^ ]*libgpu_scheduler.so USE_ORION_SCHEDULER=1" -- \
+    --config "$cfg" --steps 1 --device auto --set parallel.use_orion_scheduler=true --output-dir "$tmp/run_orion"
+  grep -q "Orion scheduler library loaded: yes" "$tmp/out" \
+    || { echo "FAIL orion_restart: the restarted run does not report the library loaded"; failures=$((failures + 1)); }
+  grep -q '"orion_env": *"1"' "$tmp/run_orion/summary.json" \
+    || { echo "FAIL orion_restart: summary.json lacks orion_env 1"; failures=$((failures + 1)); }
+else
+  echo "skip orion_restart: $shim is not built (it needs the CUDA toolkit)"
+fi
+ORION_SCHEDULER_LIB=/no/such.so expect orion_library_missing 2 "ORION_SCHEDULER_LIB=/no/such.so is not a file" -- \
+  --config "$cfg" --steps 1 --device auto --set parallel.use_orion_scheduler=true --output-dir "$tmp/run_orion2"
 echo "runner_cli_test: $failures failure(s)"
 [ "$failures" -eq 0 ]

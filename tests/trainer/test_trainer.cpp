@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
+#include <vector>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -123,6 +125,46 @@ TEST(TrainerTest, SmallGptLossFallsOnTheEmbeddedCorpus) {
   std::ifstream in(out / "summary.json");
   EXPECT_EQ(nlohmann::json::parse(in).at("executor"), "async_threaded");
   testing::remove_tree(out.string());
+}
+
+// training.profile_iteration writes a PyTorch profiler (Kineto) trace as the Python OurGPipe
+// does: <output_dir>/profiler_<executor>/rank<N>/<host>_<pid>.<ms>.pt.trace.json, a Chrome trace
+// holding the step's ATen ops from the rank threads (2 ranks: at least 2 threads with ops) and
+// the autograd engine's backward ops.
+TEST(TrainerTest, ProfiledStepWritesAKinetoTraceFromEveryRankThread) {
+  at::set_num_threads(1);
+  PipelineConfig c = small_gpt_config();
+  c.training.max_steps = 3;
+  c.training.profile_iteration = 1;
+  c.training.output_dir += "_kineto";
+  testing::remove_tree(c.training.output_dir);
+  PipelineComponents parts = create_components(c);
+  PipelineTrainer trainer(c, std::move(parts));
+  trainer.train();
+  const std::filesystem::path dir = std::filesystem::path(c.training.output_dir) / "profiler_async_threaded" / "rank0";
+  ASSERT_TRUE(std::filesystem::is_directory(dir)) << dir;
+  std::vector<std::filesystem::path> traces;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > 14 && name.substr(name.size() - 14) == ".pt.trace.json") traces.push_back(entry.path());
+  }
+  ASSERT_EQ(traces.size(), 1u) << "one trace per process, named <host>_<pid>.<ms>.pt.trace.json";
+  std::ifstream in(traces.front());
+  const nlohmann::json trace = nlohmann::json::parse(in);
+  ASSERT_TRUE(trace.contains("traceEvents"));
+  std::set<int64_t> op_threads;
+  bool saw_matmul = false, saw_backward = false;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (!e.contains("name") || !e.contains("cat") || e.at("cat") != "cpu_op") continue;
+    const std::string name = e.at("name").get<std::string>();
+    if (name.rfind("aten::", 0) == 0 && e.contains("tid") && e.at("tid").is_number()) op_threads.insert(e.at("tid").get<int64_t>());
+    saw_matmul = saw_matmul || name == "aten::mm" || name == "aten::addmm" || name == "aten::matmul";
+    saw_backward = saw_backward || name.find("Backward") != std::string::npos;
+  }
+  EXPECT_TRUE(saw_matmul) << "no matrix multiply recorded";
+  EXPECT_TRUE(saw_backward) << "no autograd backward op recorded";
+  EXPECT_GE(op_threads.size(), 2u) << "ops of only one thread: the rank threads did not join the profile";
+  testing::remove_tree(c.training.output_dir);
 }
 
 TEST(TrainerTest, SameSeedSameLosses) {

@@ -12,6 +12,7 @@
 
 #include "action_runner.h"
 #include "trainer/execution/stage_runtime.h"
+#include "trainer/metrics/kineto_profile.h"
 #include "trainer/metrics/timeline.h"
 
 namespace gpipe {
@@ -75,6 +76,7 @@ class AsyncThreadedExecutor final : public Executor {
           const c10::Device device = ctx.rank_devices.at(r);
           bind_thread_to_device(device);
           const BackwardOnCallingThread backward_here;
+          const ProfileThisThread profile_here;  // joins training.profile_iteration's Kineto trace
           // One AutocastScope per action (as in the naive executor), not per step: autocast's
           // per-thread cache of bf16 weight copies made by F(mb0) on its stream would otherwise
           // be reused by F(mbk) on another stream with no ordering between them.

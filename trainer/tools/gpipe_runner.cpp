@@ -27,6 +27,7 @@
 #include "trainer/distributed/distributed.h"
 #include "trainer/log/engine_log.h"
 #include "trainer/launch/launcher.h"
+#include "trainer/launch/orion_preload.h"
 #include "trainer/training/trainer.h"
 #include "trainer/launch/world.h"
 
@@ -69,6 +70,9 @@ int run(int argc, char** argv) {
   if (auto code = gpipe::run_info_actions(options, std::cout)) {
     return *code == 0 ? 0 : 2;  // a schedule that does not validate is a config problem
   }
+  // The scheduler library must be preloaded before the CUDA runtime loads the driver: restart
+  // with it (before launching workers, so they inherit it) unless it is there already.
+  if (options.config.parallel.use_orion_scheduler) gpipe::ensure_orion_scheduler_loaded(argv, std::cerr);
   if (options.launch) {
     if (std::getenv("RANK") != nullptr) {
       throw gpipe::CliError("--nproc-per-node inside a launched worker (RANK is set): launch with torchrun or "

@@ -19,11 +19,13 @@
 
 #include "trainer/device/device.h"
 #include "trainer/distributed/distributed.h"
+#include "trainer/launch/orion_preload.h"
 #include "trainer/log/engine_log.h"
 #include "trainer/execution/executor.h"
 #include "trainer/training/fused_adamw.h"
 #include "trainer/training/layer_profiler.h"
 #include "trainer/training/lr_schedule.h"
+#include "trainer/metrics/kineto_profile.h"
 #include "trainer/metrics/metrics.h"
 #include "trainer/model/registry.h"
 #include "trainer/execution/stage_runtime.h"
@@ -416,8 +418,9 @@ nlohmann::json PipelineTrainer::train() {
                info.schedule, info.device, info.device_name, info.dtype, at::get_num_threads());
   const auto stream_lines = executor_->describe_streams(rank_devices_);
   for (int r : local_ranks_) log_info("  {}", stream_lines.at(static_cast<size_t>(r)));
-  log_info("orion scheduler: parallel.use_orion_scheduler={} USE_ORION_SCHEDULER={}",
-               p.use_orion_scheduler ? "true" : "false", orion_env ? orion_env : "(unset)");
+  log_info("orion scheduler: parallel.use_orion_scheduler={} USE_ORION_SCHEDULER={} | Orion scheduler library loaded: {}",
+           p.use_orion_scheduler ? "true" : "false", orion_env ? orion_env : "(unset)",
+           orion_scheduler_loaded() ? "yes" : "no");
   if (p.use_orion_scheduler && (orion_env == nullptr || std::string(orion_env) != "1")) {
     log_warn("parallel.use_orion_scheduler is true but USE_ORION_SCHEDULER=1 is not set: run with "
                  "USE_ORION_SCHEDULER=1 LD_PRELOAD=.../libgpu_scheduler.so for the shim to schedule kernels");
@@ -446,6 +449,10 @@ nlohmann::json PipelineTrainer::train() {
       }
       const Batch batch = components_.dataset->process_batch(epoch, index);
       reset_peak_memory(rank_devices_);
+      // The profiled step also gets a PyTorch profiler (Kineto) trace, as the Python OurGPipe
+      // writes one: CPU ops of every action thread, and GPU kernels with their streams.
+      std::optional<KinetoStepProfile> kineto;
+      if (step == t.profile_iteration) kineto.emplace(rank_devices_.front().is_cuda());
       const auto start = std::chrono::steady_clock::now();
       const double loss = forward_backward(batch, &recorder);
       // Checked before optimizer_step: a non-finite loss means non-finite gradients, and
@@ -479,6 +486,11 @@ nlohmann::json PipelineTrainer::train() {
       if (step == t.profile_iteration) {
         write_chrome_trace(recorder, static_cast<int>(step), timeline_path);
         log_info("timeline of step {} written to {}", step, timeline_path);
+        const std::filesystem::path trace_dir = std::filesystem::path(t.output_dir) /
+                                                fmt::format("profiler_{}", p.scheduler) /
+                                                fmt::format("rank{}", dist_ ? dist_->rank() : 0);
+        log_info("PyTorch profiler trace of step {} written to {} (TensorBoard's profiler plugin, Perfetto)", step,
+                 kineto->finish(trace_dir.string()));
         profiled = true;
         if (t.exit_after_profile) {
           log_info("training.exit_after_profile: stopping after the profiled step");
