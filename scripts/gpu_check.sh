@@ -64,7 +64,7 @@ step ctest ctest.sh 90
 step a check_hp_be.sh 45
 step b check_torch_shim.sh 150
 step c check_memcheck.sh 60
-step d check_trainer.sh 200
+step d check_trainer.sh 330
 step e check_distributed.sh 90
 
 failed=$(grep -c '| FAIL |' "$OUTDIR/results.md")

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Check (d): gpipe_runner on configs/gpt_350m_gpu.yaml (bf16, seq 1024): async_threaded vs naive
-# executor, shim off vs on, and the PyTorch eager peer on the same GPT; tokens/s and MFU.
+# Check (d): gpipe_runner on configs/gpt_350m_gpu.yaml (bf16, seq 1024, 4 ranks on the one GPU):
+# async_threaded vs naive executor, shim off vs shim `priority` vs shim `orion`, and the PyTorch
+# eager peer on the same GPT; tokens/s and MFU; and from each async run's Kineto trace, the share
+# of GPU busy time in which forward and backward kernels of different streams ran at once.
 # Usage: scripts/gpu/check_trainer.sh OUTDIR   (env: GPU_CHECK_TRAINER_STEPS, default 6, of which 2 warm-up)
 set -uo pipefail
 OUTDIR=${1:?usage: scripts/gpu/check_trainer.sh OUTDIR}
@@ -26,7 +28,10 @@ run_ours() {  # variant, then extra arguments
 }
 run_ours async --set parallel.scheduler=async_threaded
 run_ours naive --set parallel.scheduler=naive
+run_ours one_stage --set parallel.scheduler=async_threaded --set parallel.model_parallel_size=1
 LD_PRELOAD=$SHIM USE_ORION_SCHEDULER=1 ORION_POLICY=orion run_ours async_shim \
+  --set parallel.scheduler=async_threaded --set parallel.use_orion_scheduler=true
+LD_PRELOAD=$SHIM USE_ORION_SCHEDULER=1 ORION_POLICY=priority run_ours async_shim_priority \
   --set parallel.scheduler=async_threaded --set parallel.use_orion_scheduler=true
 timeout 150 "$PYTHON" scripts/peers/bench_eager.py --config "$config" --device cuda \
   --steps $((steps - warmup)) --warmup "$warmup" --output "$dir/eager.json" \
@@ -41,6 +46,22 @@ if [ -f "$dir/async/timeline.json" ]; then
   "$PYTHON" scripts/plot_timeline.py "$dir/async/timeline.json" -o "$OUTDIR/timeline_async_gpu.png" \
     --title "gpipe_runner gpt_350m_gpu, async_threaded" >/dev/null 2>&1 || echo "warning: plotting the timeline failed (a picture only, not a check)"
 fi
+# Forward and backward kernels of different micro-batches at the same time, from the Kineto trace
+# of the profiled step (training.profile_iteration) of each async run.
+for variant in async async_shim_priority async_shim; do
+  trace=$(ls "$dir/$variant"/profiler_async_threaded/rank0/*.pt.trace.json 2>/dev/null | head -n 1)
+  if [ -z "$trace" ]; then
+    record "d: F/B kernel overlap ($variant)" FAIL "no Kineto trace under $dir/$variant/profiler_async_threaded/rank0"
+    failed=1
+    continue
+  fi
+  if line=$("$PYTHON" scripts/gpu/kernel_overlap.py "$trace" --json "$dir/$variant/kernel_overlap.json" 2>&1); then
+    record "d: F/B kernel overlap ($variant)" INFO "$line"
+  else
+    record "d: F/B kernel overlap ($variant)" FAIL "$line"
+    failed=1
+  fi
+done
 rows=$("$PYTHON" scripts/gpu/trainer_summary.py "$dir" --warmup "$warmup"); rc=$?
 printf '%s\n' "$rows" >>"$OUTDIR/results.md"
 printf '%s\n' "$rows"
@@ -48,4 +69,4 @@ if [ $rc -ne 0 ] || [ $failed -ne 0 ]; then
   record "d: trainer" FAIL "a run failed or a loss is not finite (rows above; logs/trainer_*.log)"
   exit 1
 fi
-record "d: trainer" PASS "4 runs completed, losses finite; numbers in the rows above"
+record "d: trainer" PASS "6 runs completed, losses finite; numbers in the rows above"

@@ -14,7 +14,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "peers"))
 from trainer_table import ResultError, peer_result, runner_result  # noqa: E402
 
-VARIANTS = {"async": "ours async_threaded", "naive": "ours naive", "async_shim": "ours async_threaded + shim"}
+VARIANTS = {"async": "ours async_threaded", "naive": "ours naive", "async_shim": "ours async_threaded + shim",
+            "async_shim_priority": "ours async_threaded + shim priority", "one_stage": "ours 1 stage"}
 
 
 def main() -> int:
@@ -51,8 +52,9 @@ def main() -> int:
         print(f"| d: trainer {label} | {'INFO' if finite else 'FAIL'} | {r['tokens_per_s']:.0f} tokens/s, "
               f"MFU {mfu}, step {r['step_time_ms_mean']:.1f} ms, loss {r['first_loss']:.3f} -> "
               f"{r['final_loss']:.3f}, {r['steps']} timed steps; {r['extra']} |")
-    pairs = [("ours async_threaded", "PyTorch eager"), ("ours async_threaded", "ours naive"),
-             ("ours async_threaded + shim", "ours async_threaded")]
+    pairs = [("ours 1 stage", "PyTorch eager"), ("ours async_threaded", "PyTorch eager"), ("ours async_threaded", "ours naive"),
+             ("ours async_threaded + shim", "ours async_threaded"),
+             ("ours async_threaded + shim priority", "ours async_threaded")]
     for a, b in pairs:
         if a in rows and b in rows:
             print(f"| d: ratio {a} / {b} | INFO | {rows[a]['tokens_per_s'] / rows[b]['tokens_per_s']:.3f} (tokens/s) |")

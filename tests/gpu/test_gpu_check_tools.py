@@ -111,5 +111,64 @@ class TorchUnderShimTest(unittest.TestCase):
         self.assertEqual(shim_counters.delta({"kernel": 12, "copy": 3}, {"kernel": 2, "copy": 3}), {"kernel": 10})
 
 
+def kineto_trace(kernels):
+    """A Kineto-shaped trace: per kernel (start, end, stream, backward?), a launch on thread 1
+    inside an aten op, itself inside an autograd backward node when the kernel is backward."""
+    events = []
+    for i, (start, end, stream, backward) in enumerate(kernels):
+        launch = 1000 + 10 * i
+        if backward:
+            events.append({"ph": "X", "cat": "cpu_op", "name": "autograd::engine::evaluate_function: MmBackward0",
+                           "tid": 1, "ts": launch - 3, "dur": 8})
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "tid": 1, "ts": launch - 1, "dur": 4})
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "tid": 1, "ts": launch,
+                       "dur": 1, "args": {"correlation": i}})
+        events.append({"ph": "X", "cat": "kernel", "name": f"k{i}", "tid": 7, "ts": start, "dur": end - start,
+                       "args": {"correlation": i, "stream": stream}})
+    return {"traceEvents": events}
+
+
+class KernelOverlapTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = Path(self.tmp.name)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def overlap(self, kernels):
+        path = self.dir / "t.json"
+        path.write_text(json.dumps(kineto_trace(kernels)))
+        out = run(ROOT / "scripts/gpu/kernel_overlap.py", path, "--json", self.dir / "r.json")
+        return out, (json.loads((self.dir / "r.json").read_text()) if (self.dir / "r.json").exists() else None)
+
+    def test_forward_and_backward_on_two_streams_overlap(self):
+        # F [0,10) on stream 7, B [5,15) on stream 8, F [20,25): busy 20, both at once 5.
+        out, r = self.overlap([(0, 10, 7, False), (5, 15, 8, True), (20, 25, 7, False)])
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual((r["kernels"], r["backward_kernels"], r["streams"]), (3, 1, 2))
+        self.assertAlmostEqual(r["busy_ms"], 0.020)
+        self.assertAlmostEqual(r["concurrent_share"], 0.25)
+        self.assertAlmostEqual(r["fb_overlap_share"], 0.25)
+        self.assertIn("fb_overlap_share=0.250", out.stdout)
+
+    def test_two_forwards_overlap_but_are_not_forward_backward(self):
+        out, r = self.overlap([(0, 10, 7, False), (5, 15, 8, False)])
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertAlmostEqual(r["concurrent_share"], 5 / 15)
+        self.assertEqual(r["fb_overlap_share"], 0.0)
+
+    def test_serial_kernels_do_not_overlap(self):
+        out, r = self.overlap([(0, 10, 7, False), (10, 20, 8, True)])
+        self.assertEqual(r["concurrent_share"], 0.0)
+        self.assertEqual(r["fb_overlap_share"], 0.0)
+        self.assertAlmostEqual(r["busy_ms"], 0.020)
+
+    def test_a_trace_without_kernels_fails(self):
+        out, r = self.overlap([])
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("no GPU kernel", out.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()
