@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "trainer/model/weight_grad_store.h"
+
 namespace gpipe::gpt {
 namespace {
 
@@ -17,6 +19,12 @@ int64_t ffn_size(const ModelConfig& config) {
 
 at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training) {
   return (p > 0.0 && training) ? at::dropout(x, p, true) : x;
+}
+
+// Every linear layer goes through split_linear: the same math as Linear::forward, and zero-bubble
+// schedules can defer its weight GEMMs from I to W (trainer/model/weight_grad_store.h).
+at::Tensor linear(const torch::nn::Linear& layer, const at::Tensor& x) {
+  return split_linear(x, layer->weight, layer->bias);
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -52,11 +60,11 @@ GptAttention::GptAttention(const ModelConfig& config) : num_heads_(config.num_he
 
 at::Tensor GptAttention::forward(const at::Tensor& x) {
   const int64_t batch = x.size(0), time = x.size(1), hidden = x.size(2);
-  const auto qkv = c_attn->forward(x).split(hidden, 2);
+  const auto qkv = linear(c_attn, x).split(hidden, 2);
   auto heads = [&](const at::Tensor& z) { return z.view({batch, time, num_heads_, hidden / num_heads_}).transpose(1, 2); };
   const at::Tensor y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), std::nullopt,
                                                         is_training() ? dropout_ : 0.0, /*is_causal=*/true);
-  return c_proj->forward(y.transpose(1, 2).contiguous().view({batch, time, hidden}));
+  return linear(c_proj, y.transpose(1, 2).contiguous().view({batch, time, hidden}));
 }
 
 GptMlp::GptMlp(const ModelConfig& config) {
@@ -64,7 +72,7 @@ GptMlp::GptMlp(const ModelConfig& config) {
   c_proj = register_module("c_proj", torch::nn::Linear(ffn_size(config), config.hidden_size));
 }
 
-at::Tensor GptMlp::forward(const at::Tensor& x) { return c_proj->forward(at::gelu(c_fc->forward(x), "tanh")); }
+at::Tensor GptMlp::forward(const at::Tensor& x) { return linear(c_proj, at::gelu(linear(c_fc, x), "tanh")); }
 
 GptBlock::GptBlock(const ModelConfig& config) : dropout_(config.dropout) {
   const auto norm = torch::nn::LayerNormOptions({config.hidden_size}).eps(kLayerNormEps);
@@ -84,7 +92,7 @@ GptHead::GptHead(const ModelConfig& config) {
   lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(config.hidden_size, config.vocab_size).bias(false)));
 }
 
-at::Tensor GptHead::forward(const at::Tensor& x) { return lm_head->forward(ln_f->forward(x)); }
+at::Tensor GptHead::forward(const at::Tensor& x) { return linear(lm_head, ln_f->forward(x)); }
 
 uint64_t layer_seed(uint64_t seed, int64_t index) {
   const unsigned __int128 mixed = static_cast<unsigned __int128>(seed) * 1000003u + static_cast<uint64_t>(index);

@@ -112,16 +112,16 @@ void ActionRunner::backward(const Action& a) {
     Message in = take_input(grads_in_, grads_out_, {a.stage, a.microbatch}, {a.stage + 1, a.microbatch}, "gradient");
     output_grad = ready_tensor(in);
   }
-  // B accumulates into .grad through AccumulateGrad nodes, which autograd runs on the stream
-  // the accumulator was created on; if it is recreated between micro-batches (all graphs using
-  // it died) two B's would accumulate on different streams with nothing ordering them. Chain
-  // every .grad-writing action (B, W) with an event; autograd's stream syncs carry the order
-  // from this stream to the accumulation streams. I writes no .grad and needs no chaining.
-  const bool writes_grads = a.type == ActionType::kBackward;
-  if (writes_grads) RankStreams::wait(grads_accumulated_);
+  // B and I accumulate into .grad through AccumulateGrad nodes (I: every parameter but
+  // split_linear weights), which autograd runs on the stream the accumulator was created on; if
+  // it is recreated between micro-batches (all graphs using it died) two of them would accumulate
+  // on different streams with nothing ordering them. Chain every .grad-writing action (B, I, W)
+  // with an event; autograd's stream syncs carry the order from this stream to the accumulation
+  // streams.
+  RankStreams::wait(grads_accumulated_);
   at::Tensor input_grad = a.type == ActionType::kBackward ? st.backward(a.microbatch, output_grad)
                                                           : st.backward_input(a.microbatch, output_grad);
-  if (writes_grads) grads_accumulated_ = streams_.record_ready();
+  grads_accumulated_ = streams_.record_ready();
   if (!st.spec().is_first()) grads_out_[{a.stage, a.microbatch}] = Message{input_grad, streams_.record_ready()};
 }
 

@@ -1,12 +1,13 @@
-// StageRuntime: the compute half of a pipeline stage. Gradients for I and W use
-// torch::autograd::grad with explicit inputs, so I computes only the input gradient and W only
-// the weight gradients (W walks the retained graph a second time: correctness first).
+// StageRuntime: the compute half of a pipeline stage. B is one autograd backward; I is the same
+// backward with split_linear's weight GEMMs deferred to a WeightGradStore, and W runs only those
+// GEMMs (the zero-bubble split: no second walk of the graph, which I already freed).
 #include "trainer/execution/stage_runtime.h"
 
 #include <torch/csrc/autograd/autograd.h>
 
 #include <fmt/format.h>
 
+#include <optional>
 #include <stdexcept>
 
 #include "trainer/device/device.h"
@@ -72,22 +73,26 @@ at::Tensor StageRuntime::on_stage_device(const at::Tensor& tensor) const {
   return tensor.device() == device_ ? tensor : tensor.to(device_, /*non_blocking=*/true);
 }
 
-at::Tensor StageRuntime::take_input_grad(Stash& stash, const at::Tensor& output_grad) {
-  if (spec_.is_first() || !stash.input.requires_grad()) return {};
-  auto grads = torch::autograd::grad({stash.output}, {stash.input}, {output_grad},
-                                     /*retain_graph=*/true, /*create_graph=*/false, /*allow_unused=*/true);
-  return grads.at(0);
+at::Tensor StageRuntime::run_backward(Stash& stash, int microbatch, const at::Tensor& output_grad, const char* action,
+                                      WeightGradStore* defer_to) {
+  if (!spec_.is_last() && !output_grad.defined()) {
+    throw std::logic_error(fmt::format("stage {}: {} of micro-batch {} has no output gradient (the schedule lacks "
+                                       "its receive)", spec_.stage, action, microbatch));
+  }
+  const at::Tensor grad = spec_.is_last() ? at::Tensor() : on_stage_device(output_grad);
+  {
+    std::optional<WeightGradStore::Defer> defer;
+    if (defer_to != nullptr) defer.emplace(*defer_to);
+    torch::autograd::backward({stash.output}, {grad});
+  }
+  at::Tensor input_grad = (spec_.is_first() || !stash.input.requires_grad()) ? at::Tensor() : stash.input.grad();
+  stash.input = at::Tensor();  // the graph is freed: nothing of it stays alive until W
+  stash.output = at::Tensor();
+  return input_grad;
 }
 
 at::Tensor StageRuntime::backward(int microbatch, const at::Tensor& output_grad) {
-  Stash& stash = stash_for(microbatch, "B");
-  if (!spec_.is_last() && !output_grad.defined()) {
-    throw std::logic_error(fmt::format("stage {}: backward of micro-batch {} has no output gradient "
-                                       "(the schedule lacks its receive)", spec_.stage, microbatch));
-  }
-  const at::Tensor grad = spec_.is_last() ? at::Tensor() : on_stage_device(output_grad);
-  torch::autograd::backward({stash.output}, {grad});
-  at::Tensor input_grad = (spec_.is_first() || !stash.input.requires_grad()) ? at::Tensor() : stash.input.grad();
+  at::Tensor input_grad = run_backward(stash_for(microbatch, "B"), microbatch, output_grad, "B", nullptr);
   stash_.erase(microbatch);
   return input_grad;
 }
@@ -97,12 +102,11 @@ at::Tensor StageRuntime::backward_input(int microbatch, const at::Tensor& output
   if (stash.input_grad_done) {
     throw std::logic_error(fmt::format("stage {}: I of micro-batch {} ran twice", spec_.stage, microbatch));
   }
-  if (!spec_.is_last() && !output_grad.defined()) {
-    throw std::logic_error(fmt::format("stage {}: I of micro-batch {} has no output gradient", spec_.stage, microbatch));
-  }
-  stash.output_grad = spec_.is_last() ? at::Tensor() : on_stage_device(output_grad);
+  // The whole backward but split_linear's weight GEMMs, which wait in the store for W.
+  stash.weight_grads = std::make_shared<WeightGradStore>();
+  at::Tensor input_grad = run_backward(stash, microbatch, output_grad, "I", stash.weight_grads.get());
   stash.input_grad_done = true;
-  return take_input_grad(stash, stash.output_grad);
+  return input_grad;
 }
 
 void StageRuntime::backward_weight(int microbatch) {
@@ -110,28 +114,15 @@ void StageRuntime::backward_weight(int microbatch) {
   if (!stash.input_grad_done) {
     throw std::logic_error(fmt::format("stage {}: W of micro-batch {} before its I", spec_.stage, microbatch));
   }
-  std::vector<at::Tensor> params;
-  for (const auto& p : module_->parameters()) {
-    if (p.requires_grad()) params.push_back(p);
-  }
-  if (!params.empty()) {
-    auto grads = torch::autograd::grad({stash.output}, params, {stash.output_grad},
-                                       /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (!grads[i].defined()) continue;
-      // Autograd made grads[i] on the stream of the forward op it belongs to (F(mb)'s) and made
-      // this stream wait for it; the add below runs here, so the allocator must not hand its
-      // memory back to F(mb)'s stream when grads dies, before this stream has read it.
-      record_stream_use(grads[i]);
-      at::Tensor& g = params[i].mutable_grad();
-      if (g.defined()) {
-        g.add_(grads[i]);
-      } else {
-        g = grads[i].detach().clone();
-      }
-    }
-  }
+  // The stored tensors were made on F(mb)'s stream (autograd runs each node on its forward's
+  // stream) and are read on this one: the allocator must not reuse them before this stream is done.
+  stash.weight_grads->flush(record_stream_use);
   stash_.erase(microbatch);
+}
+
+size_t StageRuntime::deferred_weight_grads(int microbatch) const {
+  auto it = stash_.find(microbatch);
+  return it == stash_.end() || !it->second.weight_grads ? 0 : it->second.weight_grads->size();
 }
 
 double StageRuntime::loss_sum() const {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "trainer/model/interfaces.h"
+#include "trainer/model/weight_grad_store.h"
 
 namespace gpipe {
 
@@ -33,10 +34,15 @@ class StageRuntime {
   // B: full backward of `microbatch` (`output_grad` is ignored on the last stage). Returns the
   // gradient for the previous stage (undefined on the first) and frees the stash.
   at::Tensor backward(int microbatch, const at::Tensor& output_grad);
-  // I: input gradient only, keeping the graph for W (zero-bubble schedules).
+  // I: the backward without the weight GEMMs of split_linear layers (zero-bubble schedules):
+  // returns the input gradient, accumulates the other parameters' gradients, keeps what those
+  // GEMMs need in the micro-batch's WeightGradStore and frees the graph.
   at::Tensor backward_input(int microbatch, const at::Tensor& output_grad);
-  // W: weight gradients of a micro-batch whose I ran; accumulates into .grad and frees the stash.
+  // W: the deferred weight GEMMs of a micro-batch whose I ran; accumulates into .grad and frees
+  // the stash.
   void backward_weight(int microbatch);
+  // Deferred weight-gradient entries of `microbatch` waiting for its W (0 when none or no stash).
+  size_t deferred_weight_grads(int microbatch) const;
 
   // Sum of the unscaled micro-batch losses since begin_step() (last stage only; 0 otherwise).
   double loss_sum() const;
@@ -52,14 +58,17 @@ class StageRuntime {
   struct Stash {
     at::Tensor input;        // requires grad on non-first stages
     at::Tensor output;       // activation, or the scaled loss on the last stage
-    at::Tensor output_grad;  // kept between I and W
     bool input_grad_done = false;
+    // split_linear's inputs and output gradients, from I until W.
+    std::shared_ptr<WeightGradStore> weight_grads;
   };
   Stash& stash_for(int microbatch, const char* action);
+  // B's and I's shared part: backward from the stash's output (with split_linear's weight GEMMs
+  // deferred to `defer_to` when given), the input gradient returned and the graph released.
+  at::Tensor run_backward(Stash& stash, int microbatch, const at::Tensor& output_grad, const char* action,
+                          WeightGradStore* defer_to);
   // `tensor` on this stage's device (a copy when it arrived on another one).
   at::Tensor on_stage_device(const at::Tensor& tensor) const;
-  // Gradient w.r.t. the stage input, keeping the graph (W still needs it).
-  at::Tensor take_input_grad(Stash& stash, const at::Tensor& output_grad);
 
   StageSpec spec_;
   std::shared_ptr<StageModule> module_;
