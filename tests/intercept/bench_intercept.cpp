@@ -25,6 +25,9 @@ struct Fixture {
   Fixture() {
     fake_cuda_set_logging(0);
     cuInit(0);
+    CUcontext ctx = nullptr;
+    cuDevicePrimaryCtxRetain(&ctx, 0);
+    cuCtxSetCurrent(ctx);
     const size_t sizes[] = {sizeof(void*), sizeof(int), sizeof(float)};
     kernel = fake_cuda_make_function("bench_kernel", 3, sizes);
     cuStreamCreateWithPriority(&hp, 0, -5);

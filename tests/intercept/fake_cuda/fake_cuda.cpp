@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 
 namespace fake_cuda_impl {
 
@@ -62,8 +63,13 @@ CUresult launch(const char* name, CUfunction f, unsigned gx, unsigned gy, unsign
   c.grid[0] = gx, c.grid[1] = gy, c.grid[2] = gz;
   c.block[0] = bx, c.block[1] = by, c.block[2] = bz;
   c.shared_mem = smem;
+  const uint64_t id = sid(hs, per_thread);
+  if (CUresult rc = check_stream(s, id); rc != CUDA_SUCCESS) return finish(s, c, rc);
   auto fit = s.functions.find(c.function);
-  if (fit == s.functions.end()) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
+  // A function is valid only in the context it was loaded in.
+  if (fit == s.functions.end() || fit->second->ctx != current_ctx()) {
+    return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
+  }
   Function& fn = *fit->second;
   if (params != nullptr && fn.params_known) {
     for (size_t i = 0; i < fn.sizes.size(); ++i) {
@@ -83,18 +89,25 @@ CUresult launch(const char* name, CUfunction f, unsigned gx, unsigned gy, unsign
     std::memcpy(c.params, buf, size);
     c.param_bytes = size;
   }
-  s.streams[sid(hs, per_thread)].time_ns += fn.duration_ns;
+  advance(s, id, fn.duration_ns, c);
   return finish(s, c);
 }
 
 // A logged call with no effect beyond the log (copies, sets, graph launches, frees, ...).
-CUresult simple(const char* name, CUstream hs, uint64_t value, int64_t duration_ns) {
+CUresult simple(const char* name, CUstream hs, uint64_t value, int64_t duration_ns, bool unsafe,
+                bool* captured) {
   State& s = st();
   std::lock_guard lock(s.mu);
   fake_cuda_call& c = begin(s, name);
   c.stream = reinterpret_cast<uint64_t>(hs);
   c.value = value;
-  s.streams[sid(hs, std::strstr(name, "_pt") != nullptr)].time_ns += duration_ns;
+  const uint64_t id = sid(hs, std::strstr(name, "_pt") != nullptr);
+  if (CUresult rc = check_stream(s, id); rc != CUDA_SUCCESS) return finish(s, c, rc);
+  if (unsafe) {
+    if (CUresult rc = unsafe_call(s); rc != CUDA_SUCCESS) return finish(s, c, rc);
+  }
+  const bool in_capture = advance(s, id, duration_ns, c);
+  if (captured != nullptr) *captured = in_capture;
   return finish(s, c);
 }
 
@@ -112,6 +125,7 @@ FAKE_EXPORT void fake_cuda_reset(void) {
   s.log.clear();
   s.fail_next.clear();
   for (auto& [id, str] : s.streams) str.busy = false;
+  s.captures.clear();
   s.proc_lookups = 0;
 }
 FAKE_EXPORT size_t fake_cuda_call_count(void) {
@@ -131,6 +145,7 @@ FAKE_EXPORT CUfunction fake_cuda_make_function(const char* name, size_t count, c
   std::lock_guard lock(s.mu);
   auto* fn = new Function();
   fn->name = name ? name : "";
+  fn->ctx = current_ctx() != 0 ? current_ctx() : kPrimaryContext[0];
   if (sizes != nullptr) {
     fn->params_known = true;
     size_t off = 0;
@@ -178,22 +193,9 @@ FAKE_EXPORT CUresult CUDAAPI cuDriverGetVersion(int* v) {
   *v = 13000;
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext* c) {
-  *c = reinterpret_cast<CUcontext>(0xC0);
-  return CUDA_SUCCESS;
-}
-FAKE_EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext) { return CUDA_SUCCESS; }
-FAKE_EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice* d) {
-  *d = 0;
-  return CUDA_SUCCESS;
-}
 FAKE_EXPORT CUresult CUDAAPI cuCtxGetStreamPriorityRange(int* least, int* greatest) {
   if (least) *least = 0;
   if (greatest) *greatest = -5;
-  return CUDA_SUCCESS;
-}
-FAKE_EXPORT CUresult CUDAAPI cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice) {
-  *v = (a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) ? 132 : 0;
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult CUDAAPI cuFuncGetName(const char** name, CUfunction f) {
@@ -276,23 +278,29 @@ FAKE_EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec g, CUstream s) {
 FAKE_EXPORT CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
   return simple("cuGraphLaunch_ptsz", s, reinterpret_cast<uint64_t>(g));
 }
-// Host functions run when submitted (the fake has no device to wait for).
+// Host functions run when submitted (the fake has no device to wait for), unless captured.
 FAKE_EXPORT CUresult CUDAAPI cuLaunchHostFunc(CUstream s, CUhostFn fn, void* data) {
-  CUresult rc = simple("cuLaunchHostFunc", s, reinterpret_cast<uint64_t>(data));
-  if (rc == CUDA_SUCCESS && fn != nullptr) fn(data);
+  bool captured = false;
+  CUresult rc = simple("cuLaunchHostFunc", s, reinterpret_cast<uint64_t>(data), 100, false, &captured);
+  if (rc == CUDA_SUCCESS && fn != nullptr && !captured) fn(data);
   return rc;
 }
 FAKE_EXPORT CUresult CUDAAPI cuLaunchHostFunc_ptsz(CUstream s, CUhostFn fn, void* data) {
-  CUresult rc = simple("cuLaunchHostFunc_ptsz", s, reinterpret_cast<uint64_t>(data));
-  if (rc == CUDA_SUCCESS && fn != nullptr) fn(data);
+  bool captured = false;
+  CUresult rc = simple("cuLaunchHostFunc_ptsz", s, reinterpret_cast<uint64_t>(data), 100, false, &captured);
+  if (rc == CUDA_SUCCESS && fn != nullptr && !captured) fn(data);
   return rc;
 }
 
 // ---------------- copies, sets, pools ----------------
 
 #define FAKE_UNPAREN(...) __VA_ARGS__
-#define FAKE_SIMPLE(sym, PARAMS, stream, value) \
-  FAKE_EXPORT CUresult CUDAAPI sym PARAMS { return simple(#sym, stream, value); }
+// A call without a stream (nullptr) is synchronous: potentially unsafe during a capture.
+#define FAKE_SIMPLE(sym, PARAMS, stream, value)                                         \
+  FAKE_EXPORT CUresult CUDAAPI sym PARAMS {                                             \
+    return simple(#sym, stream, value, 100,                                             \
+                  std::is_same_v<std::remove_cvref_t<decltype(stream)>, std::nullptr_t>); \
+  }
 #define FAKE_SIMPLE2(sym, sym_pt, PARAMS, stream, value) \
   FAKE_SIMPLE(sym, PARAMS, stream, value)                \
   FAKE_SIMPLE(sym_pt, PARAMS, stream, value)

@@ -26,6 +26,8 @@ typedef struct fake_cuda_call {
   size_t param_bytes;     /* launches: the argument bytes the driver received */
   unsigned char params[FAKE_CUDA_MAX_PARAM_BYTES];
   int result;             /* CUresult returned */
+  uint64_t context;       /* the calling thread's current context */
+  int captured;           /* stream-ordered work recorded into an active capture (not run) */
 } fake_cuda_call;
 
 /* Clears the log, failure injections and busy streams (streams/events/functions stay valid). */
@@ -34,7 +36,11 @@ size_t fake_cuda_call_count(void);
 /* Copies log entry `index`; returns 0, or -1 when out of range. */
 int fake_cuda_get_call(size_t index, fake_cuda_call* out);
 
-/* A kernel function with `count` parameters of the given sizes (cuFuncGetParamInfo answers
+/* Primary context of fake device `device` (0 or 1); the handles cuDevicePrimaryCtxRetain returns. */
+CUcontext fake_cuda_primary_context(int device);
+
+/* A kernel function (of the calling thread's current context, device 0's primary context when
+ * none is current) with `count` parameters of the given sizes (cuFuncGetParamInfo answers
  * them). sizes == NULL: the fake's cuFuncGetParamInfo answers CUDA_ERROR_NOT_SUPPORTED for it. */
 CUfunction fake_cuda_make_function(const char* name, size_t count, const size_t* sizes);
 void fake_cuda_set_kernel_duration_ns(CUfunction f, int64_t ns);
