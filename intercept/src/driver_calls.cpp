@@ -7,15 +7,21 @@
 
 namespace orion {
 
-CUresult DriverCall::submit() const {
-  if (context_ != nullptr && real::cuCtxGetCurrent && real::cuCtxSetCurrent) {
-    CUcontext current = nullptr;
-    if (real::cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != context_) {
-      CUresult rc = real::cuCtxSetCurrent(context_);
-      if (rc != CUDA_SUCCESS) return rc;
-    }
+ContextGuard::ContextGuard(CUcontext ctx) {
+  if (ctx == nullptr || !real::cuCtxGetCurrent || !real::cuCtxPushCurrent_v2 ||
+      !real::cuCtxPopCurrent_v2) {
+    return;
   }
-  return invoke();
+  CUcontext current = nullptr;
+  if (real::cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == ctx) return;
+  status_ = real::cuCtxPushCurrent_v2(ctx);
+  pushed_ = status_ == CUDA_SUCCESS;
+}
+
+ContextGuard::~ContextGuard() {
+  if (!pushed_) return;
+  CUcontext popped = nullptr;
+  real::cuCtxPopCurrent_v2(&popped);
 }
 
 void DriverCall::capture_context() {

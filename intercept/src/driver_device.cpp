@@ -11,7 +11,10 @@ namespace orion {
 
 int DriverDevice::submit(const sched::Op& op) {
   const auto* call = static_cast<const DriverCall*>(op.payload());
-  CUresult rc = call->submit();
+  // A deferred op runs under its caller's context; this thread keeps its own.
+  ContextGuard guard(call->context());
+  if (guard.status() != CUDA_SUCCESS) return guard.status();
+  CUresult rc = call->call();
   if (rc != CUDA_SUCCESS) {
     if (op.owned) {
       // A deferred op: its caller already returned; the dispatcher hands the error back at the
@@ -27,10 +30,10 @@ int DriverDevice::submit(const sched::Op& op) {
   return CUDA_SUCCESS;
 }
 
-CUevent DriverDevice::take_event() {
-  if (!free_events_.empty()) {
-    CUevent e = free_events_.back();
-    free_events_.pop_back();
+CUevent DriverDevice::take_event(StreamTrack& t) {
+  if (!t.free_events.empty()) {
+    CUevent e = t.free_events.back();
+    t.free_events.pop_back();
     return e;
   }
   CUevent e = nullptr;
@@ -42,19 +45,19 @@ void DriverDevice::track(const sched::Op& op, CUstream stream) {
   std::vector<sched::Completion> immediate;
   {
     std::lock_guard lock(mutex_);
-    CUevent e = take_event();
+    StreamTrack& t = streams_[op.stream];
+    CUevent e = take_event(t);
     // The completion-tracking record must use the stream's own ABI; special handles (NULL,
     // legacy, per-thread) are never classed high-priority or best-effort, but stay safe.
     CUresult rc = (e != nullptr && reinterpret_cast<uintptr_t>(stream) > 2)
                       ? real::cuEventRecord(e, stream)
                       : CUDA_ERROR_INVALID_HANDLE;
     if (rc != CUDA_SUCCESS) {
-      if (e != nullptr) free_events_.push_back(e);
+      if (e != nullptr) t.free_events.push_back(e);
       // Untrackable: report it complete now rather than leave the policy waiting forever.
       int64_t now = now_ns();
       immediate.push_back({op.seq, op.stream, op.kind, op.kernel.id, now, now});
     } else {
-      StreamTrack& t = streams_[op.stream];
       t.pending.push_back({op.seq, op.kind, op.kernel.id, e, !t.pending.empty()});
       in_flight_.fetch_add(1, std::memory_order_relaxed);
     }
@@ -109,7 +112,7 @@ void DriverDevice::poll() {
     }
     done.push_back({newest.seq, look.stream, newest.kind, newest.kernel, start, end});
     for (size_t i = 0; i < ready; ++i) {
-      if (t.last_done != nullptr) free_events_.push_back(t.last_done);
+      if (t.last_done != nullptr) t.free_events.push_back(t.last_done);
       t.last_done = t.pending.front().done;
       t.pending.pop_front();
     }

@@ -1,6 +1,6 @@
 // The scheduler's Device backed by the real CUDA driver. submit() makes the intercepted call;
-// completion of tracked ops (high-priority and best-effort classes) is observed with a pooled
-// CUevent recorded after each one and polled with cuEventQuery. Kernel durations are learned
+// completion of tracked ops (high-priority and best-effort classes) is observed with a
+// CUevent (pooled per stream, so of the stream's context) recorded after each one and polled with cuEventQuery. Kernel durations are learned
 // from the elapsed time between consecutive tracked ops of a busy stream. Polling queries the
 // newest pending event of a stream first: when it is done, the whole backlog retires with one
 // driver call (the dispatcher retires earlier ops of the stream with the latest completion).
@@ -43,13 +43,17 @@ class DriverDevice final : public sched::Device {
     CUevent done;
     bool stream_was_busy;  // the previous tracked op of this stream was still running at submit
   };
+  // Completion events belong to the stream's context (an event can only be recorded on a stream
+  // of its own context), so each stream keeps its own pool.
   struct StreamTrack {
     std::deque<Pending> pending;
     CUevent last_done = nullptr;  // kept until the next completion, to time it
+    std::vector<CUevent> free_events;
   };
 
+  // Called under the op's context (submit's ContextGuard).
   void track(const sched::Op& op, CUstream stream);
-  CUevent take_event();  // under mutex_
+  static CUevent take_event(StreamTrack& t);  // under mutex_
   void report(const std::vector<sched::Completion>& done);
 
   std::mutex poll_mutex_;  // one poller at a time (taken with try_lock); guards the scratch below
@@ -63,7 +67,6 @@ class DriverDevice final : public sched::Device {
   std::vector<sched::Completion> done_;
   mutable std::mutex mutex_;  // the pending queues and the event pool; never held across a query
   std::unordered_map<sched::StreamId, StreamTrack> streams_;
-  std::vector<CUevent> free_events_;
   std::atomic<sched::CompletionListener*> listener_{nullptr};
   std::atomic<uint64_t> in_flight_{0};
 

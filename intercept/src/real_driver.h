@@ -31,6 +31,8 @@ std::span<const EntryInfo> entry_table();
 #define ORION_HELPER_FUNCTIONS(X)                                                   \
   X(cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000)                                     \
   X(cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000)                                     \
+  X(cuCtxPushCurrent_v2, PFN_cuCtxPushCurrent_v4000)                                \
+  X(cuCtxPopCurrent_v2, PFN_cuCtxPopCurrent_v4000)                                  \
   X(cuCtxGetDevice, PFN_cuCtxGetDevice_v2000)                                       \
   X(cuCtxGetStreamPriorityRange, PFN_cuCtxGetStreamPriorityRange_v5050)             \
   X(cuDeviceGetAttribute, PFN_cuDeviceGetAttribute_v2000)                           \

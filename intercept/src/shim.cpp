@@ -151,7 +151,7 @@ CUresult Shim::submit(sched::Op&& op) {
   return static_cast<CUresult>(dispatcher_->submit(std::move(op)));
 }
 
-CUresult Shim::launch(const KernelLaunch& call, bool per_thread) {
+CUresult Shim::launch(KernelLaunch& call, bool per_thread) {
   const CUlaunchConfig& c = call.config();
   const FunctionInfo& info = function_info(call.function());
   sched::Op op;
@@ -167,6 +167,7 @@ CUresult Shim::launch(const KernelLaunch& call, bool per_thread) {
   op.kernel.grid = {c.gridDimX, c.gridDimY, c.gridDimZ};
   op.kernel.block = {c.blockDimX, c.blockDimY, c.blockDimZ};
   op.kernel.shared_mem_bytes = c.sharedMemBytes;
+  if (dispatcher_->stream_class(op.stream) == sched::StreamClass::kBestEffort) call.capture_context();
   op.borrowed = &call;
   op.clone = &KernelLaunch::clone;
   if (info.communication &&

@@ -52,8 +52,10 @@ class Shim {
   // Submits an op through the dispatcher. `call` is the borrowed payload; `clone` may be null
   // (the caller then waits until the op reached the driver).
   CUresult submit(sched::Op&& op);
-  // A kernel launch: kernel facts for the policy, communication detection, then submit().
-  CUresult launch(const class KernelLaunch& call, bool per_thread);
+  // A kernel launch: kernel facts for the policy, communication detection, then submit(). A
+  // launch that may be deferred records its caller's context (a borrowed one whose arguments
+  // cannot be copied may be submitted by another thread while its caller waits).
+  CUresult launch(class KernelLaunch& call, bool per_thread);
 
   // Drains everything and writes the trace (ORION_TRACE). Returns the first deferred error.
   int flush();

@@ -1,0 +1,80 @@
+// The shim against the driver's rules that the fake driver models (issue 11): contexts,
+// communication kernels as libraries name them, event re-recording, stream flags, queries,
+// capture bookkeeping and capture modes. Each test failed on the shim before its fix. Run twice
+// by ctest: scheduled (USE_ORION_SCHEDULER=1, priority policy) and pass-through (=0).
+#include <atomic>
+#include <thread>
+
+#include "scheduling_fixture.h"
+
+namespace {
+
+using namespace icpt_test;
+
+class DriverRules : public Scheduling {};
+
+// Finding 1: work of device 0 submitted from a thread of device 1 runs under device 0's context,
+// and the thread gets its own context back.
+TEST_F(DriverRules, SubmittingAnotherContextsDeferredWorkKeepsTheCallersContext) {
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  expect_deferred(k_be_);
+  CUcontext after = nullptr;
+  CUresult own_launch = CUDA_ERROR_UNKNOWN;
+  std::thread device1([&] {
+    CUcontext ctx1 = use_device(1);
+    ASSERT_NE(ctx1, nullptr);
+    CUstream s1 = nullptr;
+    ASSERT_EQ(cuStreamCreate(&s1, 0), CUDA_SUCCESS);
+    CUfunction f1 = fake_cuda_make_function("device1_kernel", 0, nullptr);
+    // cuMemFree synchronises with everything queued: device 0's deferred launch goes out here.
+    ASSERT_EQ(cuMemFree(0x5000), CUDA_SUCCESS);
+    ASSERT_EQ(cuCtxGetCurrent(&after), CUDA_SUCCESS);
+    own_launch = cuLaunchKernel(f1, 1, 1, 1, 1, 1, 1, 0, s1, nullptr, nullptr);
+    EXPECT_EQ(cuStreamDestroy(s1), CUDA_SUCCESS);
+  });
+  device1.join();
+  EXPECT_EQ(after, fake_cuda_primary_context(1)) << "the shim left another context current";
+  EXPECT_EQ(own_launch, CUDA_SUCCESS);
+  auto log = calls();
+  const long k = find_launch(log, k_be_);
+  ASSERT_GE(k, 0);
+  EXPECT_EQ(log[k].result, CUDA_SUCCESS);
+  EXPECT_EQ(log[k].context, h(fake_cuda_primary_context(0))) << "submitted under the wrong context";
+}
+
+// Finding 1: completion tracking of device 1's high-priority work uses device 1's events, so the
+// work counts as in flight and best-effort work of device 1 waits behind it.
+TEST_F(DriverRules, CompletionTrackingWorksOnEveryContext) {
+  // Device 0's tracked launches leave completion events of device 0 behind.
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(launch(k_hp_, hp_, i), CUDA_SUCCESS);
+  ASSERT_TRUE(wait_idle());
+  fake_cuda_reset();
+  std::thread device1([&] {
+    ASSERT_NE(use_device(1), nullptr);
+    CUstream hp1 = nullptr, be1 = nullptr;
+    ASSERT_EQ(cuStreamCreateWithPriority(&hp1, 0, -5), CUDA_SUCCESS);
+    ASSERT_EQ(cuStreamCreateWithPriority(&be1, 0, 0), CUDA_SUCCESS);
+    const size_t sizes[] = {sizeof(int), sizeof(double)};
+    CUfunction hp_k = fake_cuda_make_function("device1_hp", 2, sizes);
+    CUfunction be_k = fake_cuda_make_function("device1_be", 2, sizes);
+    fake_cuda_set_stream_busy(hp1, 1);
+    ASSERT_EQ(launch(hp_k, hp1, 1), CUDA_SUCCESS);
+    ASSERT_EQ(launch(be_k, be1, 2), CUDA_SUCCESS);
+    expect_deferred(be_k);
+    for (const auto& c : calls()) {
+      if (std::strncmp(c.name, "cuEventRecord", 13) == 0) {
+        EXPECT_EQ(c.result, CUDA_SUCCESS) << "completion event of another context";
+      }
+    }
+    fake_cuda_set_stream_busy(hp1, 0);
+    EXPECT_EQ(cuStreamSynchronize(be1), CUDA_SUCCESS);
+    EXPECT_EQ(count_launches(calls(), be_k), 1u);
+    EXPECT_TRUE(wait_idle());
+    EXPECT_EQ(cuStreamDestroy(hp1), CUDA_SUCCESS);
+    EXPECT_EQ(cuStreamDestroy(be1), CUDA_SUCCESS);
+  });
+  device1.join();
+}
+
+}  // namespace
