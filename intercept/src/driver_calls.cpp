@@ -74,6 +74,16 @@ CUresult KernelLaunch::invoke() const {
   return CUDA_ERROR_INVALID_VALUE;
 }
 
+bool KernelLaunch::remote_sync_domain() const {
+  for (unsigned i = 0; config_.attrs != nullptr && i < config_.numAttrs; ++i) {
+    if (config_.attrs[i].id == CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN &&
+        config_.attrs[i].value.memSyncDomain == CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE) {
+      return true;
+    }
+  }
+  return false;
+}
+
 std::unique_ptr<sched::OpPayload> KernelLaunch::clone(const sched::OpPayload& p) {
   const auto& src = static_cast<const KernelLaunch&>(p);
   std::unique_ptr<KernelLaunch> copy(new KernelLaunch(src.api_, src.f_, 1, 1, 1, 1, 1, 1, 0,

@@ -91,6 +91,9 @@ class KernelLaunch final : public DriverCall {
 
   CUfunction function() const { return f_; }
   const CUlaunchConfig& config() const { return config_; }
+  // Launched in the remote memory-synchronisation domain (CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN):
+  // what NCCL does for its kernels, so communication whatever the kernel's name.
+  bool remote_sync_domain() const;
 
  protected:
   CUresult invoke() const override;

@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
+#include <string_view>
 #include <unordered_map>
 
 #include "real_driver.h"
@@ -78,8 +79,32 @@ thread_local ThreadCache t_cache;
 
 }  // namespace
 
+namespace {
+
+// The unqualified identifier a kernel name starts with: the name itself, or for an Itanium-mangled
+// function name (_Z<len><id>..., _ZN<len><id>...E...) its first source name.
+std::string_view leading_identifier(std::string_view name) {
+  if (!name.starts_with("_Z")) return name;
+  size_t i = 2;
+  if (i < name.size() && name[i] == 'N') ++i;
+  size_t len = 0, digits = 0;
+  while (i < name.size() && name[i] >= '0' && name[i] <= '9') {
+    len = len * 10 + static_cast<size_t>(name[i] - '0');
+    ++i;
+    ++digits;
+  }
+  if (digits == 0 || len > name.size() - i) return {};
+  return name.substr(i, len);
+}
+
+}  // namespace
+
 bool is_communication_kernel(const std::string& name) {
-  return name.starts_with("ncclDevKernel_") || name.starts_with("ncclKernel");
+  // NCCL 2.28 names: ncclDevKernel_* (mangled by cuFuncGetName), ncclSymkDevKernel_* (the
+  // symmetric-memory kernels); older releases: ncclKernel*.
+  const std::string_view id = leading_identifier(name);
+  return id.starts_with("ncclDevKernel_") || id.starts_with("ncclSymkDevKernel_") ||
+         id.starts_with("ncclKernel");
 }
 
 const FunctionInfo& function_info(CUfunction f) {

@@ -19,7 +19,7 @@ struct FunctionInfo {
   std::vector<size_t> param_offsets;
   std::vector<size_t> param_sizes;
   size_t param_bytes = 0;           // offset + size of the last parameter
-  bool communication = false;       // NCCL: ncclDevKernel_* / ncclKernel*
+  bool communication = false;       // NCCL: ncclDevKernel_* / ncclSymkDevKernel_* / ncclKernel*
   // The name as registered with the scheduler's profile store (set on first launch).
   mutable std::atomic<const char*> registered_name{nullptr};
 };
@@ -27,7 +27,8 @@ struct FunctionInfo {
 // Never returns nullptr. Thread-safe; cached per thread after the first lookup.
 const FunctionInfo& function_info(CUfunction f);
 
-// True for names of kernels that spin waiting for peers (never deferred).
+// True for names of kernels that spin waiting for peers (never deferred), as cuFuncGetName returns
+// them (mangled or not).
 bool is_communication_kernel(const std::string& name);
 
 }  // namespace orion

@@ -167,16 +167,18 @@ CUresult Shim::launch(KernelLaunch& call, bool per_thread) {
   op.kernel.grid = {c.gridDimX, c.gridDimY, c.gridDimZ};
   op.kernel.block = {c.blockDimX, c.blockDimY, c.blockDimZ};
   op.kernel.shared_mem_bytes = c.sharedMemBytes;
-  if (dispatcher_->stream_class(op.stream) == sched::StreamClass::kBestEffort) call.capture_context();
   op.borrowed = &call;
   op.clone = &KernelLaunch::clone;
-  if (info.communication &&
-      dispatcher_->stream_class(op.stream) != sched::StreamClass::kCommunication) {
+  const sched::StreamClass cls = dispatcher_->stream_class(op.stream);
+  if (cls != sched::StreamClass::kCommunication &&
+      (info.communication || call.remote_sync_domain())) {
     // NCCL kernels spin until their peers arrive: the stream is a communication stream from now
     // on (set_stream_class drains what it had queued first, keeping its order).
     dispatcher_->set_stream_class(op.stream, sched::StreamClass::kCommunication);
     comm_streams_.fetch_add(1, std::memory_order_relaxed);
     shim_log().debug("stream {:#x} carries {} -> communication", op.stream, info.name);
+  } else if (cls == sched::StreamClass::kBestEffort) {
+    call.capture_context();
   }
   return submit(std::move(op));
 }

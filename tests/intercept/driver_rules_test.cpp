@@ -77,4 +77,55 @@ TEST_F(DriverRules, CompletionTrackingWorksOnEveryContext) {
   device1.join();
 }
 
+// Finding 2: NCCL kernels as cuFuncGetName really names them (mangled, and the symmetric-memory
+// family), and launches in the remote memory-synchronisation domain, are communication: never
+// deferred. Kernels of other libraries stay best effort.
+TEST_F(DriverRules, CommunicationIsRecognisedByRealNamesAndByTheRemoteSyncDomain) {
+  auto set_class = shim_fn<orion_set_stream_class_fn>("orion_set_stream_class");
+  ASSERT_NE(set_class, nullptr);
+  auto launch_ex = [&](CUfunction f, bool remote_domain) {
+    unsigned char args[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    size_t args_size = sizeof args;
+    void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, args, CU_LAUNCH_PARAM_BUFFER_SIZE,
+                     &args_size, CU_LAUNCH_PARAM_END};
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN;
+    attr.value.memSyncDomain = CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE;
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = 256;
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.hStream = be_;
+    cfg.attrs = remote_domain ? &attr : nullptr;
+    cfg.numAttrs = remote_domain ? 1 : 0;
+    return cuLaunchKernelEx(&cfg, f, nullptr, extra);
+  };
+  struct Case {
+    const char* name;
+    bool remote_domain;
+    bool communication;
+  };
+  const Case cases[] = {{kNcclAllReduceMangled, false, true}, {kNcclSymkName, false, true},
+                        {"plain_kernel_in_remote_domain", true, true}, {kCublasName, false, false},
+                        {kCudnnName, false, false}, {kTritonName, false, false}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    hold_high_priority();
+    CUfunction f = fake_cuda_make_function(c.name, 0, nullptr);
+    ASSERT_EQ(launch_ex(f, c.remote_domain), CUDA_SUCCESS);
+    if (c.communication) {
+      EXPECT_EQ(count_launches(calls(), f), 1u) << "communication was deferred";
+    } else {
+      expect_deferred(f);
+    }
+    fake_cuda_set_stream_busy(hp_, 0);
+    ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+    EXPECT_EQ(count_launches(calls(), f), 1u);
+    if (scheduled_) {
+      ASSERT_EQ(set_class(be_, "best_effort"), 0);  // back to best effort for the next case
+    }
+    fake_cuda_reset();
+  }
+}
+
 }  // namespace
