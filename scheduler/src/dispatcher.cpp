@@ -13,6 +13,7 @@
 namespace sched {
 
 using detail::CallerWait;
+using detail::Dep;
 using detail::EventRecordRef;
 using detail::InFlightOp;
 using detail::QueuedOp;
@@ -99,20 +100,60 @@ std::vector<StreamState*> Dispatcher::Impl::all_streams() const {
   return stream_list;
 }
 
+namespace {
+bool submitted(const Dep& d) {
+  return d.stream->last_submitted_seq.load(std::memory_order_acquire) >= d.seq;
+}
+}  // namespace
+
 // Called at an event record's arrival (stream mutex held): waits issued later refer to it.
 void Dispatcher::Impl::note_record(EventId event, StreamState& s, uint64_t seq) {
   std::lock_guard lock(events_mu);
-  events[event] = {&s, seq};
+  events[event].latest = {&s, seq};
+}
+
+void Dispatcher::Impl::note_queued_wait(EventId event, StreamState& s, uint64_t seq) {
+  std::lock_guard lock(events_mu);
+  auto& waits = events[event].queued_waits;
+  std::erase_if(waits, submitted);
+  waits.push_back({&s, seq});
 }
 
 // The event's latest record if it has not been submitted yet.
 EventRecordRef Dispatcher::Impl::pending_record(EventId event) {
   std::lock_guard lock(events_mu);
   auto it = events.find(event);
-  if (it == events.end()) return {};
-  const EventRecordRef ref = it->second;
-  if (ref.stream->last_submitted_seq.load(std::memory_order_acquire) >= ref.seq) return {};
+  if (it == events.end() || it->second.latest.stream == nullptr) return {};
+  const EventRecordRef ref = it->second.latest;
+  if (submitted(ref)) return {};
   return ref;
+}
+
+std::vector<Dep> Dispatcher::Impl::record_deps(EventId event, const StreamState& s) {
+  std::vector<Dep> deps;
+  std::lock_guard lock(events_mu);
+  auto it = events.find(event);
+  if (it == events.end()) return deps;
+  // Ops of `s` itself come first anyway (stream order).
+  const EventRecordRef& latest = it->second.latest;
+  if (latest.stream != nullptr && latest.stream != &s && !submitted(latest)) deps.push_back(latest);
+  auto& waits = it->second.queued_waits;
+  std::erase_if(waits, submitted);
+  for (const Dep& w : waits) {
+    if (w.stream != &s) deps.push_back(w);
+  }
+  return deps;
+}
+
+void Dispatcher::Impl::drain_deps(const std::vector<Dep>& deps) {
+  for (const Dep& d : deps) drain_until(*d.stream, d.seq);
+}
+
+const Dep* Dispatcher::Impl::first_unmet(const QueuedOp& q) {
+  for (const Dep& d : q.deps) {
+    if (!submitted(d)) return &d;
+  }
+  return nullptr;
 }
 
 OpEstimate Dispatcher::Impl::estimate(const Op& op) {
@@ -216,6 +257,8 @@ int Dispatcher::Impl::submit(Op&& op) {
     if (EventRecordRef dep = pending_record(op.event); dep.stream != nullptr) {
       drain_until(*dep.stream, dep.seq);
     }
+  } else if (op.kind == OpKind::kEventRecord) {
+    drain_deps(record_deps(op.event, s));
   }
   std::unique_lock lock(s.mu);
   // The class may have changed since the unlocked read, leaving queued work ahead of this op.
@@ -249,13 +292,16 @@ int Dispatcher::Impl::submit_best_effort(StreamState& s, Op&& op) {
   op.seq = next_seq.fetch_add(1, std::memory_order_relaxed);
   op.arrival_ns = device.now_ns();
   QueuedOp q;
-  if (op.kind == OpKind::kEventRecord) note_record(op.event, s, op.seq);
-  if (op.kind == OpKind::kStreamWaitEvent) {
-    const EventRecordRef dep = pending_record(op.event);
-    q.dep_stream = dep.stream;
-    q.dep_seq = dep.seq;
+  if (op.kind == OpKind::kEventRecord) {
+    q.deps = record_deps(op.event, s);
+    note_record(op.event, s, op.seq);
   }
-  if (s.queue.empty() && q.dep_stream == nullptr) {
+  if (op.kind == OpKind::kStreamWaitEvent) {
+    if (const EventRecordRef dep = pending_record(op.event); dep.stream != nullptr) {
+      q.deps.push_back(dep);
+    }
+  }
+  if (s.queue.empty() && q.deps.empty()) {
     const OpEstimate est = estimate(op);
     if (reserve_best_effort(op, est, /*force=*/false)) {
       op.submitted_ns = op.arrival_ns;
@@ -274,6 +320,7 @@ int Dispatcher::Impl::submit_best_effort(StreamState& s, Op&& op) {
     q.waiter = &waiter;
     ++s.caller_waits;
   }
+  if (op.kind == OpKind::kStreamWaitEvent) note_queued_wait(op.event, s, op.seq);
   q.op = std::move(op);
   if (s.queue.empty()) s.head_since_ns = q.op.arrival_ns;
   s.queue.push_back(std::move(q));
@@ -366,6 +413,15 @@ void Dispatcher::forget_stream(StreamId id) {
 }
 
 void Dispatcher::forget_event(EventId event) {
+  // Queued waits on the event must reach the device while it still exists.
+  std::vector<detail::Dep> waits;
+  {
+    std::lock_guard lock(impl_->events_mu);
+    auto it = impl_->events.find(event);
+    if (it == impl_->events.end()) return;
+    waits = it->second.queued_waits;
+  }
+  impl_->drain_deps(waits);
   std::lock_guard lock(impl_->events_mu);
   impl_->events.erase(event);
 }

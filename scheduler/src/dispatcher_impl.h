@@ -27,10 +27,12 @@
 namespace sched {
 
 namespace detail {
-// An event's latest record: the stream it was recorded on and its seq.
-struct EventRecordRef {
-  StreamState* stream = nullptr;
-  uint64_t seq = 0;
+// An event's latest record (the stream it was recorded on and its seq), and the
+// stream-wait-event ops on it that are queued and not yet submitted.
+using EventRecordRef = Dep;
+struct EventState {
+  EventRecordRef latest;
+  std::vector<Dep> queued_waits;
 };
 }  // namespace detail
 
@@ -40,6 +42,7 @@ struct Dispatcher::Impl final : CompletionListener {
   using InFlightOp = detail::InFlightOp;
   using CallerWait = detail::CallerWait;
   using EventRecordRef = detail::EventRecordRef;
+  using Dep = detail::Dep;
 
   Impl(Device& dev, std::unique_ptr<Policy> pol, DispatcherOptions o);
   ~Impl() override;
@@ -51,8 +54,18 @@ struct Dispatcher::Impl final : CompletionListener {
   std::vector<StreamState*> all_streams() const;
   // The event's latest record if it has not been submitted yet.
   EventRecordRef pending_record(EventId event);
+  // What a new record of `event` on `s` must follow into the device (ops of other streams not yet
+  // submitted): the previous record, so the event ends up meaning the latest one, and the queued
+  // waits on it, which must bind to the record before the new one.
+  std::vector<Dep> record_deps(EventId event, const StreamState& s);
   // Called at an event record's arrival (stream mutex held): waits issued later refer to it.
   void note_record(EventId event, StreamState& s, uint64_t seq);
+  // A stream-wait-event queued on `s` (stream mutex held): a later record waits for it.
+  void note_queued_wait(EventId event, StreamState& s, uint64_t seq);
+  // Submits every dependency in `deps` (no stream mutex held).
+  void drain_deps(const std::vector<Dep>& deps);
+  // The first dependency of `q` not yet submitted, or null.
+  static const Dep* first_unmet(const QueuedOp& q);
 
   // ---- admission bookkeeping and submit paths (dispatcher.cpp) ----
   OpEstimate estimate(const Op& op);
@@ -113,7 +126,7 @@ struct Dispatcher::Impl final : CompletionListener {
   std::vector<StreamState*> stream_list;
 
   std::mutex events_mu;
-  std::unordered_map<EventId, EventRecordRef> events;
+  std::unordered_map<EventId, detail::EventState> events;
 
   // First deferred error of a stream that was forgotten before a drain returned it: reported by
   // the next drain_all() instead of being dropped.

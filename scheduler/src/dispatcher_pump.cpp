@@ -19,12 +19,10 @@ void Dispatcher::Impl::drain_until(StreamState& s, uint64_t upto) {
   std::unique_lock lock(s.mu);
   while (!s.queue.empty() && s.queue.front().op.seq <= upto) {
     QueuedOp& head = s.queue.front();
-    if (head.dep_stream != nullptr &&
-        head.dep_stream->last_submitted_seq.load(std::memory_order_acquire) < head.dep_seq) {
-      StreamState& producer = *head.dep_stream;
-      const uint64_t record_seq = head.dep_seq;
+    if (const detail::Dep* dep = first_unmet(head)) {
+      const detail::Dep d = *dep;
       lock.unlock();
-      drain_until(producer, record_seq);  // record_seq < head's seq: the recursion ends
+      drain_until(*d.stream, d.seq);  // d.seq < head's seq: the recursion ends
       lock.lock();
       continue;
     }
@@ -51,8 +49,8 @@ int Dispatcher::Impl::drain_event(EventId event) {
   {
     std::lock_guard lock(events_mu);
     auto it = events.find(event);
-    if (it == events.end()) return 0;
-    ref = it->second;
+    if (it == events.end() || it->second.latest.stream == nullptr) return 0;
+    ref = it->second.latest;
   }
   drain_until(*ref.stream, ref.seq);
   return take_error(*ref.stream);
@@ -106,16 +104,14 @@ bool Dispatcher::Impl::admit_head(StreamState& s) {
   if (s.queue.empty()) return false;
   QueuedOp& head = s.queue.front();
   const bool starving = device.now_ns() - s.head_since_ns >= opt.be_max_wait_ns;
-  if (head.dep_stream != nullptr &&
-      head.dep_stream->last_submitted_seq.load(std::memory_order_acquire) < head.dep_seq) {
+  if (const detail::Dep* dep = first_unmet(head)) {
     if (!starving) return false;
-    StreamState& producer = *head.dep_stream;
-    const uint64_t record_seq = head.dep_seq;
+    const detail::Dep d = *dep;
     lock.unlock();
-    drain_until(producer, record_seq);
+    drain_until(*d.stream, d.seq);
     return true;
   }
-  head.dep_stream = nullptr;
+  head.deps.clear();
   const OpEstimate est = estimate(head.op);
   if (!reserve_best_effort(head.op, est, /*force=*/false)) {
     if (!starving) return false;

@@ -128,4 +128,68 @@ TEST_F(DriverRules, CommunicationIsRecognisedByRealNamesAndByTheRemoteSyncDomain
   }
 }
 
+// The records of `e` in driver order (their fake record numbers), and the record each wait on
+// `e` bound to, in driver order.
+void records_and_waits(CUevent e, std::vector<uint64_t>* records, std::vector<uint64_t>* waits,
+                       std::vector<uint64_t>* record_streams = nullptr) {
+  for (const auto& c : calls()) {
+    if (c.event != h(e) || c.result != CUDA_SUCCESS) continue;
+    if (std::strcmp(c.name, "cuEventRecord") == 0) {
+      records->push_back(c.value);
+      if (record_streams != nullptr) record_streams->push_back(c.stream);
+    }
+    if (std::strcmp(c.name, "cuStreamWaitEvent") == 0) waits->push_back(c.value);
+  }
+}
+
+// Finding 4: a later record of an event reaches the driver after the earlier one, so the event
+// ends up meaning the program's latest record.
+TEST_F(DriverRules, ReRecordingAnEventKeepsProgramOrder) {
+  CUevent ev = nullptr;
+  ASSERT_EQ(cuEventCreate(&ev, 0), CUDA_SUCCESS);
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(ev, be_), CUDA_SUCCESS);     // queued behind the best-effort kernel
+  ASSERT_EQ(cuEventRecord(ev, plain_), CUDA_SUCCESS);  // the program's latest record
+  ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  std::vector<uint64_t> records, waits, streams;
+  records_and_waits(ev, &records, &waits, &streams);
+  ASSERT_EQ(streams.size(), 2u);
+  EXPECT_EQ(streams[0], h(be_));
+  EXPECT_EQ(streams[1], h(plain_)) << "the event now means the older record";
+  EXPECT_EQ(cuEventDestroy(ev), CUDA_SUCCESS);
+}
+
+// Finding 4: a queued wait binds to the record that was the latest when the program issued it,
+// even when the program records the event again before the wait reaches the driver.
+TEST_F(DriverRules, AQueuedWaitBindsToTheRecordBeforeIt) {
+  CUevent ev = nullptr;
+  ASSERT_EQ(cuEventCreate(&ev, 0), CUDA_SUCCESS);
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);         // keeps be_'s queue non-empty
+  ASSERT_EQ(cuEventRecord(ev, plain_), CUDA_SUCCESS);      // record #1
+  ASSERT_EQ(cuStreamWaitEvent(be_, ev, 0), CUDA_SUCCESS);  // must wait for #1
+  ASSERT_EQ(cuEventRecord(ev, plain_), CUDA_SUCCESS);      // record #2
+  ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  std::vector<uint64_t> records, waits;
+  records_and_waits(ev, &records, &waits);
+  ASSERT_EQ(records.size(), 2u);
+  ASSERT_EQ(waits.size(), 1u);
+  EXPECT_EQ(waits[0], records[0]) << "the wait bound to a record issued after it";
+  // Destroying the event with a wait still queued: the wait reaches the driver first.
+  CUevent ev2 = nullptr;
+  ASSERT_EQ(cuEventCreate(&ev2, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(ev2, plain_), CUDA_SUCCESS);
+  ASSERT_EQ(launch(k_be_, be_, 2), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamWaitEvent(be_, ev2, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventDestroy(ev2), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  for (const auto& c : calls()) {
+    if (std::strcmp(c.name, "cuStreamWaitEvent") == 0 && c.event == h(ev2)) {
+      EXPECT_EQ(c.result, CUDA_SUCCESS) << "the wait reached the driver after the event was destroyed";
+    }
+  }
+  EXPECT_EQ(cuEventDestroy(ev), CUDA_SUCCESS);
+}
+
 }  // namespace
