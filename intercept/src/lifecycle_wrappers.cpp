@@ -14,9 +14,8 @@ ORION_EXPORT CUresult CUDAAPI cuStreamCreate(CUstream* out, unsigned int flags) 
   ORION_REQUIRE_REAL(cuStreamCreate);
   CUresult rc = real::cuStreamCreate(out, flags);
   if (rc == CUDA_SUCCESS && out != nullptr) {
-    // A handle value can be reused after a destroy: start from the default class again.
     if (Shim* shim = orion::active_shim()) {
-      shim->set_stream_class(Shim::stream_id(*out, false), sched::StreamClass::kUnmanaged);
+      shim->stream_created(*out, flags, sched::StreamClass::kUnmanaged);
     }
   }
   return rc;
@@ -28,7 +27,7 @@ ORION_EXPORT CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* out, unsigned
   CUresult rc = real::cuStreamCreateWithPriority(out, flags, priority);
   if (rc == CUDA_SUCCESS && out != nullptr) {
     if (Shim* shim = orion::active_shim()) {
-      shim->set_stream_class(Shim::stream_id(*out, false), shim->class_for_priority(priority));
+      shim->stream_created(*out, flags, shim->class_for_priority(priority));
     }
   }
   return rc;

@@ -132,7 +132,7 @@ CUresult Shim::begin_capture() {
 
 int Shim::drain_for_legacy_stream(sched::StreamId id) {
   if (id != kLegacyStream || !have_best_effort_.load(std::memory_order_acquire)) return 0;
-  return dispatcher_->drain_all();
+  return dispatcher_->drain_legacy_sync();
 }
 
 sched::StreamClass Shim::class_for_priority(int priority) const {
@@ -144,6 +144,13 @@ sched::StreamClass Shim::class_for_priority(int priority) const {
 void Shim::set_stream_class(sched::StreamId id, sched::StreamClass cls) {
   if (cls == sched::StreamClass::kBestEffort) have_best_effort_.store(true, std::memory_order_release);
   dispatcher_->set_stream_class(id, cls);
+}
+
+void Shim::stream_created(CUstream s, unsigned flags, sched::StreamClass cls) {
+  const sched::StreamId id = stream_id(s, false);
+  // A handle value can be reused after a destroy: class and flags are set again each time.
+  dispatcher_->set_syncs_with_legacy(id, (flags & CU_STREAM_NON_BLOCKING) == 0);
+  set_stream_class(id, cls);
 }
 
 CUresult Shim::submit(sched::Op&& op) {

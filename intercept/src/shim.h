@@ -42,12 +42,15 @@ class Shim {
   CUresult begin_capture();  // drains everything, then counts the capture
   void end_capture() { captures_.fetch_sub(1, std::memory_order_acq_rel); }
 
-  // Work on the legacy stream waits for all blocking streams: drain queued best-effort work.
+  // Work on the legacy stream waits for all blocking streams: drain their queued best-effort work
+  // (non-blocking streams never synchronise with it).
   int drain_for_legacy_stream(sched::StreamId id);
 
   // Stream creation with a priority: CUDA's lower number = more urgent.
   sched::StreamClass class_for_priority(int priority) const;
   void set_stream_class(sched::StreamId id, sched::StreamClass cls);
+  // A stream created by the program: its class and its flags (CU_STREAM_NON_BLOCKING).
+  void stream_created(CUstream s, unsigned flags, sched::StreamClass cls);
 
   // Submits an op through the dispatcher. `call` is the borrowed payload; `clone` may be null
   // (the caller then waits until the op reached the driver).

@@ -11,10 +11,10 @@ using orion::first_error;
 namespace {
 
 // Drains what a synchronisation on `s` depends on: the stream itself, or for the legacy stream
-// (which waits for every blocking stream) everything.
+// (which waits for every blocking stream) the blocking streams.
 int drain_stream(Shim* shim, CUstream s, bool per_thread) {
   sched::StreamId id = Shim::stream_id(s, per_thread);
-  if (id == Shim::kLegacyStream) return shim->dispatcher().drain_all();
+  if (id == Shim::kLegacyStream) return shim->dispatcher().drain_legacy_sync();
   return shim->dispatcher().drain_stream(id);
 }
 

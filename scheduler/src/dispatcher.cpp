@@ -245,6 +245,7 @@ void Dispatcher::Impl::submit_head_locked(StreamState& s, const OpEstimate& est)
     wait_cv.notify_all();
   } else if (rc != 0 && s.sticky_error == 0) {
     s.sticky_error = rc;
+    sticky_errors.fetch_add(1, std::memory_order_acq_rel);
   }
 }
 
@@ -393,6 +394,11 @@ int Dispatcher::submit(Op&& op) { return impl_->submit(std::move(op)); }
 int Dispatcher::drain_stream(StreamId id) { return impl_->drain_stream(id); }
 int Dispatcher::drain_event(EventId event) { return impl_->drain_event(event); }
 int Dispatcher::drain_all() { return impl_->drain_all(); }
+int Dispatcher::drain_legacy_sync() { return impl_->drain_legacy_sync(); }
+
+void Dispatcher::set_syncs_with_legacy(StreamId id, bool syncs) {
+  impl_->stream(id).syncs_with_legacy.store(syncs, std::memory_order_relaxed);
+}
 
 void Dispatcher::forget_stream(StreamId id) {
   StreamState* s = impl_->find_stream(id);
@@ -408,6 +414,7 @@ void Dispatcher::forget_stream(StreamId id) {
     int none = 0;
     impl_->orphan_error.compare_exchange_strong(none, s->sticky_error);
     s->sticky_error = 0;
+    impl_->sticky_errors.fetch_sub(1, std::memory_order_acq_rel);
   }
   if (s->queue.empty()) s->cls.store(impl_->opt.default_class);
 }

@@ -86,6 +86,10 @@ struct Dispatcher::Impl final : CompletionListener {
   int drain_stream(StreamId id);
   int drain_event(EventId event);
   int drain_all();
+  int drain_legacy_sync();
+  // Drains every stream with queued work that `pred` selects; the first deferred error.
+  template <typename Pred>
+  int drain_streams(Pred pred);
   void try_pump();
   void pump();
   void pump_locked();
@@ -131,6 +135,8 @@ struct Dispatcher::Impl final : CompletionListener {
   // First deferred error of a stream that was forgotten before a drain returned it: reported by
   // the next drain_all() instead of being dropped.
   std::atomic<int> orphan_error{0};
+  // Streams whose sticky_error is set (lets drain_legacy_sync skip every stream when zero).
+  std::atomic<int> sticky_errors{0};
 
   std::mutex deferred_mu;  // completions reported from inside device.submit(), applied at the next pump
   std::vector<Completion> deferred_completions;

@@ -34,7 +34,9 @@ void Dispatcher::Impl::drain_until(StreamState& s, uint64_t upto) {
 
 int Dispatcher::Impl::take_error(StreamState& s) {
   std::lock_guard lock(s.mu);
-  return std::exchange(s.sticky_error, 0);
+  const int err = std::exchange(s.sticky_error, 0);
+  if (err != 0) sticky_errors.fetch_sub(1, std::memory_order_acq_rel);
+  return err;
 }
 
 int Dispatcher::Impl::drain_stream(StreamId id) {
@@ -56,9 +58,11 @@ int Dispatcher::Impl::drain_event(EventId event) {
   return take_error(*ref.stream);
 }
 
-int Dispatcher::Impl::drain_all() {
+template <typename Pred>
+int Dispatcher::Impl::drain_streams(Pred pred) {
   int first = 0;
   for (StreamState* s : all_streams()) {
+    if (!pred(*s)) continue;
     drain_until(*s, std::numeric_limits<uint64_t>::max());
     const int err = take_error(*s);
     if (first == 0) first = err;
@@ -66,6 +70,24 @@ int Dispatcher::Impl::drain_all() {
   // A forgotten stream's deferred error (see forget_stream()).
   if (first == 0) first = orphan_error.exchange(0);
   return first;
+}
+
+int Dispatcher::Impl::drain_all() {
+  return drain_streams([](const StreamState&) { return true; });
+}
+
+int Dispatcher::Impl::drain_legacy_sync() {
+  // The common case (nothing queued, no error waiting) touches no stream.
+  if (total_queued.load(std::memory_order_acquire) == 0 &&
+      sticky_errors.load(std::memory_order_acquire) == 0 &&
+      orphan_error.load(std::memory_order_relaxed) == 0) {
+    return 0;
+  }
+  return drain_streams([this](const StreamState& s) {
+    return s.syncs_with_legacy.load(std::memory_order_relaxed) &&
+           (s.queued.load(std::memory_order_relaxed) != 0 ||
+            sticky_errors.load(std::memory_order_relaxed) != 0);
+  });
 }
 
 void Dispatcher::Impl::try_pump() {

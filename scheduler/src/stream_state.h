@@ -51,6 +51,7 @@ struct StreamState {
   // to the device, so per-stream FIFO order holds whichever thread submits.
   std::mutex mu;
   std::atomic<StreamClass> cls;
+  std::atomic<bool> syncs_with_legacy{true};  // a blocking stream (legacy-stream semantics)
   std::atomic<uint64_t> last_submitted_seq{0};  // ops submit in seq order per stream
   std::atomic<size_t> queued{0};                // queue.size(), readable without mu
 

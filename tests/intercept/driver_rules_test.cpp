@@ -192,4 +192,35 @@ TEST_F(DriverRules, AQueuedWaitBindsToTheRecordBeforeIt) {
   EXPECT_EQ(cuEventDestroy(ev), CUDA_SUCCESS);
 }
 
+// Finding 5: work on the legacy NULL stream waits for blocking streams only. A non-blocking
+// stream's queued best-effort work (all of LibTorch's pool streams) stays queued.
+TEST_F(DriverRules, LegacyStreamWorkDrainsOnlyBlockingStreams) {
+  CUstream nb = nullptr;
+  ASSERT_EQ(cuStreamCreateWithPriority(&nb, CU_STREAM_NON_BLOCKING, 0), CUDA_SUCCESS);
+  unsigned flags = 0;
+  ASSERT_EQ(cuStreamGetFlags(nb, &flags), CUDA_SUCCESS);
+  ASSERT_EQ(flags, unsigned{CU_STREAM_NON_BLOCKING});
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);   // blocking best-effort stream
+  ASSERT_EQ(launch(k_other_, nb, 2), CUDA_SUCCESS);  // non-blocking best-effort stream
+  expect_deferred(k_be_);
+  expect_deferred(k_other_);
+  CUfunction legacy_k = fake_cuda_make_function("legacy_kernel", 0, nullptr);
+  ASSERT_EQ(cuLaunchKernel(legacy_k, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr), CUDA_SUCCESS);
+  auto log = calls();
+  ASSERT_GE(find_launch(log, k_be_), 0) << "the blocking stream's work must precede legacy work";
+  EXPECT_LT(find_launch(log, k_be_), find_launch(log, legacy_k));
+  if (scheduled_) {
+    EXPECT_EQ(count_launches(log, k_other_), 0u) << "a non-blocking stream was drained";
+  }
+  // Synchronising the legacy stream does not wait for non-blocking streams either.
+  ASSERT_EQ(cuStreamSynchronize(nullptr), CUDA_SUCCESS);
+  if (scheduled_) {
+    EXPECT_EQ(count_launches(calls(), k_other_), 0u) << "a non-blocking stream was drained";
+  }
+  ASSERT_EQ(cuStreamSynchronize(nb), CUDA_SUCCESS);
+  EXPECT_EQ(count_launches(calls(), k_other_), 1u);
+  EXPECT_EQ(cuStreamDestroy(nb), CUDA_SUCCESS);
+}
+
 }  // namespace

@@ -68,6 +68,12 @@ class Dispatcher {
   int drain_stream(StreamId stream);  // everything queued on `stream`
   int drain_event(EventId event);     // everything up to the event's latest record
   int drain_all();                    // every stream
+  // Whether work on the legacy NULL stream waits for `stream` (CUDA: blocking streams do,
+  // non-blocking ones never do). Streams not told otherwise are blocking.
+  void set_syncs_with_legacy(StreamId stream, bool syncs);
+  // Everything queued on streams that synchronise with the legacy stream (what a legacy-stream op
+  // depends on); streams with nothing queued cost nothing.
+  int drain_legacy_sync();
   // Stream or event destroyed: drop bookkeeping (the stream is drained first).
   void forget_stream(StreamId stream);
   void forget_event(EventId event);
