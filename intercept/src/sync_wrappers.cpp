@@ -31,8 +31,44 @@ int drain_stream(Shim* shim, CUstream s, bool per_thread) {
   }
 ORION_STREAM_SYNC(cuStreamSynchronize, false)
 ORION_STREAM_SYNC(cuStreamSynchronize_ptsz, true)
-ORION_STREAM_SYNC(cuStreamQuery, false)
-ORION_STREAM_SYNC(cuStreamQuery_ptsz, true)
+
+// Queries force nothing out (the caching allocator and NCCL's watchdog query all the time): work
+// still queued in the shim is not done, CUDA_ERROR_NOT_READY; a deferred error is returned;
+// otherwise the driver answers.
+namespace {
+CUresult query_answer(const sched::QueryState& q) {
+  if (q.error != 0) return static_cast<CUresult>(q.error);
+  return q.queued ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+}
+sched::QueryState stream_query_state(Shim* shim, CUstream s, bool per_thread) {
+  const sched::StreamId id = Shim::stream_id(s, per_thread);
+  if (id == Shim::kLegacyStream) return shim->dispatcher().query_legacy_sync();
+  return shim->dispatcher().query_stream(id);
+}
+}  // namespace
+
+#define ORION_STREAM_QUERY(sym, per_thread)                                               \
+  ORION_EXPORT CUresult CUDAAPI sym(CUstream s) {                                         \
+    ORION_REQUIRE_REAL(sym);                                                              \
+    if (Shim* shim = orion::scheduling_shim()) {                                          \
+      if (CUresult rc = query_answer(stream_query_state(shim, s, per_thread)); rc != 0) { \
+        return rc;                                                                        \
+      }                                                                                   \
+    }                                                                                     \
+    return real::sym(s);                                                                  \
+  }
+ORION_STREAM_QUERY(cuStreamQuery, false)
+ORION_STREAM_QUERY(cuStreamQuery_ptsz, true)
+
+ORION_EXPORT CUresult CUDAAPI cuEventQuery(CUevent e) {
+  ORION_REQUIRE_REAL(cuEventQuery);
+  if (Shim* shim = orion::scheduling_shim()) {
+    if (CUresult rc = query_answer(shim->dispatcher().query_event(orion::event_id(e))); rc != 0) {
+      return rc;
+    }
+  }
+  return real::cuEventQuery(e);
+}
 
 #define ORION_EVENT_SYNC(sym)                                                            \
   ORION_EXPORT CUresult CUDAAPI sym(CUevent e) {                                         \
@@ -44,7 +80,6 @@ ORION_STREAM_SYNC(cuStreamQuery_ptsz, true)
     return real::sym(e);                                                                 \
   }
 ORION_EVENT_SYNC(cuEventSynchronize)
-ORION_EVENT_SYNC(cuEventQuery)
 
 ORION_EXPORT CUresult CUDAAPI cuCtxSynchronize() {
   ORION_REQUIRE_REAL(cuCtxSynchronize);

@@ -395,6 +395,9 @@ int Dispatcher::drain_stream(StreamId id) { return impl_->drain_stream(id); }
 int Dispatcher::drain_event(EventId event) { return impl_->drain_event(event); }
 int Dispatcher::drain_all() { return impl_->drain_all(); }
 int Dispatcher::drain_legacy_sync() { return impl_->drain_legacy_sync(); }
+QueryState Dispatcher::query_stream(StreamId id) { return impl_->query_stream(id); }
+QueryState Dispatcher::query_event(EventId event) { return impl_->query_event(event); }
+QueryState Dispatcher::query_legacy_sync() { return impl_->query_legacy_sync(); }
 
 void Dispatcher::set_syncs_with_legacy(StreamId id, bool syncs) {
   impl_->stream(id).syncs_with_legacy.store(syncs, std::memory_order_relaxed);

@@ -87,6 +87,11 @@ struct Dispatcher::Impl final : CompletionListener {
   int drain_event(EventId event);
   int drain_all();
   int drain_legacy_sync();
+  // A query's view of s (s.mu not held): queued work, and its deferred error (taken).
+  QueryState query(StreamState& s);
+  QueryState query_stream(StreamId id);
+  QueryState query_event(EventId event);
+  QueryState query_legacy_sync();
   // Drains every stream with queued work that `pred` selects; the first deferred error.
   template <typename Pred>
   int drain_streams(Pred pred);

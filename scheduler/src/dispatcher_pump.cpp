@@ -90,6 +90,47 @@ int Dispatcher::Impl::drain_legacy_sync() {
   });
 }
 
+QueryState Dispatcher::Impl::query(StreamState& s) {
+  QueryState out;
+  out.queued = s.queued.load(std::memory_order_acquire) != 0;
+  if (sticky_errors.load(std::memory_order_acquire) != 0) out.error = take_error(s);
+  return out;
+}
+
+QueryState Dispatcher::Impl::query_stream(StreamId id) {
+  StreamState* s = find_stream(id);
+  return s == nullptr ? QueryState{} : query(*s);
+}
+
+QueryState Dispatcher::Impl::query_event(EventId event) {
+  EventRecordRef ref;
+  {
+    std::lock_guard lock(events_mu);
+    auto it = events.find(event);
+    if (it == events.end() || it->second.latest.stream == nullptr) return {};
+    ref = it->second.latest;
+  }
+  QueryState out;
+  out.queued = ref.stream->last_submitted_seq.load(std::memory_order_acquire) < ref.seq;
+  if (sticky_errors.load(std::memory_order_acquire) != 0) out.error = take_error(*ref.stream);
+  return out;
+}
+
+QueryState Dispatcher::Impl::query_legacy_sync() {
+  QueryState out;
+  if (total_queued.load(std::memory_order_acquire) == 0 &&
+      sticky_errors.load(std::memory_order_acquire) == 0) {
+    return out;
+  }
+  for (StreamState* s : all_streams()) {
+    if (!s->syncs_with_legacy.load(std::memory_order_relaxed)) continue;
+    const QueryState one = query(*s);
+    out.queued |= one.queued;
+    if (out.error == 0) out.error = one.error;
+  }
+  return out;
+}
+
 void Dispatcher::Impl::try_pump() {
   std::unique_lock lock(pump_mu, std::try_to_lock);
   if (lock.owns_lock()) pump_locked();

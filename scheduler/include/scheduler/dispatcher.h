@@ -49,6 +49,14 @@ struct DispatcherStats {
   uint64_t backend_errors = 0;
 };
 
+// What a query (cuStreamQuery, cuEventQuery) must say about the work the dispatcher still holds:
+// whether some of it is queued (so not done), and the first deferred error it returns (taken, as
+// a drain takes it). A query never forces work out.
+struct QueryState {
+  bool queued = false;
+  int error = 0;
+};
+
 class Dispatcher {
  public:
   Dispatcher(Device& device, std::unique_ptr<Policy> policy, DispatcherOptions options = {});
@@ -74,6 +82,9 @@ class Dispatcher {
   // Everything queued on streams that synchronise with the legacy stream (what a legacy-stream op
   // depends on); streams with nothing queued cost nothing.
   int drain_legacy_sync();
+  QueryState query_stream(StreamId stream);
+  QueryState query_event(EventId event);      // up to the event's latest record
+  QueryState query_legacy_sync();             // the streams the legacy stream waits for
   // Stream or event destroyed: drop bookkeeping (the stream is drained first).
   void forget_stream(StreamId stream);
   void forget_event(EventId event);
