@@ -54,16 +54,14 @@ ORION_EXPORT CUresult CUDAAPI cuEventDestroy_v2(CUevent e) {
   return real::cuEventDestroy_v2(e);
 }
 
-// --- capture: drain at begin; nothing is deferred while any capture is active ---
+// --- capture: drain at begin (a deferred error there is returned and no capture begins);
+// nothing is deferred while any capture is active ---
 #define ORION_UNPAREN(...) __VA_ARGS__
 #define ORION_BEGIN_CAPTURE(sym, PARAMS, ARGS)                                 \
   ORION_EXPORT CUresult CUDAAPI sym PARAMS {                                   \
     ORION_REQUIRE_REAL(sym);                                                   \
     if (Shim* shim = orion::active_shim()) {                                   \
-      CUresult drained = shim->begin_capture();                                \
-      CUresult rc = real::sym ARGS;                                            \
-      if (rc != CUDA_SUCCESS) shim->end_capture();                             \
-      return drained != CUDA_SUCCESS ? drained : rc;                           \
+      return shim->begin_capture([&] { return real::sym ARGS; });              \
     }                                                                          \
     return real::sym ARGS;                                                     \
   }

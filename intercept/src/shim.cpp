@@ -125,11 +125,6 @@ void Shim::shutdown() {
                s.forced_by_starvation, s.caller_waits, s.backend_errors);
 }
 
-CUresult Shim::begin_capture() {
-  captures_.fetch_add(1, std::memory_order_acq_rel);
-  return static_cast<CUresult>(dispatcher_->drain_all());
-}
-
 int Shim::drain_for_legacy_stream(sched::StreamId id) {
   if (id != kLegacyStream || !have_best_effort_.load(std::memory_order_acquire)) return 0;
   return dispatcher_->drain_legacy_sync();
@@ -155,7 +150,7 @@ void Shim::stream_created(CUstream s, unsigned flags, sched::StreamClass cls) {
 
 CUresult Shim::submit(sched::Op&& op) {
   if (int rc = drain_for_legacy_stream(op.stream); rc != 0) return static_cast<CUresult>(rc);
-  return static_cast<CUresult>(dispatcher_->submit(std::move(op)));
+  return static_cast<CUresult>(dispatcher_->submit(std::move(op), /*may_defer=*/!capturing()));
 }
 
 CUresult Shim::launch(KernelLaunch& call, bool per_thread) {

@@ -37,9 +37,19 @@ class Shim {
   static constexpr sched::StreamId kPerThreadStream = 2;
 
   // While any stream capture is active nothing is deferred (a deferred launch would silently
-  // drop out of the graph).
+  // drop out of the graph); ops still go through the dispatcher, behind their stream's queue.
   bool capturing() const { return captures_.load(std::memory_order_acquire) > 0; }
-  CUresult begin_capture();  // drains everything, then counts the capture
+  // Counts the capture (nothing is deferred from now on), drains everything queued, then calls
+  // `begin` (the driver's begin-capture). A deferred error from the drain is returned and the
+  // capture is not begun; a failed begin is not counted.
+  template <typename Begin>
+  CUresult begin_capture(Begin begin) {
+    captures_.fetch_add(1, std::memory_order_acq_rel);
+    CUresult rc = static_cast<CUresult>(dispatcher_->drain_all());
+    if (rc == CUDA_SUCCESS) rc = begin();
+    if (rc != CUDA_SUCCESS) end_capture();
+    return rc;
+  }
   void end_capture() { captures_.fetch_sub(1, std::memory_order_acq_rel); }
 
   // Work on the legacy stream waits for all blocking streams: drain their queued best-effort work

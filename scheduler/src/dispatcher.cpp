@@ -249,9 +249,10 @@ void Dispatcher::Impl::submit_head_locked(StreamState& s, const OpEstimate& est)
   }
 }
 
-int Dispatcher::Impl::submit(Op&& op) {
+int Dispatcher::Impl::submit(Op&& op, bool may_defer) {
   StreamState& s = stream(op.stream);
-  if (defers && s.cls.load(std::memory_order_relaxed) == StreamClass::kBestEffort) {
+  const bool defers_here = defers && may_defer;
+  if (defers_here && s.cls.load(std::memory_order_relaxed) == StreamClass::kBestEffort) {
     return submit_best_effort(s, std::move(op));
   }
   if (op.kind == OpKind::kStreamWaitEvent) {
@@ -263,8 +264,8 @@ int Dispatcher::Impl::submit(Op&& op) {
   }
   std::unique_lock lock(s.mu);
   // The class may have changed since the unlocked read, leaving queued work ahead of this op.
-  while (!s.queue.empty() || (defers && s.cls.load() == StreamClass::kBestEffort)) {
-    if (defers && s.cls.load() == StreamClass::kBestEffort) {
+  while (!s.queue.empty() || (defers_here && s.cls.load() == StreamClass::kBestEffort)) {
+    if (defers_here && s.cls.load() == StreamClass::kBestEffort) {
       lock.unlock();
       return submit_best_effort(s, std::move(op));
     }
@@ -390,7 +391,7 @@ StreamClass Dispatcher::stream_class(StreamId id) const {
   return s == nullptr ? impl_->opt.default_class : s->cls.load();
 }
 
-int Dispatcher::submit(Op&& op) { return impl_->submit(std::move(op)); }
+int Dispatcher::submit(Op&& op, bool may_defer) { return impl_->submit(std::move(op), may_defer); }
 int Dispatcher::drain_stream(StreamId id) { return impl_->drain_stream(id); }
 int Dispatcher::drain_event(EventId event) { return impl_->drain_event(event); }
 int Dispatcher::drain_all() { return impl_->drain_all(); }

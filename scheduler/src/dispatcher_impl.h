@@ -76,7 +76,7 @@ struct Dispatcher::Impl final : CompletionListener {
   int submit_locked(StreamState& s, Op& op, const OpEstimate& est);
   // Submits the head of s.queue (already reserved with `est` if best-effort); s.mu held.
   void submit_head_locked(StreamState& s, const OpEstimate& est);
-  int submit(Op&& op);
+  int submit(Op&& op, bool may_defer = true);
   int submit_best_effort(StreamState& s, Op&& op);
 
   // ---- drains and pumping (dispatcher_pump.cpp) ----

@@ -223,4 +223,59 @@ TEST_F(DriverRules, LegacyStreamWorkDrainsOnlyBlockingStreams) {
   EXPECT_EQ(cuStreamDestroy(nb), CUDA_SUCCESS);
 }
 
+// Finding 7: ops issued while a capture begins do not overtake older ops of their stream that the
+// capture's drain is still submitting.
+TEST_F(DriverRules, OpsIssuedWhileACaptureBeginsKeepTheirStreamsOrder) {
+  hold_high_priority();
+  CUfunction k3 = fake_cuda_make_function("after_begin", 0, nullptr);
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  ASSERT_EQ(launch(k_other_, be_, 2), CUDA_SUCCESS);
+  expect_deferred(k_be_);
+  // The capture's drain is slow to submit the first queued launch.
+  fake_cuda_delay_next("cuLaunchKernel", scheduled_ ? 200000 : 0);
+  CUresult begun = CUDA_ERROR_UNKNOWN;
+  std::thread capturer([&] {
+    ASSERT_NE(use_device(0), nullptr);
+    begun = cuStreamBeginCapture(plain_, CU_STREAM_CAPTURE_MODE_RELAXED);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(cuLaunchKernel(k3, 1, 1, 1, 1, 1, 1, 0, be_, nullptr, nullptr), CUDA_SUCCESS);
+  capturer.join();
+  ASSERT_EQ(begun, CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  ASSERT_EQ(cuStreamEndCapture(plain_, &graph), CUDA_SUCCESS);
+  auto log = calls();
+  const long a = find_launch(log, k_be_), b = find_launch(log, k_other_), c = find_launch(log, k3);
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  ASSERT_GE(c, 0);
+  EXPECT_LT(a, b);
+  EXPECT_LT(b, c) << "a launch issued during the capture's drain overtook older work of its stream";
+}
+
+// Finding 7: when the capture's drain reports a deferred error, the capture has not begun and
+// scheduling goes on afterwards.
+TEST_F(DriverRules, ADeferredErrorAtCaptureBeginLeavesNoCaptureAndSchedulingOn) {
+  hold_high_priority();
+  fake_cuda_fail_next("cuLaunchKernel", CUDA_ERROR_ILLEGAL_ADDRESS);
+  const CUresult at_launch = launch(k_be_, be_, 1);
+  if (!scheduled_) {
+    EXPECT_EQ(at_launch, CUDA_ERROR_ILLEGAL_ADDRESS);
+    return;
+  }
+  ASSERT_EQ(at_launch, CUDA_SUCCESS);  // deferred
+  EXPECT_EQ(cuStreamBeginCapture(plain_, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_ERROR_ILLEGAL_ADDRESS);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  ASSERT_EQ(cuStreamIsCapturing(plain_, &status), CUDA_SUCCESS);
+  if (status != CU_STREAM_CAPTURE_STATUS_NONE) {
+    ADD_FAILURE() << "the capture began although its begin call failed";
+    CUgraph graph = nullptr;
+    cuStreamEndCapture(plain_, &graph);
+  }
+  // Scheduling is still on: best-effort work behind high priority is deferred again.
+  hold_high_priority();
+  ASSERT_EQ(launch(k_other_, be_, 2), CUDA_SUCCESS);
+  expect_deferred(k_other_);
+}
+
 }  // namespace

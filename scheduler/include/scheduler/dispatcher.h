@@ -71,7 +71,9 @@ class Dispatcher {
   // Submits or queues `op`. Returns the backend's status for an op submitted now, or 0 when it
   // was queued. An op with a borrowed payload is cloned before queueing; if it cannot be
   // cloned the call blocks until the op is submitted.
-  int submit(Op&& op);
+  // `may_defer` false: submitted now whatever the stream's class, behind the work already queued
+  // on its stream (a stream capture is active: a deferred op would drop out of the graph).
+  int submit(Op&& op, bool may_defer = true);
 
   int drain_stream(StreamId stream);  // everything queued on `stream`
   int drain_event(EventId event);     // everything up to the event's latest record

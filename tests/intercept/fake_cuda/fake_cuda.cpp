@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <type_traits>
 
 namespace fake_cuda_impl {
@@ -56,6 +58,15 @@ CUresult launch(const char* name, CUfunction f, unsigned gx, unsigned gy, unsign
                 unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream hs, void** params,
                 void** extra, bool per_thread) {
   State& s = st();
+  int64_t delay_us = 0;
+  {
+    std::lock_guard lock(s.mu);
+    if (auto it = s.delay_next_us.find(name); it != s.delay_next_us.end()) {
+      delay_us = it->second;
+      s.delay_next_us.erase(it);
+    }
+  }
+  if (delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
   std::lock_guard lock(s.mu);
   fake_cuda_call& c = begin(s, name);
   c.stream = reinterpret_cast<uint64_t>(hs);
@@ -124,6 +135,7 @@ FAKE_EXPORT void fake_cuda_reset(void) {
   std::lock_guard lock(s.mu);
   s.log.clear();
   s.fail_next.clear();
+  s.delay_next_us.clear();
   for (auto& [id, str] : s.streams) str.busy = false;
   s.captures.clear();
   s.proc_lookups = 0;
@@ -172,6 +184,11 @@ FAKE_EXPORT void fake_cuda_fail_next(const char* symbol, int result) {
   State& s = st();
   std::lock_guard lock(s.mu);
   s.fail_next[symbol] = result;
+}
+FAKE_EXPORT void fake_cuda_delay_next(const char* symbol, int64_t us) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  s.delay_next_us[symbol] = us;
 }
 FAKE_EXPORT void fake_cuda_set_stream_busy(CUstream hs, int busy) {
   State& s = st();

@@ -48,6 +48,10 @@ void fake_cuda_set_kernel_duration_ns(CUfunction f, int64_t ns);
 /* The next call of exported symbol `symbol` returns `result` (it is still logged). */
 void fake_cuda_fail_next(const char* symbol, int result);
 
+/* The next launch through exported symbol `symbol` sleeps `us` microseconds before the fake
+ * handles it (outside the fake's lock): a slow driver call, to open a race window. */
+void fake_cuda_delay_next(const char* symbol, int64_t us);
+
 /* A busy stream holds its work: events recorded on it while busy and cuStreamQuery report
  * CUDA_ERROR_NOT_READY until the stream is released (busy = 0) or synchronised. */
 void fake_cuda_set_stream_busy(CUstream stream, int busy);

@@ -57,6 +57,7 @@ struct State {
   std::mutex mu;
   std::vector<fake_cuda_call> log;
   std::map<std::string, int> fail_next;
+  std::map<std::string, int64_t> delay_next_us;
   std::unordered_map<uint64_t, Stream> streams;  // 0 = legacy, 2 = per-thread
   std::unordered_map<uint64_t, Event> events;
   std::unordered_map<uint64_t, Function*> functions;

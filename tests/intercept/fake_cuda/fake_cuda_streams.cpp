@@ -25,11 +25,11 @@ CUresult record(const char* name, CUevent e, CUstream hs, bool per_thread) {
                                                                               : sit->second.ctx;
   if (stream_ctx == 0) return finish(s, c, CUDA_ERROR_INVALID_CONTEXT);
   if (stream_ctx != it->second.ctx) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
-  const bool captured = advance(s, id, 0, c);
+  // A record into a capture becomes a graph node: the event itself is left as it was.
+  if (advance(s, id, 0, c)) return finish(s, c);
   Stream& str = s.streams[id];
   const uint64_t ctx = it->second.ctx;
   it->second = {str.time_ns, id, str.busy, str.busy_epoch, ctx, s.next_record_seq++};
-  (void)captured;
   c.value = it->second.record_seq;
   return finish(s, c);
 }
