@@ -9,6 +9,16 @@
 
 namespace orion {
 
+namespace {
+thread_local bool t_shim_thread = false;
+}  // namespace
+
+void DriverDevice::mark_shim_thread() {
+  t_shim_thread = true;
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (real::cuThreadExchangeStreamCaptureMode) real::cuThreadExchangeStreamCaptureMode(&mode);
+}
+
 int DriverDevice::submit(const sched::Op& op) {
   const auto* call = static_cast<const DriverCall*>(op.payload());
   // A deferred op runs under its caller's context; this thread keeps its own.
@@ -49,7 +59,8 @@ void DriverDevice::track(const sched::Op& op, CUstream stream) {
     CUevent e = take_event(t);
     // The completion-tracking record must use the stream's own ABI; special handles (NULL,
     // legacy, per-thread) are never classed high-priority or best-effort, but stay safe.
-    CUresult rc = (e != nullptr && reinterpret_cast<uintptr_t>(stream) > 2)
+    // Never during a capture: the record would go into the program's graph.
+    CUresult rc = (e != nullptr && reinterpret_cast<uintptr_t>(stream) > 2 && !capturing())
                       ? real::cuEventRecord(e, stream)
                       : CUDA_ERROR_INVALID_HANDLE;
     if (rc != CUDA_SUCCESS) {
@@ -66,6 +77,8 @@ void DriverDevice::track(const sched::Op& op, CUstream stream) {
 }
 
 void DriverDevice::poll() {
+  // A program thread may be in global capture mode: its query could invalidate a capture.
+  if (!t_shim_thread && capturing()) return;
   std::unique_lock poll_lock(poll_mutex_, std::try_to_lock);
   if (!poll_lock.owns_lock()) return;  // another thread is polling right now
   // Only this poller pops from the queues, so the events seen here stay valid outside mutex_.

@@ -35,6 +35,14 @@ class DriverDevice final : public sched::Device {
   // Ops submitted and not yet seen complete (for statistics and tests).
   uint64_t tracked_in_flight() const;
 
+  // Stream captures the shim counts (owned by the Shim). While one is active: no completion event
+  // is recorded (it would become a node of the program's graph: the op counts as done at once),
+  // and only the shim's own threads, which run in relaxed capture mode, query events (a query from
+  // a thread in global mode invalidates a global-mode capture).
+  void set_capture_counter(const std::atomic<int>* captures) { captures_ = captures; }
+  // Marks the calling thread as one of the shim's own (relaxed capture mode).
+  static void mark_shim_thread();
+
  private:
   struct Pending {
     uint64_t seq;
@@ -69,6 +77,11 @@ class DriverDevice final : public sched::Device {
   std::unordered_map<sched::StreamId, StreamTrack> streams_;
   std::atomic<sched::CompletionListener*> listener_{nullptr};
   std::atomic<uint64_t> in_flight_{0};
+
+  const std::atomic<int>* captures_ = nullptr;
+  bool capturing() const {
+    return captures_ != nullptr && captures_->load(std::memory_order_acquire) > 0;
+  }
 
   mutable std::atomic<int> sm_count_{0};
   std::mutex occupancy_mutex_;

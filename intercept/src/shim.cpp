@@ -86,11 +86,14 @@ Shim::Shim(Settings settings) : settings_(std::move(settings)) {
     trace_ = std::make_unique<sched::TraceWriter>();
     options.trace = trace_.get();
   }
+  device_.set_capture_counter(&captures_);
   dispatcher_ = std::make_unique<sched::Dispatcher>(device_, std::move(policy), options);
   pump_thread_ = std::thread([this] { pump_loop(); });
 }
 
 void Shim::pump_loop() {
+  // Relaxed capture mode: the helper thread's event queries never invalidate a program's capture.
+  DriverDevice::mark_shim_thread();
   const auto period = std::chrono::microseconds(settings_.pump_interval_us);
   while (!stop_.load(std::memory_order_acquire)) {
     dispatcher_->pump();

@@ -278,4 +278,37 @@ TEST_F(DriverRules, ADeferredErrorAtCaptureBeginLeavesNoCaptureAndSchedulingOn) 
   expect_deferred(k_other_);
 }
 
+// Finding 3: PyTorch captures in global mode. The shim's own polling of completion events must
+// not invalidate the capture (its helper thread is in relaxed mode, program threads do not poll
+// during a capture), and work captured on a scheduled stream gets no completion event of the
+// shim in the graph.
+TEST_F(DriverRules, TheShimsPollingDoesNotInvalidateAGlobalModeCapture) {
+  hold_high_priority();  // a tracked op in flight: the shim polls its completion event
+  CUstream cap = nullptr;
+  ASSERT_EQ(cuStreamCreateWithPriority(&cap, 0, -5), CUDA_SUCCESS);  // a high-priority stream
+  ASSERT_EQ(cuStreamBeginCapture(cap, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  CUfunction captured = fake_cuda_make_function("captured_kernel", 0, nullptr);
+  std::thread other([&] {  // another program thread (global mode) launching best-effort work
+    ASSERT_NE(use_device(0), nullptr);
+    for (int i = 0; i < 20; ++i) {
+      EXPECT_EQ(launch(k_other_, be_, i), CUDA_SUCCESS);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(cuLaunchKernel(captured, 1, 1, 1, 1, 1, 1, 0, cap, nullptr, nullptr), CUDA_SUCCESS);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  other.join();
+  CUgraph graph = nullptr;
+  EXPECT_EQ(cuStreamEndCapture(cap, &graph), CUDA_SUCCESS) << "the shim invalidated the capture";
+  for (const auto& c : calls()) {
+    if (c.captured != 0) {
+      EXPECT_EQ(c.function, h(captured)) << c.name << " of the shim went into the program's graph";
+    }
+  }
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_EQ(cuStreamDestroy(cap), CUDA_SUCCESS);
+}
+
 }  // namespace
