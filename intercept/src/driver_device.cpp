@@ -184,6 +184,11 @@ int DriverDevice::max_active_blocks_per_sm(const sched::KernelInfo& kernel) {
   return blocks;
 }
 
+void DriverDevice::forget_occupancy() {
+  std::lock_guard lock(occupancy_mutex_);
+  occupancy_.clear();
+}
+
 int64_t DriverDevice::now_ns() const {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())

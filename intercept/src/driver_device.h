@@ -32,6 +32,9 @@ class DriverDevice final : public sched::Device {
   int max_active_blocks_per_sm(const sched::KernelInfo& kernel) override;
   int64_t now_ns() const override;
 
+  // Function handles may have been reused (module/library unloaded): ask the driver again.
+  void forget_occupancy();
+
   // Ops submitted and not yet seen complete (for statistics and tests).
   uint64_t tracked_in_flight() const;
 

@@ -54,6 +54,27 @@ ORION_EXPORT CUresult CUDAAPI cuEventDestroy_v2(CUevent e) {
   return real::cuEventDestroy_v2(e);
 }
 
+// --- handles that queued work may still use: a graph executable destroyed or updated, a module
+// or library unloaded. Its queued launches reach the driver first; after an unload the shim
+// forgets what it knew about the functions (their handle values may come back for new ones). ---
+ORION_DEVICE_SYNC(cuGraphExecDestroy, (CUgraphExec g), (g))
+ORION_DEVICE_SYNC(cuGraphExecUpdate_v2, (CUgraphExec g, CUgraph graph, CUgraphExecUpdateResultInfo* info),
+                  (g, graph, info))
+
+#define ORION_UNLOAD(sym, handle_t)                                             \
+  ORION_EXPORT CUresult CUDAAPI sym(handle_t h) {                               \
+    ORION_REQUIRE_REAL(sym);                                                    \
+    if (Shim* shim = orion::active_shim()) {                                    \
+      const int drained = shim->dispatcher().drain_all();                       \
+      CUresult rc = real::sym(h);                                               \
+      if (rc == CUDA_SUCCESS) shim->forget_functions();                         \
+      return orion::first_error(drained, rc);                                   \
+    }                                                                           \
+    return real::sym(h);                                                        \
+  }
+ORION_UNLOAD(cuModuleUnload, CUmodule)
+ORION_UNLOAD(cuLibraryUnload, CUlibrary)
+
 // --- capture: drain at begin (a deferred error there is returned and no capture begins);
 // nothing is deferred while any capture is active ---
 #define ORION_UNPAREN(...) __VA_ARGS__

@@ -144,6 +144,11 @@ void Shim::set_stream_class(sched::StreamId id, sched::StreamClass cls) {
   dispatcher_->set_stream_class(id, cls);
 }
 
+void Shim::forget_functions() {
+  forget_all_functions();
+  device_.forget_occupancy();
+}
+
 void Shim::stream_created(CUstream s, unsigned flags, sched::StreamClass cls) {
   const sched::StreamId id = stream_id(s, false);
   // A handle value can be reused after a destroy: class and flags are set again each time.

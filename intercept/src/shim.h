@@ -70,6 +70,10 @@ class Shim {
   // cannot be copied may be submitted by another thread while its caller waits).
   CUresult launch(class KernelLaunch& call, bool per_thread);
 
+  // A module or library was unloaded: function handles may be reused for other kernels, so the
+  // kernel catalogue and the occupancy answers start afresh.
+  void forget_functions();
+
   // Drains everything and writes the trace (ORION_TRACE). Returns the first deferred error.
   int flush();
   // Stops the helper thread, flushes, exports profiles; afterwards every call passes through.

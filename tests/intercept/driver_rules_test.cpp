@@ -311,4 +311,98 @@ TEST_F(DriverRules, TheShimsPollingDoesNotInvalidateAGlobalModeCapture) {
   EXPECT_EQ(cuStreamDestroy(cap), CUDA_SUCCESS);
 }
 
+// Finding 9: a CUkernel passed as a CUfunction (cuFuncGetParamInfo answers INVALID_VALUE for it at
+// index 0) is not taken for a kernel without parameters: its arguments are copied with the sizes
+// cuKernelGetParamInfo gives.
+TEST_F(DriverRules, InvalidValueAtIndexZeroIsNotAKernelWithoutParameters) {
+  const uint64_t lib = fake_cuda_make_module();
+  const size_t sizes[] = {sizeof(int), sizeof(double)};
+  CUkernel kernel = fake_cuda_make_kernel(lib, "library_kernel", 2, sizes);
+  auto f = reinterpret_cast<CUfunction>(kernel);
+  hold_high_priority();
+  ASSERT_EQ(launch(f, be_, 1234, 5.5), CUDA_SUCCESS);
+  expect_deferred(f);
+  fake_cuda_set_stream_busy(hp_, 0);
+  ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  auto log = calls();
+  const long k = find_launch(log, f);
+  ASSERT_GE(k, 0);
+  ASSERT_EQ(log[k].param_bytes, 16u);
+  int a = 0;
+  double b = 0;
+  std::memcpy(&a, log[k].params, sizeof a);
+  std::memcpy(&b, log[k].params + 8, sizeof b);
+  EXPECT_EQ(a, 1234) << "the deferred launch lost its arguments";
+  EXPECT_EQ(b, 5.5);
+  EXPECT_EQ(cuLibraryUnload(reinterpret_cast<CUlibrary>(lib)), CUDA_SUCCESS);
+}
+
+// Finding 9: unloading a module first submits queued launches of its functions, and forgets what
+// the shim knew about them: a function of a later module that gets the same handle value is
+// catalogued afresh (name, communication, parameter layout).
+TEST_F(DriverRules, ModuleUnloadDrainsItsLaunchesAndForgetsItsFunctions) {
+  const uint64_t mod = fake_cuda_make_module();
+  const size_t one_int[] = {sizeof(int)};
+  CUfunction old_f = fake_cuda_make_function_in(mod, "ncclDevKernel_Old", 1, one_int);
+  int x = 3;
+  void* args[] = {&x};
+  ASSERT_EQ(cuLaunchKernel(old_f, 1, 1, 1, 1, 1, 1, 0, plain_, args, nullptr), CUDA_SUCCESS);
+  CUfunction queued_f = fake_cuda_make_function_in(mod, "queued_kernel", 1, one_int);
+  hold_high_priority();
+  ASSERT_EQ(cuLaunchKernel(queued_f, 1, 1, 1, 1, 1, 1, 0, be_, args, nullptr), CUDA_SUCCESS);
+  expect_deferred(queued_f);
+  ASSERT_EQ(cuModuleUnload(reinterpret_cast<CUmodule>(mod)), CUDA_SUCCESS);
+  auto log = calls();
+  const long q = find_launch(log, queued_f);
+  ASSERT_GE(q, 0) << "a queued launch of the module was not submitted before the unload";
+  EXPECT_EQ(log[q].result, CUDA_SUCCESS);
+  EXPECT_LT(q, find_named(log, "cuModuleUnload", 0));
+  // The next functions made reuse the unloaded handles (last freed first).
+  const uint64_t mod2 = fake_cuda_make_module();
+  const size_t sizes[] = {sizeof(int), sizeof(double)};
+  CUfunction g1 = fake_cuda_make_function_in(mod2, "reused_kernel", 2, sizes);
+  CUfunction g2 = fake_cuda_make_function_in(mod2, "reused_kernel", 2, sizes);
+  ASSERT_TRUE(g1 == old_f || g2 == old_f) << "the fake did not reuse the handle";
+  CUfunction g = g1 == old_f ? g1 : g2;
+  fake_cuda_reset();
+  hold_high_priority();
+  ASSERT_EQ(launch(g, be_, 77, 1.25), CUDA_SUCCESS);
+  expect_deferred(g);  // not the old NCCL kernel's communication class
+  fake_cuda_set_stream_busy(hp_, 0);
+  ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  log = calls();
+  const long k = find_launch(log, g);
+  ASSERT_GE(k, 0);
+  ASSERT_EQ(log[k].param_bytes, 16u) << "copied with the old function's parameter layout";
+  int a = 0;
+  double b = 0;
+  std::memcpy(&a, log[k].params, sizeof a);
+  std::memcpy(&b, log[k].params + 8, sizeof b);
+  EXPECT_EQ(a, 77);
+  EXPECT_EQ(b, 1.25);
+  if (scheduled_) {
+    auto set_class = shim_fn<orion_set_stream_class_fn>("orion_set_stream_class");
+    ASSERT_NE(set_class, nullptr);
+    EXPECT_EQ(set_class(be_, "best_effort"), 0);
+  }
+}
+
+// Finding 9: a graph executable destroyed (or updated) while its launch is queued: the launch
+// reaches the driver first.
+TEST_F(DriverRules, GraphExecDestroyWaitsForItsQueuedLaunch) {
+  auto exec = reinterpret_cast<CUgraphExec>(0x6060);
+  hold_high_priority();
+  ASSERT_EQ(cuGraphLaunch(exec, be_), CUDA_SUCCESS);
+  if (scheduled_) {
+    EXPECT_EQ(find_named(calls(), "cuGraphLaunch", h(be_)), -1) << "the graph launch was not deferred";
+  }
+  ASSERT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS) << "the queued graph launch failed";
+  auto log = calls();
+  const long launch_at = find_named(log, "cuGraphLaunch", h(be_));
+  ASSERT_GE(launch_at, 0);
+  EXPECT_EQ(log[launch_at].result, CUDA_SUCCESS);
+}
+
 }  // namespace

@@ -77,8 +77,8 @@ CUresult launch(const char* name, CUfunction f, unsigned gx, unsigned gy, unsign
   const uint64_t id = sid(hs, per_thread);
   if (CUresult rc = check_stream(s, id); rc != CUDA_SUCCESS) return finish(s, c, rc);
   auto fit = s.functions.find(c.function);
-  // A function is valid only in the context it was loaded in.
-  if (fit == s.functions.end() || fit->second->ctx != current_ctx()) {
+  // A function is valid only in the context it was loaded in (a CUkernel in any context).
+  if (fit == s.functions.end() || (!fit->second->is_kernel && fit->second->ctx != current_ctx())) {
     return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
   }
   Function& fn = *fit->second;
@@ -152,12 +152,16 @@ FAKE_EXPORT int fake_cuda_get_call(size_t index, fake_cuda_call* out) {
   *out = s.log[index];
   return 0;
 }
-FAKE_EXPORT CUfunction fake_cuda_make_function(const char* name, size_t count, const size_t* sizes) {
+namespace {
+uint64_t make_function(uint64_t owner, const char* name, size_t count, const size_t* sizes,
+                       bool is_kernel) {
   State& s = st();
   std::lock_guard lock(s.mu);
   auto* fn = new Function();
   fn->name = name ? name : "";
   fn->ctx = current_ctx() != 0 ? current_ctx() : kPrimaryContext[0];
+  fn->owner = owner;
+  fn->is_kernel = is_kernel;
   if (sizes != nullptr) {
     fn->params_known = true;
     size_t off = 0;
@@ -169,9 +173,92 @@ FAKE_EXPORT CUfunction fake_cuda_make_function(const char* name, size_t count, c
       off += sizes[i];
     }
   }
-  uint64_t h = (s.next_handle += 0x100);
+  uint64_t h = 0;
+  if (!s.free_function_handles.empty()) {
+    h = s.free_function_handles.back();
+    s.free_function_handles.pop_back();
+  } else {
+    h = (s.next_handle += 0x100);
+  }
   s.functions[h] = fn;
-  return reinterpret_cast<CUfunction>(h);
+  return h;
+}
+// Unloads a module or library: its functions' handles become invalid and reusable.
+CUresult unload(const char* name, uint64_t owner) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  fake_cuda_call& c = begin(s, name);
+  c.value = owner;
+  c.context = current_ctx();
+  auto it = s.modules.find(owner);
+  if (it == s.modules.end() || !it->second) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
+  it->second = false;
+  for (auto f = s.functions.begin(); f != s.functions.end();) {
+    if (f->second->owner == owner) {
+      s.free_function_handles.push_back(f->first);
+      f = s.functions.erase(f);  // the Function itself is leaked: names may still be referenced
+    } else {
+      ++f;
+    }
+  }
+  return finish(s, c);
+}
+// The function or kernel `h` as the calling API family sees it (null: an invalid handle for it).
+Function* find_function(State& s, uint64_t h, bool as_kernel) {
+  auto it = s.functions.find(h);
+  if (it == s.functions.end() || it->second->is_kernel != as_kernel) return nullptr;
+  return it->second;
+}
+CUresult param_info(uint64_t h, bool as_kernel, size_t i, size_t* off, size_t* size) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  Function* fn = find_function(s, h, as_kernel);
+  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;  // what cuda.h documents for a bad handle
+  if (!fn->params_known) return CUDA_ERROR_NOT_SUPPORTED;
+  if (i >= fn->sizes.size()) return CUDA_ERROR_INVALID_VALUE;
+  if (off != nullptr) *off = fn->offsets[i];
+  if (size != nullptr) *size = fn->sizes[i];
+  return CUDA_SUCCESS;
+}
+CUresult get_name(const char** name, uint64_t h, bool as_kernel) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  Function* fn = find_function(s, h, as_kernel);
+  if (fn == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *name = fn->name.c_str();
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+FAKE_EXPORT CUfunction fake_cuda_make_function(const char* name, size_t count, const size_t* sizes) {
+  return reinterpret_cast<CUfunction>(make_function(0, name, count, sizes, false));
+}
+FAKE_EXPORT uint64_t fake_cuda_make_module(void) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  uint64_t h = (s.next_handle += 0x100);
+  s.modules[h] = true;
+  return h;
+}
+FAKE_EXPORT CUfunction fake_cuda_make_function_in(uint64_t module, const char* name, size_t count,
+                                                  const size_t* sizes) {
+  return reinterpret_cast<CUfunction>(make_function(module, name, count, sizes, false));
+}
+FAKE_EXPORT CUkernel fake_cuda_make_kernel(uint64_t library, const char* name, size_t count,
+                                           const size_t* sizes) {
+  return reinterpret_cast<CUkernel>(make_function(library, name, count, sizes, true));
+}
+FAKE_EXPORT CUresult CUDAAPI cuModuleUnload(CUmodule m) {
+  return unload("cuModuleUnload", reinterpret_cast<uint64_t>(m));
+}
+FAKE_EXPORT CUresult CUDAAPI cuLibraryUnload(CUlibrary l) {
+  return unload("cuLibraryUnload", reinterpret_cast<uint64_t>(l));
+}
+FAKE_EXPORT CUresult CUDAAPI cuKernelGetName(const char** name, CUkernel k) {
+  return get_name(name, reinterpret_cast<uint64_t>(k), true);
+}
+FAKE_EXPORT CUresult CUDAAPI cuKernelGetParamInfo(CUkernel k, size_t i, size_t* off, size_t* size) {
+  return param_info(reinterpret_cast<uint64_t>(k), true, i, off, size);
 }
 FAKE_EXPORT void fake_cuda_set_kernel_duration_ns(CUfunction f, int64_t ns) {
   State& s = st();
@@ -216,24 +303,10 @@ FAKE_EXPORT CUresult CUDAAPI cuCtxGetStreamPriorityRange(int* least, int* greate
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult CUDAAPI cuFuncGetName(const char** name, CUfunction f) {
-  State& s = st();
-  std::lock_guard lock(s.mu);
-  auto it = s.functions.find(reinterpret_cast<uint64_t>(f));
-  if (it == s.functions.end()) return CUDA_ERROR_INVALID_HANDLE;
-  *name = it->second->name.c_str();
-  return CUDA_SUCCESS;
+  return get_name(name, reinterpret_cast<uint64_t>(f), false);
 }
 FAKE_EXPORT CUresult CUDAAPI cuFuncGetParamInfo(CUfunction f, size_t i, size_t* off, size_t* size) {
-  State& s = st();
-  std::lock_guard lock(s.mu);
-  auto it = s.functions.find(reinterpret_cast<uint64_t>(f));
-  if (it == s.functions.end()) return CUDA_ERROR_INVALID_HANDLE;
-  const Function& fn = *it->second;
-  if (!fn.params_known) return CUDA_ERROR_NOT_SUPPORTED;
-  if (i >= fn.sizes.size()) return CUDA_ERROR_INVALID_VALUE;
-  *off = fn.offsets[i];
-  *size = fn.sizes[i];
-  return CUDA_SUCCESS;
+  return param_info(reinterpret_cast<uint64_t>(f), false, i, off, size);
 }
 FAKE_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* n, CUfunction,
                                                                          int block, size_t) {
@@ -289,11 +362,43 @@ FAKE_EXPORT CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* c, CUfu
   return launch("cuLaunchKernelEx_ptsz", f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX,
                 c->blockDimY, c->blockDimZ, c->sharedMemBytes, c->hStream, p, e, true);
 }
+// Graph executables: any handle value launches, except one destroyed before.
+namespace {
+CUresult graph_launch(const char* name, CUgraphExec g, CUstream s) {
+  {
+    State& state = st();
+    std::lock_guard lock(state.mu);
+    if (state.graph_execs_destroyed.count(reinterpret_cast<uint64_t>(g)) != 0) {
+      fake_cuda_call& c = begin(state, name);
+      c.stream = reinterpret_cast<uint64_t>(s);
+      c.value = reinterpret_cast<uint64_t>(g);
+      return finish(state, c, CUDA_ERROR_INVALID_HANDLE);
+    }
+  }
+  return simple(name, s, reinterpret_cast<uint64_t>(g));
+}
+CUresult graph_exec_op(const char* name, CUgraphExec g, bool destroy) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  fake_cuda_call& c = begin(s, name);
+  c.value = reinterpret_cast<uint64_t>(g);
+  if (s.graph_execs_destroyed.count(c.value) != 0) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
+  CUresult rc = finish(s, c);
+  if (rc == CUDA_SUCCESS && destroy) s.graph_execs_destroyed[c.value] = true;
+  return rc;
+}
+}  // namespace
 FAKE_EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec g, CUstream s) {
-  return simple("cuGraphLaunch", s, reinterpret_cast<uint64_t>(g));
+  return graph_launch("cuGraphLaunch", g, s);
 }
 FAKE_EXPORT CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
-  return simple("cuGraphLaunch_ptsz", s, reinterpret_cast<uint64_t>(g));
+  return graph_launch("cuGraphLaunch_ptsz", g, s);
+}
+FAKE_EXPORT CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec g) {
+  return graph_exec_op("cuGraphExecDestroy", g, true);
+}
+FAKE_EXPORT CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec g, CUgraph, CUgraphExecUpdateResultInfo*) {
+  return graph_exec_op("cuGraphExecUpdate_v2", g, false);
 }
 // Host functions run when submitted (the fake has no device to wait for), unless captured.
 FAKE_EXPORT CUresult CUDAAPI cuLaunchHostFunc(CUstream s, CUhostFn fn, void* data) {

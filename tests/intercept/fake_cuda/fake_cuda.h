@@ -45,6 +45,18 @@ CUcontext fake_cuda_primary_context(int device);
 CUfunction fake_cuda_make_function(const char* name, size_t count, const size_t* sizes);
 void fake_cuda_set_kernel_duration_ns(CUfunction f, int64_t ns);
 
+/* A loaded module (or library: the same handle works as CUmodule and CUlibrary). cuModuleUnload /
+ * cuLibraryUnload unload it: its functions become invalid handles, and their handle values are
+ * handed out again to functions made later (as a real driver reuses addresses). */
+uint64_t fake_cuda_make_module(void);
+CUfunction fake_cuda_make_function_in(uint64_t module, const char* name, size_t count,
+                                      const size_t* sizes);
+/* A CUkernel of a library: context-independent, answered by cuKernelGetName/cuKernelGetParamInfo
+ * only (cuFuncGetName/cuFuncGetParamInfo answer CUDA_ERROR_INVALID_VALUE for it); launches accept
+ * it cast to CUfunction. */
+CUkernel fake_cuda_make_kernel(uint64_t library, const char* name, size_t count,
+                               const size_t* sizes);
+
 /* The next call of exported symbol `symbol` returns `result` (it is still logged). */
 void fake_cuda_fail_next(const char* symbol, int result);
 

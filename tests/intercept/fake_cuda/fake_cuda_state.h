@@ -25,6 +25,8 @@ int device_of(uint64_t ctx);  // -1 for an unknown context
 struct Function {
   std::string name;
   uint64_t ctx = 0;
+  uint64_t owner = 0;      // module/library (0: none; never unloaded)
+  bool is_kernel = false;  // a CUkernel (context-independent; cuKernel* queries only)
   bool params_known = false;
   std::vector<size_t> sizes, offsets;
   int64_t duration_ns = 1000;
@@ -61,6 +63,9 @@ struct State {
   std::unordered_map<uint64_t, Stream> streams;  // 0 = legacy, 2 = per-thread
   std::unordered_map<uint64_t, Event> events;
   std::unordered_map<uint64_t, Function*> functions;
+  std::vector<uint64_t> free_function_handles;  // of unloaded functions: reused, like addresses
+  std::unordered_map<uint64_t, bool> modules;   // module/library handles (true: loaded)
+  std::unordered_map<uint64_t, bool> graph_execs_destroyed;
   uint64_t next_handle = 0x10000;
   uint64_t next_devptr = 0x7f0000000000;
   uint64_t next_record_seq = 1;
