@@ -323,6 +323,7 @@ int Dispatcher::Impl::submit_best_effort(StreamState& s, Op&& op) {
     ++s.caller_waits;
   }
   if (op.kind == OpKind::kStreamWaitEvent) note_queued_wait(op.event, s, op.seq);
+  const uint64_t seq = op.seq;
   q.op = std::move(op);
   if (s.queue.empty()) s.head_since_ns = q.op.arrival_ns;
   s.queue.push_back(std::move(q));
@@ -333,15 +334,11 @@ int Dispatcher::Impl::submit_best_effort(StreamState& s, Op&& op) {
   if (first_queued) wake_background();
   if (!caller_waits) return 0;
 
-  // Wait, pumping ourselves between waits: progress must not depend on a background thread.
-  const auto interval = std::chrono::nanoseconds(std::max<int64_t>(opt.pump_interval_ns, 1000));
+  // The caller cannot wait for the policy (up to the starvation bound per queued op ahead of it):
+  // its stream is drained now, up to and including its op, in order.
+  drain_until(s, seq);
   std::unique_lock wait_lock(wait_mu);
-  while (!waiter.done) {
-    if (wait_cv.wait_for(wait_lock, interval, [&] { return waiter.done; })) break;
-    wait_lock.unlock();
-    pump();
-    wait_lock.lock();
-  }
+  wait_cv.wait(wait_lock, [&] { return waiter.done; });
   return waiter.status;
 }
 

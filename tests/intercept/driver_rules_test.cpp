@@ -3,6 +3,8 @@
 // capture bookkeeping and capture modes. Each test failed on the shim before its fix. Run twice
 // by ctest: scheduled (USE_ORION_SCHEDULER=1, priority policy) and pass-through (=0).
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <thread>
 
 #include "scheduling_fixture.h"
@@ -403,6 +405,49 @@ TEST_F(DriverRules, GraphExecDestroyWaitsForItsQueuedLaunch) {
   const long launch_at = find_named(log, "cuGraphLaunch", h(be_));
   ASSERT_GE(launch_at, 0);
   EXPECT_EQ(log[launch_at].result, CUDA_SUCCESS);
+}
+
+// Finding 10: an op the shim cannot copy (unknown argument sizes, cuMemAllocAsync, a pageable
+// copy) is not held back by the policy while its caller waits: its stream is drained at once.
+TEST_F(DriverRules, OpsThatCannotBeCopiedDrainTheirStreamAtOnce) {
+  CUfunction opaque = fake_cuda_make_function("opaque_args", 2, nullptr);
+  std::vector<unsigned char> pageable(256, 1);
+  struct Case {
+    const char* what;
+    std::function<CUresult()> call;
+  };
+  const Case cases[] = {
+      {"kernel with unknown argument sizes", [&] { return launch(opaque, be_, 9); }},
+      {"cuMemAllocAsync", [&] {
+         CUdeviceptr p = 0;
+         return cuMemAllocAsync(&p, 128, be_);
+       }},
+      {"pageable copy", [&] { return cuMemcpyHtoDAsync(0x1000, pageable.data(), pageable.size(), be_); }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    fake_cuda_reset();
+    hold_high_priority();
+    ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);  // queued ahead of the op
+    expect_deferred(k_be_);
+    std::atomic<bool> returned{false};
+    std::thread watchdog([&] {  // the old behaviour waited for high priority to finish
+      for (int i = 0; i < 100 && !returned.load(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      fake_cuda_set_stream_busy(hp_, 0);
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    const CUresult rc = c.call();
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    returned = true;
+    watchdog.join();
+    EXPECT_EQ(rc, CUDA_SUCCESS);
+    EXPECT_LT(waited, std::chrono::milliseconds(250)) << "the caller waited for the policy";
+    auto log = calls();
+    ASSERT_GE(find_launch(log, k_be_), 0);
+    ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  }
 }
 
 }  // namespace
