@@ -51,7 +51,6 @@ Dispatcher::Impl::Impl(Device& dev, std::unique_ptr<Policy> pol, DispatcherOptio
     opt.profiles = own_profiles.get();
   }
   defers = policy->defers_best_effort();
-  sm_count = device.sm_count();
   device.set_listener(this);
   if (opt.background_thread) background = std::thread([this] { background_loop(); });
 }
@@ -165,7 +164,9 @@ OpEstimate Dispatcher::Impl::estimate(const Op& op) {
 bool Dispatcher::Impl::reserve_best_effort(const Op& op, const OpEstimate& est, bool force) {
   DeviceState state;
   if (!force) {
-    state.sm_count = sm_count;
+    // Asked each time, not frozen at construction: a backend may learn it late (the real driver
+    // only once a context is current).
+    state.sm_count = device.sm_count();
     state.hp_in_flight = hp_in_flight.load(std::memory_order_acquire);
     const auto hint = static_cast<KernelProfile>(hp_hint.load(std::memory_order_relaxed));
     state.hp_running_profile =

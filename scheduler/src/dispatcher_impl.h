@@ -117,7 +117,6 @@ struct Dispatcher::Impl final : CompletionListener {
   std::unique_ptr<ProfileStore> own_profiles;
   const uint64_t uid;
   bool defers = true;
-  int sm_count = 0;
 
   std::atomic<uint64_t> next_seq{1};
   std::atomic<size_t> total_queued{0};
