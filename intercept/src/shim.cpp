@@ -1,5 +1,7 @@
 #include "shim.h"
 
+#include <pthread.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -27,6 +29,11 @@ void shutdown_at_exit() {
 }
 
 void configure_logging(const Settings& s) { set_log_level(s.log_level); }
+
+// A child of fork() has only the forking thread: the shim's helper thread, and any lock another
+// thread held at the fork, are not there. The child passes every call straight through and its
+// exit neither flushes nor joins anything (the parent owns the queues and the trace).
+void child_after_fork() { g_shim_state.store(1, std::memory_order_release); }
 
 }  // namespace
 
@@ -62,6 +69,7 @@ Shim* init_shim_slow() {
   shim_log().info("{}", settings->describe());
   g_shim_state.store(reinterpret_cast<uintptr_t>(shim), std::memory_order_release);
   std::atexit(shutdown_at_exit);
+  pthread_atfork(nullptr, nullptr, child_after_fork);
   return shim;
 }
 

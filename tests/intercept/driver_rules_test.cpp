@@ -2,7 +2,11 @@
 // communication kernels as libraries name them, event re-recording, stream flags, queries,
 // capture bookkeeping and capture modes. Each test failed on the shim before its fix. Run twice
 // by ctest: scheduled (USE_ORION_SCHEDULER=1, priority policy) and pass-through (=0).
+#include <sys/wait.h>
+
 #include <atomic>
+#include <csignal>
+#include <cstdlib>
 #include <chrono>
 #include <functional>
 #include <thread>
@@ -448,6 +452,43 @@ TEST_F(DriverRules, OpsThatCannotBeCopiedDrainTheirStreamAtOnce) {
     ASSERT_GE(find_launch(log, k_be_), 0);
     ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
   }
+}
+
+// Issue 11: with ORION_TRACE set (ctest sets it), a child forked while other threads use the
+// shim exits without hanging (it must not flush or join what only the parent has).
+TEST_F(DriverRules, ForkedChildrenExitWithoutHanging) {
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    ASSERT_NE(use_device(0), nullptr);
+    for (int i = 0; !stop.load(); ++i) {
+      EXPECT_EQ(launch(k_hp_, hp_, i), CUDA_SUCCESS);
+      EXPECT_EQ(launch(k_be_, be_, i), CUDA_SUCCESS);
+      EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+    }
+  });
+  int hung = 0, failed = 0;
+  for (int i = 0; i < 12; ++i) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) std::exit(0);  // runs the atexit handlers, the shim's among them
+    int status = 0;
+    pid_t done = 0;
+    for (int waited_ms = 0; waited_ms < 1000 && done == 0; ++waited_ms) {
+      done = waitpid(pid, &status, WNOHANG);
+      if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (done == 0) {
+      ++hung;
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      ++failed;
+    }
+  }
+  stop = true;
+  busy.join();
+  EXPECT_EQ(hung, 0) << "forked children hung at exit";
+  EXPECT_EQ(failed, 0);
 }
 
 }  // namespace
