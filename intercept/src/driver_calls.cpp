@@ -84,6 +84,15 @@ bool KernelLaunch::remote_sync_domain() const {
   return false;
 }
 
+CUevent KernelLaunch::recorded_event() const {
+  for (unsigned i = 0; config_.attrs != nullptr && i < config_.numAttrs; ++i) {
+    const CUlaunchAttribute& a = config_.attrs[i];
+    if (a.id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT) return a.value.launchCompletionEvent.event;
+    if (a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT) return a.value.programmaticEvent.event;
+  }
+  return nullptr;
+}
+
 std::unique_ptr<sched::OpPayload> KernelLaunch::clone(const sched::OpPayload& p) {
   const auto& src = static_cast<const KernelLaunch&>(p);
   std::unique_ptr<KernelLaunch> copy(new KernelLaunch(src.api_, src.f_, 1, 1, 1, 1, 1, 1, 0,

@@ -94,6 +94,9 @@ class KernelLaunch final : public DriverCall {
   // Launched in the remote memory-synchronisation domain (CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN):
   // what NCCL does for its kernels, so communication whatever the kernel's name.
   bool remote_sync_domain() const;
+  // The event the launch records itself (CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT or
+  // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT), or null. One per launch is tracked (the first).
+  CUevent recorded_event() const;
 
  protected:
   CUresult invoke() const override;

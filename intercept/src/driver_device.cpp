@@ -11,6 +11,13 @@ namespace orion {
 
 namespace {
 thread_local bool t_shim_thread = false;
+
+// CUDA 12.8+ exports the elapsed-time ABI as cuEventElapsedTime_v2 (same signature).
+CUresult elapsed_ms(float* ms, CUevent a, CUevent b) {
+  if (real::cuEventElapsedTime_v2) return real::cuEventElapsedTime_v2(ms, a, b);
+  if (real::cuEventElapsedTime) return real::cuEventElapsedTime(ms, a, b);
+  return CUDA_ERROR_NOT_FOUND;
+}
 }  // namespace
 
 void DriverDevice::mark_shim_thread() {
@@ -120,7 +127,7 @@ void DriverDevice::poll() {
     int64_t start = end;
     float ms = 0;
     if (newest.stream_was_busy && before != nullptr &&
-        real::cuEventElapsedTime(&ms, before, newest.done) == CUDA_SUCCESS && ms >= 0) {
+        elapsed_ms(&ms, before, newest.done) == CUDA_SUCCESS && ms >= 0) {
       start = end - static_cast<int64_t>(static_cast<double>(ms) * 1e6);
     }
     done.push_back({newest.seq, look.stream, newest.kind, newest.kernel, start, end});

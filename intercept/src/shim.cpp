@@ -185,6 +185,8 @@ CUresult Shim::launch(KernelLaunch& call, bool per_thread) {
   op.kernel.grid = {c.gridDimX, c.gridDimY, c.gridDimZ};
   op.kernel.block = {c.blockDimX, c.blockDimY, c.blockDimZ};
   op.kernel.shared_mem_bytes = c.sharedMemBytes;
+  // A launch that records an event is ordered with the event's other records and waits.
+  op.event = reinterpret_cast<sched::EventId>(call.recorded_event());
   op.borrowed = &call;
   op.clone = &KernelLaunch::clone;
   const sched::StreamClass cls = dispatcher_->stream_class(op.stream);

@@ -60,6 +60,23 @@ sched::QueryState stream_query_state(Shim* shim, CUstream s, bool per_thread) {
 ORION_STREAM_QUERY(cuStreamQuery, false)
 ORION_STREAM_QUERY(cuStreamQuery_ptsz, true)
 
+// Elapsed time: like a query of both events (CUDA answers NOT_READY for an unfinished record).
+#define ORION_ELAPSED_TIME(sym)                                                           \
+  ORION_EXPORT CUresult CUDAAPI sym(float* ms, CUevent a, CUevent b) {                    \
+    ORION_REQUIRE_REAL(sym);                                                              \
+    if (Shim* shim = orion::scheduling_shim()) {                                          \
+      for (CUevent e : {a, b}) {                                                          \
+        if (CUresult rc = query_answer(shim->dispatcher().query_event(orion::event_id(e))); \
+            rc != CUDA_SUCCESS) {                                                         \
+          return rc;                                                                      \
+        }                                                                                 \
+      }                                                                                   \
+    }                                                                                     \
+    return real::sym(ms, a, b);                                                           \
+  }
+ORION_ELAPSED_TIME(cuEventElapsedTime)
+ORION_ELAPSED_TIME(cuEventElapsedTime_v2)
+
 ORION_EXPORT CUresult CUDAAPI cuEventQuery(CUevent e) {
   ORION_REQUIRE_REAL(cuEventQuery);
   if (Shim* shim = orion::scheduling_shim()) {

@@ -260,7 +260,7 @@ int Dispatcher::Impl::submit(Op&& op, bool may_defer) {
     if (EventRecordRef dep = pending_record(op.event); dep.stream != nullptr) {
       drain_until(*dep.stream, dep.seq);
     }
-  } else if (op.kind == OpKind::kEventRecord) {
+  } else if (op.records_event()) {
     drain_deps(record_deps(op.event, s));
   }
   std::unique_lock lock(s.mu);
@@ -277,7 +277,7 @@ int Dispatcher::Impl::submit(Op&& op, bool may_defer) {
   op.cls = s.cls.load(std::memory_order_relaxed);
   op.seq = next_seq.fetch_add(1, std::memory_order_relaxed);
   op.arrival_ns = op.submitted_ns = device.now_ns();
-  if (op.kind == OpKind::kEventRecord) note_record(op.event, s, op.seq);
+  if (op.records_event()) note_record(op.event, s, op.seq);
   OpEstimate est;
   if (op.cls == StreamClass::kBestEffort) reserve_best_effort(op, est, /*force=*/true);
   ++s.submitted_inline;
@@ -295,7 +295,7 @@ int Dispatcher::Impl::submit_best_effort(StreamState& s, Op&& op) {
   op.seq = next_seq.fetch_add(1, std::memory_order_relaxed);
   op.arrival_ns = device.now_ns();
   QueuedOp q;
-  if (op.kind == OpKind::kEventRecord) {
+  if (op.records_event()) {
     q.deps = record_deps(op.event, s);
     note_record(op.event, s, op.seq);
   }

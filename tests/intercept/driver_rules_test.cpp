@@ -454,6 +454,44 @@ TEST_F(DriverRules, OpsThatCannotBeCopiedDrainTheirStreamAtOnce) {
   }
 }
 
+// Finding 8: a launch that records an event itself (launch-completion attribute) is a record of
+// that event: a later wait on the event binds to it, and cuEventElapsedTime answers NOT_READY
+// while it is queued.
+TEST_F(DriverRules, EventsRecordedByLaunchAttributesOrderLaterWaits) {
+  CUevent done = nullptr, start = nullptr;
+  ASSERT_EQ(cuEventCreate(&done, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventCreate(&start, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(start, plain_), CUDA_SUCCESS);
+  hold_high_priority();
+  CUfunction f = fake_cuda_make_function("completion_kernel", 0, nullptr);
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT;
+  attr.value.launchCompletionEvent.event = done;
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.hStream = be_;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  ASSERT_EQ(cuLaunchKernelEx(&cfg, f, nullptr, nullptr), CUDA_SUCCESS);
+  expect_deferred(f);
+  float ms = -1;
+  EXPECT_EQ(cuEventElapsedTime(&ms, start, done),
+            scheduled_ ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamWaitEvent(plain_, done, 0), CUDA_SUCCESS);
+  auto log = calls();
+  const long k = find_launch(log, f);
+  const long wait = find_named(log, "cuStreamWaitEvent", h(plain_));
+  ASSERT_GE(k, 0) << "the wait reached the driver before the launch that records its event";
+  ASSERT_GE(wait, 0);
+  EXPECT_LT(k, wait);
+  EXPECT_NE(log[k].value, 0u);
+  EXPECT_EQ(log[wait].value, log[k].value) << "the wait bound to another record";
+  ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy(done), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy(start), CUDA_SUCCESS);
+}
+
 // Issue 11: with ORION_TRACE set (ctest sets it), a child forked while other threads use the
 // shim exits without hanging (it must not flush or join what only the parent has).
 TEST_F(DriverRules, ForkedChildrenExitWithoutHanging) {

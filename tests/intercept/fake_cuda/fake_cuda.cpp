@@ -352,15 +352,37 @@ FAKE_EXPORT CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsign
   return launch("cuLaunchCooperativeKernel_ptsz", f, gx, gy, gz, bx, by, bz, smem, s, p, nullptr,
                 true);
 }
+// cuLaunchKernelEx: a launch-completion or programmatic-event attribute records its event when
+// the launch is made (the log's `event` names it, `value` the record number).
+namespace {
+CUresult launch_ex(const char* name, const CUlaunchConfig* c, CUfunction f, void** p, void** e,
+                   bool per_thread) {
+  CUresult rc = launch(name, f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX,
+                       c->blockDimY, c->blockDimZ, c->sharedMemBytes, c->hStream, p, e, per_thread);
+  if (rc != CUDA_SUCCESS) return rc;
+  for (unsigned i = 0; c->attrs != nullptr && i < c->numAttrs; ++i) {
+    CUevent ev = nullptr;
+    if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT) ev = c->attrs[i].value.launchCompletionEvent.event;
+    if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT) ev = c->attrs[i].value.programmaticEvent.event;
+    if (ev == nullptr) continue;
+    State& s = st();
+    std::lock_guard lock(s.mu);
+    const uint64_t seq = record_event_now(s, reinterpret_cast<uint64_t>(ev), sid(c->hStream, per_thread));
+    if (s.logging && !s.log.empty()) {
+      s.log.back().event = reinterpret_cast<uint64_t>(ev);
+      s.log.back().value = seq;
+    }
+  }
+  return rc;
+}
+}  // namespace
 FAKE_EXPORT CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** p,
                                               void** e) {
-  return launch("cuLaunchKernelEx", f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX,
-                c->blockDimY, c->blockDimZ, c->sharedMemBytes, c->hStream, p, e, false);
+  return launch_ex("cuLaunchKernelEx", c, f, p, e, false);
 }
 FAKE_EXPORT CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* c, CUfunction f,
                                                    void** p, void** e) {
-  return launch("cuLaunchKernelEx_ptsz", f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX,
-                c->blockDimY, c->blockDimZ, c->sharedMemBytes, c->hStream, p, e, true);
+  return launch_ex("cuLaunchKernelEx_ptsz", c, f, p, e, true);
 }
 // Graph executables: any handle value launches, except one destroyed before.
 namespace {

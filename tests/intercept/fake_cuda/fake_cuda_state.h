@@ -98,6 +98,8 @@ CUresult unsafe_call(State& s);
 // node instead; the legacy stream waits for every blocking stream, a blocking stream for the
 // legacy stream. Returns true when the work was captured (it must not run).
 bool advance(State& s, uint64_t id, int64_t duration_ns, fake_cuda_call& c);
+// Records event `event_handle` at stream `id`'s current time (under s.mu); the record's number.
+uint64_t record_event_now(State& s, uint64_t event_handle, uint64_t id);
 // A logged call with no effect beyond the log and the stream's timeline. `unsafe`: a synchronous
 // call (see unsafe_call); `captured` (optional) says whether the work went into a capture.
 CUresult simple(const char* name, CUstream hs, uint64_t value, int64_t duration_ns = 100,

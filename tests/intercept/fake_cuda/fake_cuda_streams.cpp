@@ -9,6 +9,21 @@
 namespace fake_cuda_impl {
 namespace {
 
+}  // namespace
+
+// Records `event_handle` at stream `id`'s current time (under s.mu): a later record replaces the
+// earlier one. Returns the record's number.
+uint64_t record_event_now(State& s, uint64_t event_handle, uint64_t id) {
+  auto it = s.events.find(event_handle);
+  if (it == s.events.end()) return 0;
+  Stream& str = s.streams[id];
+  const uint64_t ctx = it->second.ctx;
+  it->second = {str.time_ns, id, str.busy, str.busy_epoch, ctx, s.next_record_seq++};
+  return it->second.record_seq;
+}
+
+namespace {
+
 // Event and stream must be of one context; a later record replaces the earlier one.
 CUresult record(const char* name, CUevent e, CUstream hs, bool per_thread) {
   State& s = st();
@@ -27,10 +42,7 @@ CUresult record(const char* name, CUevent e, CUstream hs, bool per_thread) {
   if (stream_ctx != it->second.ctx) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
   // A record into a capture becomes a graph node: the event itself is left as it was.
   if (advance(s, id, 0, c)) return finish(s, c);
-  Stream& str = s.streams[id];
-  const uint64_t ctx = it->second.ctx;
-  it->second = {str.time_ns, id, str.busy, str.busy_epoch, ctx, s.next_record_seq++};
-  c.value = it->second.record_seq;
+  c.value = record_event_now(s, c.event, id);
   return finish(s, c);
 }
 
@@ -182,15 +194,23 @@ FAKE_EXPORT CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, 
 }
 FAKE_EXPORT CUresult CUDAAPI cuEventQuery(CUevent e) { return event_sync("cuEventQuery", e, true); }
 FAKE_EXPORT CUresult CUDAAPI cuEventSynchronize(CUevent e) { return event_sync("cuEventSynchronize", e, false); }
-FAKE_EXPORT CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
+// Both events must have been recorded (else CUDA_ERROR_INVALID_HANDLE) and be complete (else
+// CUDA_ERROR_NOT_READY).
+namespace {
+CUresult elapsed(float* ms, CUevent a, CUevent b) {
   State& s = st();
   std::lock_guard lock(s.mu);
   auto ia = s.events.find(reinterpret_cast<uint64_t>(a));
   auto ib = s.events.find(reinterpret_cast<uint64_t>(b));
   if (ia == s.events.end() || ib == s.events.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (ia->second.record_seq == 0 || ib->second.record_seq == 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (!event_ready(s, ia->second) || !event_ready(s, ib->second)) return CUDA_ERROR_NOT_READY;
   *ms = static_cast<float>(ib->second.time_ns - ia->second.time_ns) / 1e6f;
   return CUDA_SUCCESS;
 }
+}  // namespace
+FAKE_EXPORT CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent a, CUevent b) { return elapsed(ms, a, b); }
+FAKE_EXPORT CUresult CUDAAPI cuEventElapsedTime_v2(float* ms, CUevent a, CUevent b) { return elapsed(ms, a, b); }
 // The wait binds to the event's record current when the driver executes the call (the event
 // may be of another context); the log's value is that record (0: never recorded, no wait).
 #define FAKE_WAIT(sym, per_thread)                                           \
