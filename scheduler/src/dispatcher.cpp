@@ -232,8 +232,6 @@ int Dispatcher::Impl::submit_locked(StreamState& s, Op& op, const OpEstimate& es
 void Dispatcher::Impl::submit_head_locked(StreamState& s, const OpEstimate& est) {
   QueuedOp q = std::move(s.queue.front());
   s.queue.pop_front();
-  s.queued.fetch_sub(1, std::memory_order_relaxed);
-  total_queued.fetch_sub(1, std::memory_order_relaxed);
   q.op.submitted_ns = device.now_ns();
   if (!s.queue.empty()) s.head_since_ns = q.op.submitted_ns;
   const int rc = submit_locked(s, q.op, est);
@@ -248,6 +246,10 @@ void Dispatcher::Impl::submit_head_locked(StreamState& s, const OpEstimate& est)
     s.sticky_error = rc;
     sticky_errors.fetch_add(1, std::memory_order_acq_rel);
   }
+  // Counted as queued until the device has it and its error is recorded: a lock-free look at
+  // the counts (queries, legacy drains) must not take it for done while it is on its way.
+  s.queued.fetch_sub(1, std::memory_order_release);
+  total_queued.fetch_sub(1, std::memory_order_release);
 }
 
 int Dispatcher::Impl::submit(Op&& op, bool may_defer) {

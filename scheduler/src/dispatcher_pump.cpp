@@ -91,9 +91,13 @@ int Dispatcher::Impl::drain_legacy_sync() {
 }
 
 QueryState Dispatcher::Impl::query(StreamState& s) {
+  // Under the stream's mutex: an op being submitted right now (already off the queue, its error
+  // not yet recorded) is seen either as queued or with its error.
+  std::lock_guard lock(s.mu);
   QueryState out;
-  out.queued = s.queued.load(std::memory_order_acquire) != 0;
-  if (sticky_errors.load(std::memory_order_acquire) != 0) out.error = take_error(s);
+  out.queued = !s.queue.empty();
+  out.error = std::exchange(s.sticky_error, 0);
+  if (out.error != 0) sticky_errors.fetch_sub(1, std::memory_order_acq_rel);
   return out;
 }
 
@@ -124,6 +128,10 @@ QueryState Dispatcher::Impl::query_legacy_sync() {
   }
   for (StreamState* s : all_streams()) {
     if (!s->syncs_with_legacy.load(std::memory_order_relaxed)) continue;
+    if (s->queued.load(std::memory_order_relaxed) == 0 &&
+        sticky_errors.load(std::memory_order_relaxed) == 0) {
+      continue;
+    }
     const QueryState one = query(*s);
     out.queued |= one.queued;
     if (out.error == 0) out.error = one.error;

@@ -53,7 +53,8 @@ struct StreamState {
   std::atomic<StreamClass> cls;
   std::atomic<bool> syncs_with_legacy{true};  // a blocking stream (legacy-stream semantics)
   std::atomic<uint64_t> last_submitted_seq{0};  // ops submit in seq order per stream
-  std::atomic<size_t> queued{0};                // queue.size(), readable without mu
+  // queue.size() plus the op being submitted from it (readable without mu).
+  std::atomic<size_t> queued{0};
 
   // Guarded by mu.
   std::deque<QueuedOp> queue;
