@@ -82,6 +82,9 @@ Shim::Shim(Settings settings) : settings_(std::move(settings)) {
   // Our own helper thread pumps, so that shutdown can stop it while the dispatcher stays alive
   // for calls that still arrive during process exit.
   options.background_thread = false;
+  // The helper thread polls every pump interval: a launch polls inline at most that often, so its
+  // cost does not grow with the number of busy streams.
+  options.inline_poll_interval_ns = options.pump_interval_ns;
   options.default_class = sched::StreamClass::kUnmanaged;
   if (!settings_.profile_import.empty()) {
     // Throws std::invalid_argument naming the file, line and field.

@@ -287,7 +287,7 @@ int Dispatcher::Impl::submit(Op&& op, bool may_defer) {
 }
 
 int Dispatcher::Impl::submit_best_effort(StreamState& s, Op&& op) {
-  try_pump();  // fresh completions first, and queued work of other streams gets its turn
+  try_pump_inline();  // fresh completions first, and queued work of other streams gets its turn
   std::unique_lock lock(s.mu);
   if (s.cls.load(std::memory_order_relaxed) != StreamClass::kBestEffort) {
     lock.unlock();

@@ -96,6 +96,8 @@ struct Dispatcher::Impl final : CompletionListener {
   template <typename Pred>
   int drain_streams(Pred pred);
   void try_pump();
+  // try_pump() from a caller's submit(), rate-limited by opt.inline_poll_interval_ns.
+  void try_pump_inline();
   void pump();
   void pump_locked();
   // Offers s's queue head to the policy; forces it after be_max_wait_ns. True if it made progress.
@@ -148,6 +150,8 @@ struct Dispatcher::Impl final : CompletionListener {
 
   std::mutex wait_mu;
   std::condition_variable wait_cv;
+
+  std::atomic<int64_t> last_inline_poll_ns{0};  // see DispatcherOptions::inline_poll_interval_ns
 
   std::mutex pump_mu;  // one pump at a time; guards the two below
   size_t rr_next = 0;

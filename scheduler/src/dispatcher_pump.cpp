@@ -144,6 +144,17 @@ void Dispatcher::Impl::try_pump() {
   if (lock.owns_lock()) pump_locked();
 }
 
+void Dispatcher::Impl::try_pump_inline() {
+  if (opt.inline_poll_interval_ns > 0) {
+    const int64_t now = device.now_ns();
+    int64_t last = last_inline_poll_ns.load(std::memory_order_relaxed);
+    if (now - last < opt.inline_poll_interval_ns) return;
+    // One caller polls per interval; the others go on.
+    if (!last_inline_poll_ns.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;
+  }
+  try_pump();
+}
+
 void Dispatcher::Impl::pump() {
   std::lock_guard lock(pump_mu);
   pump_locked();

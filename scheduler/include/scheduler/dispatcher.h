@@ -34,6 +34,10 @@ struct DispatcherOptions {
   int64_t be_max_wait_ns = 2'000'000;  // starvation bound for best-effort heads
   bool background_thread = true;       // admit BE work from a helper thread too (off for the simulator)
   int64_t pump_interval_ns = 20'000;   // background thread period
+  // A caller's thread polls the device (and admits queued work) from submit() at most once per
+  // this interval; 0: at every best-effort submit. With a helper thread pumping, polling from
+  // every launch costs a driver query per busy stream per launch for little news.
+  int64_t inline_poll_interval_ns = 0;
   StreamClass default_class = StreamClass::kUnmanaged;
   ProfileStore* profiles = nullptr;    // kernel estimates, learned online from completions (null: a private store)
   TraceWriter* trace = nullptr;        // optional: one trace event per submitted op

@@ -20,6 +20,12 @@ State& st() {
 }
 
 fake_cuda_call& begin(State& s, const char* name) {
+  ++s.calls_made;
+  if (s.call_cost_ns > 0) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(s.call_cost_ns);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  }
   if (!s.logging) {
     // Benchmarks: no log, no failure injection (finish() finds nothing under an empty name).
     static fake_cuda_call scratch;  // written under s.mu only
@@ -271,6 +277,16 @@ FAKE_EXPORT void fake_cuda_fail_next(const char* symbol, int result) {
   State& s = st();
   std::lock_guard lock(s.mu);
   s.fail_next[symbol] = result;
+}
+FAKE_EXPORT void fake_cuda_set_call_cost_ns(int64_t ns) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  s.call_cost_ns = ns;
+}
+FAKE_EXPORT uint64_t fake_cuda_calls_made(void) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  return s.calls_made;
 }
 FAKE_EXPORT void fake_cuda_delay_next(const char* symbol, int64_t us) {
   State& s = st();

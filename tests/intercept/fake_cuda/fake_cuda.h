@@ -74,6 +74,12 @@ size_t fake_cuda_proc_lookups(void);
 /* Logging on (default) or off (benchmarks: the log would grow without bound). */
 void fake_cuda_set_logging(int enabled);
 
+/* Driver-call cost model: every logged driver call busy-waits `ns` nanoseconds (0: off), so a
+ * benchmark counts what the shim adds in driver calls, not only in its own code. */
+void fake_cuda_set_call_cost_ns(int64_t ns);
+/* Logged driver calls made so far (counted with logging on or off; never reset). */
+uint64_t fake_cuda_calls_made(void);
+
 /* The fake's own function for an exported symbol name, bypassing dlsym (and so the shim), e.g.
  * to measure the cost of calling the driver directly. NULL if the fake does not export it. */
 void* fake_cuda_own_symbol(const char* symbol);

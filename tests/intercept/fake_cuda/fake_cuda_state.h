@@ -72,6 +72,8 @@ struct State {
   size_t proc_lookups = 0;
   std::unordered_map<uint64_t, Capture> captures;  // by stream id
   bool logging = true;
+  int64_t call_cost_ns = 0;
+  uint64_t calls_made = 0;
 };
 
 State& st();

@@ -147,6 +147,8 @@ FAKE_EXPORT CUresult CUDAAPI cuStreamDestroy_v2(CUstream hs) {
   fake_cuda_call& c = begin(s, "cuStreamDestroy_v2");
   c.stream = reinterpret_cast<uint64_t>(hs);
   c.context = current_ctx();
+  const uint64_t id = sid(hs, false);
+  if (id != 0 && id != 2) s.streams.erase(id);  // the legacy stream no longer waits for it
   return finish(s, c);
 }
 FAKE_EXPORT CUresult CUDAAPI cuStreamGetFlags(CUstream hs, unsigned int* flags) {
