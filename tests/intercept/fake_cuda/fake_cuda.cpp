@@ -202,7 +202,8 @@ CUresult unload(const char* name, uint64_t owner) {
   for (auto f = s.functions.begin(); f != s.functions.end();) {
     if (f->second->owner == owner) {
       s.free_function_handles.push_back(f->first);
-      f = s.functions.erase(f);  // the Function itself is leaked: names may still be referenced
+      s.unloaded.push_back(f->second);  // its name may still be referenced
+      f = s.functions.erase(f);
     } else {
       ++f;
     }

@@ -64,6 +64,7 @@ struct State {
   std::unordered_map<uint64_t, Event> events;
   std::unordered_map<uint64_t, Function*> functions;
   std::vector<uint64_t> free_function_handles;  // of unloaded functions: reused, like addresses
+  std::vector<Function*> unloaded;  // kept (their names may still be referenced), never freed
   std::unordered_map<uint64_t, bool> modules;   // module/library handles (true: loaded)
   std::unordered_map<uint64_t, bool> graph_execs_destroyed;
   uint64_t next_handle = 0x10000;
