@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -106,10 +107,39 @@ void Shim::pump_loop() {
   // Relaxed capture mode: the helper thread's event queries never invalidate a program's capture.
   DriverDevice::mark_shim_thread();
   const auto period = std::chrono::microseconds(settings_.pump_interval_us);
+  const auto idle_period = std::max<std::chrono::microseconds>(period, std::chrono::milliseconds(5));
+  // Passes with nothing to do before sleeping the idle period (about 1 ms at the default
+  // interval): between the launches of a burst the thread stays awake, so submits need not wake it.
+  const int idle_passes_before_sleep =
+      static_cast<int>(std::max<int64_t>(1, 1000 / std::max<int64_t>(settings_.pump_interval_us, 1)));
+  int idle_passes = 0;
   while (!stop_.load(std::memory_order_acquire)) {
     dispatcher_->pump();
-    std::this_thread::sleep_for(period);
+    std::unique_lock lock(pump_mu_);
+    // Nothing queued and nothing tracked in flight (for a while): nothing to admit or retire until
+    // a submit changes that (Shim::submit wakes us); the idle period only bounds how stale a
+    // missed wake can leave us.
+    const bool nothing = dispatcher_->queued_now() == 0 && device_.tracked_in_flight() == 0;
+    idle_passes = nothing ? idle_passes + 1 : 0;
+    const bool idle = idle_passes >= idle_passes_before_sleep;
+    pump_idle_.store(idle, std::memory_order_seq_cst);
+    if (idle && (dispatcher_->queued_now() != 0 || device_.tracked_in_flight() != 0)) {
+      pump_idle_.store(false, std::memory_order_seq_cst);  // raced with a submit: go on
+      continue;
+    }
+    pump_cv_.wait_for(lock, idle ? idle_period : period,
+                      [&] { return pump_wake_ || stop_.load(std::memory_order_acquire); });
+    pump_wake_ = false;
+    pump_idle_.store(false, std::memory_order_relaxed);
   }
+}
+
+void Shim::wake_pump() {
+  {
+    std::lock_guard lock(pump_mu_);
+    pump_wake_ = true;
+  }
+  pump_cv_.notify_one();
 }
 
 int Shim::flush() {
@@ -125,6 +155,7 @@ int Shim::flush() {
 
 void Shim::shutdown() {
   stop_.store(true, std::memory_order_release);
+  wake_pump();
   if (pump_thread_.joinable()) pump_thread_.join();
   int rc = flush();
   if (rc != 0) shim_log().error("deferred work failed at exit with CUresult {}", rc);
@@ -169,7 +200,12 @@ void Shim::stream_created(CUstream s, unsigned flags, sched::StreamClass cls) {
 
 CUresult Shim::submit(sched::Op&& op) {
   if (int rc = drain_for_legacy_stream(op.stream); rc != 0) return static_cast<CUresult>(rc);
-  return static_cast<CUresult>(dispatcher_->submit(std::move(op), /*may_defer=*/!capturing()));
+  const auto rc = static_cast<CUresult>(dispatcher_->submit(std::move(op), /*may_defer=*/!capturing()));
+  if (pump_idle_.load(std::memory_order_seq_cst) &&
+      (dispatcher_->queued_now() != 0 || device_.tracked_in_flight() != 0)) {
+    wake_pump();
+  }
+  return rc;
 }
 
 CUresult Shim::launch(KernelLaunch& call, bool per_thread) {

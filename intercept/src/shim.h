@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "cuda_api.h"
@@ -84,6 +86,8 @@ class Shim {
 
  private:
   void pump_loop();
+  // Wakes the helper thread from an idle sleep (something was queued or is tracked now).
+  void wake_pump();
 
   Settings settings_;
   DriverDevice device_;
@@ -94,6 +98,12 @@ class Shim {
   std::atomic<bool> have_best_effort_{false};
   std::atomic<uint64_t> comm_streams_{0};
   std::atomic<bool> stop_{false};
+  // The helper thread sleeps a pump interval while work is queued or tracked in flight, and an
+  // idle period (woken by the next submit) when there is none.
+  std::mutex pump_mu_;
+  std::condition_variable pump_cv_;
+  bool pump_wake_ = false;  // guarded by pump_mu_
+  std::atomic<bool> pump_idle_{false};
   std::thread pump_thread_;
 };
 

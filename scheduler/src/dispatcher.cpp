@@ -439,6 +439,9 @@ void Dispatcher::forget_event(EventId event) {
 
 void Dispatcher::pump() { impl_->pump(); }
 DispatcherStats Dispatcher::stats() const { return impl_->stats(); }
+uint64_t Dispatcher::queued_now() const {
+  return impl_->total_queued.load(std::memory_order_acquire);
+}
 const Policy& Dispatcher::policy() const { return *impl_->policy; }
 
 }  // namespace sched

@@ -3,6 +3,7 @@
 // capture bookkeeping and capture modes. Each test failed on the shim before its fix. Run twice
 // by ctest: scheduled (USE_ORION_SCHEDULER=1, priority policy) and pass-through (=0).
 #include <sys/wait.h>
+#include <time.h>
 
 #include <atomic>
 #include <csignal>
@@ -490,6 +491,27 @@ TEST_F(DriverRules, EventsRecordedByLaunchAttributesOrderLaterWaits) {
   ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
   EXPECT_EQ(cuEventDestroy(done), CUDA_SUCCESS);
   EXPECT_EQ(cuEventDestroy(start), CUDA_SUCCESS);
+}
+
+// Finding 6 (idle wake-ups): with nothing queued and nothing in flight the shim's helper thread
+// has nothing to admit or retire: it must not wake every pump interval (20 us) and burn a core.
+TEST_F(DriverRules, AnIdleShimDoesNotBurnCpu) {
+  ASSERT_TRUE(wait_idle());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the helper notices it is idle
+  timespec a{}, b{};
+  ASSERT_EQ(clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b), 0);
+  const double cpu_ms = static_cast<double>(b.tv_sec - a.tv_sec) * 1e3 +
+                        static_cast<double>(b.tv_nsec - a.tv_nsec) / 1e6;
+  EXPECT_LT(cpu_ms, 15.0) << "CPU time of the process over 300 ms of idling";
+  // And it still admits work queued after the idle period.
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  expect_deferred(k_be_);
+  fake_cuda_set_stream_busy(hp_, 0);
+  ASSERT_TRUE(wait_idle());
+  EXPECT_EQ(count_launches(calls(), k_be_), 1u) << "queued work was not admitted after idling";
 }
 
 // Issue 11: with ORION_TRACE set (ctest sets it), a child forked while other threads use the

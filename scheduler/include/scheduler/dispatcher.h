@@ -100,6 +100,8 @@ class Dispatcher {
   void pump();
 
   DispatcherStats stats() const;
+  // Ops queued now (cheap: one atomic load; stats() locks every stream).
+  uint64_t queued_now() const;
   const Policy& policy() const;
 
  private:
