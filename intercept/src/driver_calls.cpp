@@ -7,15 +7,21 @@
 
 namespace orion {
 
-CUresult DriverCall::submit() const {
-  if (context_ != nullptr && real::cuCtxGetCurrent && real::cuCtxSetCurrent) {
-    CUcontext current = nullptr;
-    if (real::cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != context_) {
-      CUresult rc = real::cuCtxSetCurrent(context_);
-      if (rc != CUDA_SUCCESS) return rc;
-    }
+ContextGuard::ContextGuard(CUcontext ctx) {
+  if (ctx == nullptr || !real::cuCtxGetCurrent || !real::cuCtxPushCurrent_v2 ||
+      !real::cuCtxPopCurrent_v2) {
+    return;
   }
-  return invoke();
+  CUcontext current = nullptr;
+  if (real::cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == ctx) return;
+  status_ = real::cuCtxPushCurrent_v2(ctx);
+  pushed_ = status_ == CUDA_SUCCESS;
+}
+
+ContextGuard::~ContextGuard() {
+  if (!pushed_) return;
+  CUcontext popped = nullptr;
+  real::cuCtxPopCurrent_v2(&popped);
 }
 
 void DriverCall::capture_context() {
@@ -66,6 +72,25 @@ CUresult KernelLaunch::invoke() const {
       return real::cuLaunchKernelEx_ptsz(&config_, f_, params_, extra_);
   }
   return CUDA_ERROR_INVALID_VALUE;
+}
+
+bool KernelLaunch::remote_sync_domain() const {
+  for (unsigned i = 0; config_.attrs != nullptr && i < config_.numAttrs; ++i) {
+    if (config_.attrs[i].id == CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN &&
+        config_.attrs[i].value.memSyncDomain == CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE) {
+      return true;
+    }
+  }
+  return false;
+}
+
+CUevent KernelLaunch::recorded_event() const {
+  for (unsigned i = 0; config_.attrs != nullptr && i < config_.numAttrs; ++i) {
+    const CUlaunchAttribute& a = config_.attrs[i];
+    if (a.id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT) return a.value.launchCompletionEvent.event;
+    if (a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT) return a.value.programmaticEvent.event;
+  }
+  return nullptr;
 }
 
 std::unique_ptr<sched::OpPayload> KernelLaunch::clone(const sched::OpPayload& p) {

@@ -12,13 +12,31 @@
 
 namespace orion {
 
+// Makes `ctx` the calling thread's current context for the guard's lifetime when it is not
+// already (null: leaves the thread alone), and restores the thread's own context afterwards: a
+// deferred op runs under its caller's context whichever thread submits it, and that thread keeps
+// its own.
+class ContextGuard {
+ public:
+  explicit ContextGuard(CUcontext ctx);
+  ~ContextGuard();
+  ContextGuard(const ContextGuard&) = delete;
+  ContextGuard& operator=(const ContextGuard&) = delete;
+  CUresult status() const { return status_; }
+
+ private:
+  bool pushed_ = false;
+  CUresult status_ = CUDA_SUCCESS;
+};
+
 class DriverCall : public sched::OpPayload {
  public:
   explicit DriverCall(CUstream stream) : stream_(stream) {}
-  // Makes the real driver call. Called by the backend, possibly from another thread: makes the
-  // caller's context current first when the payload recorded one.
-  CUresult submit() const;
+  // Makes the real driver call, under the context the payload recorded (if any); the backend
+  // wraps it in a ContextGuard for context() (see driver_device.cpp).
+  CUresult call() const { return invoke(); }
   CUstream stream() const { return stream_; }
+  CUcontext context() const { return context_; }
   // Records the calling thread's current context (done for every payload that may be submitted
   // from another thread: clones, and calls the caller waits for).
   void capture_context();
@@ -73,6 +91,12 @@ class KernelLaunch final : public DriverCall {
 
   CUfunction function() const { return f_; }
   const CUlaunchConfig& config() const { return config_; }
+  // Launched in the remote memory-synchronisation domain (CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN):
+  // what NCCL does for its kernels, so communication whatever the kernel's name.
+  bool remote_sync_domain() const;
+  // The event the launch records itself (CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT or
+  // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT), or null. One per launch is tracked (the first).
+  CUevent recorded_event() const;
 
  protected:
   CUresult invoke() const override;

@@ -9,9 +9,29 @@
 
 namespace orion {
 
+namespace {
+thread_local bool t_shim_thread = false;
+
+// CUDA 12.8+ exports the elapsed-time ABI as cuEventElapsedTime_v2 (same signature).
+CUresult elapsed_ms(float* ms, CUevent a, CUevent b) {
+  if (real::cuEventElapsedTime_v2) return real::cuEventElapsedTime_v2(ms, a, b);
+  if (real::cuEventElapsedTime) return real::cuEventElapsedTime(ms, a, b);
+  return CUDA_ERROR_NOT_FOUND;
+}
+}  // namespace
+
+void DriverDevice::mark_shim_thread() {
+  t_shim_thread = true;
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (real::cuThreadExchangeStreamCaptureMode) real::cuThreadExchangeStreamCaptureMode(&mode);
+}
+
 int DriverDevice::submit(const sched::Op& op) {
   const auto* call = static_cast<const DriverCall*>(op.payload());
-  CUresult rc = call->submit();
+  // A deferred op runs under its caller's context; this thread keeps its own.
+  ContextGuard guard(call->context());
+  if (guard.status() != CUDA_SUCCESS) return guard.status();
+  CUresult rc = call->call();
   if (rc != CUDA_SUCCESS) {
     if (op.owned) {
       // A deferred op: its caller already returned; the dispatcher hands the error back at the
@@ -27,10 +47,10 @@ int DriverDevice::submit(const sched::Op& op) {
   return CUDA_SUCCESS;
 }
 
-CUevent DriverDevice::take_event() {
-  if (!free_events_.empty()) {
-    CUevent e = free_events_.back();
-    free_events_.pop_back();
+CUevent DriverDevice::take_event(StreamTrack& t) {
+  if (!t.free_events.empty()) {
+    CUevent e = t.free_events.back();
+    t.free_events.pop_back();
     return e;
   }
   CUevent e = nullptr;
@@ -42,19 +62,20 @@ void DriverDevice::track(const sched::Op& op, CUstream stream) {
   std::vector<sched::Completion> immediate;
   {
     std::lock_guard lock(mutex_);
-    CUevent e = take_event();
+    StreamTrack& t = streams_[op.stream];
+    CUevent e = take_event(t);
     // The completion-tracking record must use the stream's own ABI; special handles (NULL,
     // legacy, per-thread) are never classed high-priority or best-effort, but stay safe.
-    CUresult rc = (e != nullptr && reinterpret_cast<uintptr_t>(stream) > 2)
+    // Never during a capture: the record would go into the program's graph.
+    CUresult rc = (e != nullptr && reinterpret_cast<uintptr_t>(stream) > 2 && !capturing())
                       ? real::cuEventRecord(e, stream)
                       : CUDA_ERROR_INVALID_HANDLE;
     if (rc != CUDA_SUCCESS) {
-      if (e != nullptr) free_events_.push_back(e);
+      if (e != nullptr) t.free_events.push_back(e);
       // Untrackable: report it complete now rather than leave the policy waiting forever.
       int64_t now = now_ns();
       immediate.push_back({op.seq, op.stream, op.kind, op.kernel.id, now, now});
     } else {
-      StreamTrack& t = streams_[op.stream];
       t.pending.push_back({op.seq, op.kind, op.kernel.id, e, !t.pending.empty()});
       in_flight_.fetch_add(1, std::memory_order_relaxed);
     }
@@ -63,6 +84,8 @@ void DriverDevice::track(const sched::Op& op, CUstream stream) {
 }
 
 void DriverDevice::poll() {
+  // A program thread may be in global capture mode: its query could invalidate a capture.
+  if (!t_shim_thread && capturing()) return;
   std::unique_lock poll_lock(poll_mutex_, std::try_to_lock);
   if (!poll_lock.owns_lock()) return;  // another thread is polling right now
   // Only this poller pops from the queues, so the events seen here stay valid outside mutex_.
@@ -104,12 +127,12 @@ void DriverDevice::poll() {
     int64_t start = end;
     float ms = 0;
     if (newest.stream_was_busy && before != nullptr &&
-        real::cuEventElapsedTime(&ms, before, newest.done) == CUDA_SUCCESS && ms >= 0) {
+        elapsed_ms(&ms, before, newest.done) == CUDA_SUCCESS && ms >= 0) {
       start = end - static_cast<int64_t>(static_cast<double>(ms) * 1e6);
     }
     done.push_back({newest.seq, look.stream, newest.kind, newest.kernel, start, end});
     for (size_t i = 0; i < ready; ++i) {
-      if (t.last_done != nullptr) free_events_.push_back(t.last_done);
+      if (t.last_done != nullptr) t.free_events.push_back(t.last_done);
       t.last_done = t.pending.front().done;
       t.pending.pop_front();
     }
@@ -166,6 +189,11 @@ int DriverDevice::max_active_blocks_per_sm(const sched::KernelInfo& kernel) {
   std::lock_guard lock(occupancy_mutex_);
   occupancy_[key] = blocks;
   return blocks;
+}
+
+void DriverDevice::forget_occupancy() {
+  std::lock_guard lock(occupancy_mutex_);
+  occupancy_.clear();
 }
 
 int64_t DriverDevice::now_ns() const {

@@ -1,6 +1,6 @@
 // The scheduler's Device backed by the real CUDA driver. submit() makes the intercepted call;
-// completion of tracked ops (high-priority and best-effort classes) is observed with a pooled
-// CUevent recorded after each one and polled with cuEventQuery. Kernel durations are learned
+// completion of tracked ops (high-priority and best-effort classes) is observed with a
+// CUevent (pooled per stream, so of the stream's context) recorded after each one and polled with cuEventQuery. Kernel durations are learned
 // from the elapsed time between consecutive tracked ops of a busy stream. Polling queries the
 // newest pending event of a stream first: when it is done, the whole backlog retires with one
 // driver call (the dispatcher retires earlier ops of the stream with the latest completion).
@@ -32,8 +32,19 @@ class DriverDevice final : public sched::Device {
   int max_active_blocks_per_sm(const sched::KernelInfo& kernel) override;
   int64_t now_ns() const override;
 
+  // Function handles may have been reused (module/library unloaded): ask the driver again.
+  void forget_occupancy();
+
   // Ops submitted and not yet seen complete (for statistics and tests).
   uint64_t tracked_in_flight() const;
+
+  // Stream captures the shim counts (owned by the Shim). While one is active: no completion event
+  // is recorded (it would become a node of the program's graph: the op counts as done at once),
+  // and only the shim's own threads, which run in relaxed capture mode, query events (a query from
+  // a thread in global mode invalidates a global-mode capture).
+  void set_capture_counter(const std::atomic<int>* captures) { captures_ = captures; }
+  // Marks the calling thread as one of the shim's own (relaxed capture mode).
+  static void mark_shim_thread();
 
  private:
   struct Pending {
@@ -43,13 +54,17 @@ class DriverDevice final : public sched::Device {
     CUevent done;
     bool stream_was_busy;  // the previous tracked op of this stream was still running at submit
   };
+  // Completion events belong to the stream's context (an event can only be recorded on a stream
+  // of its own context), so each stream keeps its own pool.
   struct StreamTrack {
     std::deque<Pending> pending;
     CUevent last_done = nullptr;  // kept until the next completion, to time it
+    std::vector<CUevent> free_events;
   };
 
+  // Called under the op's context (submit's ContextGuard).
   void track(const sched::Op& op, CUstream stream);
-  CUevent take_event();  // under mutex_
+  static CUevent take_event(StreamTrack& t);  // under mutex_
   void report(const std::vector<sched::Completion>& done);
 
   std::mutex poll_mutex_;  // one poller at a time (taken with try_lock); guards the scratch below
@@ -63,9 +78,13 @@ class DriverDevice final : public sched::Device {
   std::vector<sched::Completion> done_;
   mutable std::mutex mutex_;  // the pending queues and the event pool; never held across a query
   std::unordered_map<sched::StreamId, StreamTrack> streams_;
-  std::vector<CUevent> free_events_;
   std::atomic<sched::CompletionListener*> listener_{nullptr};
   std::atomic<uint64_t> in_flight_{0};
+
+  const std::atomic<int>* captures_ = nullptr;
+  bool capturing() const {
+    return captures_ != nullptr && captures_->load(std::memory_order_acquire) > 0;
+  }
 
   mutable std::atomic<int> sm_count_{0};
   std::mutex occupancy_mutex_;

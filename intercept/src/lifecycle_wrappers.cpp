@@ -14,9 +14,8 @@ ORION_EXPORT CUresult CUDAAPI cuStreamCreate(CUstream* out, unsigned int flags) 
   ORION_REQUIRE_REAL(cuStreamCreate);
   CUresult rc = real::cuStreamCreate(out, flags);
   if (rc == CUDA_SUCCESS && out != nullptr) {
-    // A handle value can be reused after a destroy: start from the default class again.
     if (Shim* shim = orion::active_shim()) {
-      shim->set_stream_class(Shim::stream_id(*out, false), sched::StreamClass::kUnmanaged);
+      shim->stream_created(*out, flags, sched::StreamClass::kUnmanaged);
     }
   }
   return rc;
@@ -28,7 +27,7 @@ ORION_EXPORT CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* out, unsigned
   CUresult rc = real::cuStreamCreateWithPriority(out, flags, priority);
   if (rc == CUDA_SUCCESS && out != nullptr) {
     if (Shim* shim = orion::active_shim()) {
-      shim->set_stream_class(Shim::stream_id(*out, false), shim->class_for_priority(priority));
+      shim->stream_created(*out, flags, shim->class_for_priority(priority));
     }
   }
   return rc;
@@ -55,16 +54,35 @@ ORION_EXPORT CUresult CUDAAPI cuEventDestroy_v2(CUevent e) {
   return real::cuEventDestroy_v2(e);
 }
 
-// --- capture: drain at begin; nothing is deferred while any capture is active ---
+// --- handles that queued work may still use: a graph executable destroyed or updated, a module
+// or library unloaded. Its queued launches reach the driver first; after an unload the shim
+// forgets what it knew about the functions (their handle values may come back for new ones). ---
+ORION_DEVICE_SYNC(cuGraphExecDestroy, (CUgraphExec g), (g))
+ORION_DEVICE_SYNC(cuGraphExecUpdate_v2, (CUgraphExec g, CUgraph graph, CUgraphExecUpdateResultInfo* info),
+                  (g, graph, info))
+
+#define ORION_UNLOAD(sym, handle_t)                                             \
+  ORION_EXPORT CUresult CUDAAPI sym(handle_t h) {                               \
+    ORION_REQUIRE_REAL(sym);                                                    \
+    if (Shim* shim = orion::active_shim()) {                                    \
+      const int drained = shim->dispatcher().drain_all();                       \
+      CUresult rc = real::sym(h);                                               \
+      if (rc == CUDA_SUCCESS) shim->forget_functions();                         \
+      return orion::first_error(drained, rc);                                   \
+    }                                                                           \
+    return real::sym(h);                                                        \
+  }
+ORION_UNLOAD(cuModuleUnload, CUmodule)
+ORION_UNLOAD(cuLibraryUnload, CUlibrary)
+
+// --- capture: drain at begin (a deferred error there is returned and no capture begins);
+// nothing is deferred while any capture is active ---
 #define ORION_UNPAREN(...) __VA_ARGS__
 #define ORION_BEGIN_CAPTURE(sym, PARAMS, ARGS)                                 \
   ORION_EXPORT CUresult CUDAAPI sym PARAMS {                                   \
     ORION_REQUIRE_REAL(sym);                                                   \
     if (Shim* shim = orion::active_shim()) {                                   \
-      CUresult drained = shim->begin_capture();                                \
-      CUresult rc = real::sym ARGS;                                            \
-      if (rc != CUDA_SUCCESS) shim->end_capture();                             \
-      return drained != CUDA_SUCCESS ? drained : rc;                           \
+      return shim->begin_capture([&] { return real::sym ARGS; });              \
     }                                                                          \
     return real::sym ARGS;                                                     \
   }

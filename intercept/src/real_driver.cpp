@@ -55,10 +55,6 @@ bool load_real_driver() {
 #define ORION_RESOLVE_HELPER(sym, pfn) resolve(handle, #sym, &real::sym);
   ORION_HELPER_FUNCTIONS(ORION_RESOLVE_HELPER)
 #undef ORION_RESOLVE_HELPER
-  // CUDA 12.8+ exports the elapsed-time ABI as cuEventElapsedTime_v2 (same signature).
-  if (void* v2 = real_dlsym(handle, "cuEventElapsedTime_v2")) {
-    real::cuEventElapsedTime = reinterpret_cast<PFN_cuEventElapsedTime_v2000>(v2);
-  }
   g_driver_state.store(1, std::memory_order_release);
   return true;
 }

@@ -31,6 +31,8 @@ std::span<const EntryInfo> entry_table();
 #define ORION_HELPER_FUNCTIONS(X)                                                   \
   X(cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000)                                     \
   X(cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000)                                     \
+  X(cuCtxPushCurrent_v2, PFN_cuCtxPushCurrent_v4000)                                \
+  X(cuCtxPopCurrent_v2, PFN_cuCtxPopCurrent_v4000)                                  \
   X(cuCtxGetDevice, PFN_cuCtxGetDevice_v2000)                                       \
   X(cuCtxGetStreamPriorityRange, PFN_cuCtxGetStreamPriorityRange_v5050)             \
   X(cuDeviceGetAttribute, PFN_cuDeviceGetAttribute_v2000)                           \
@@ -43,7 +45,7 @@ std::span<const EntryInfo> entry_table();
     PFN_cuOccupancyMaxActiveBlocksPerMultiprocessor_v6050)                          \
   X(cuEventCreate, PFN_cuEventCreate_v2000)                                         \
   X(cuPointerGetAttribute, PFN_cuPointerGetAttribute_v4000)                         \
-  X(cuEventElapsedTime, PFN_cuEventElapsedTime_v2000)
+  X(cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010)
 
 namespace real {
 #define ORION_ENTRY(base, sym, pfn, lo, hi, pt) inline pfn sym = nullptr;

@@ -1,5 +1,8 @@
 #include "shim.h"
 
+#include <pthread.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -27,6 +30,11 @@ void shutdown_at_exit() {
 }
 
 void configure_logging(const Settings& s) { set_log_level(s.log_level); }
+
+// A child of fork() has only the forking thread: the shim's helper thread, and any lock another
+// thread held at the fork, are not there. The child passes every call straight through and its
+// exit neither flushes nor joins anything (the parent owns the queues and the trace).
+void child_after_fork() { g_shim_state.store(1, std::memory_order_release); }
 
 }  // namespace
 
@@ -62,6 +70,7 @@ Shim* init_shim_slow() {
   shim_log().info("{}", settings->describe());
   g_shim_state.store(reinterpret_cast<uintptr_t>(shim), std::memory_order_release);
   std::atexit(shutdown_at_exit);
+  pthread_atfork(nullptr, nullptr, child_after_fork);
   return shim;
 }
 
@@ -74,6 +83,9 @@ Shim::Shim(Settings settings) : settings_(std::move(settings)) {
   // Our own helper thread pumps, so that shutdown can stop it while the dispatcher stays alive
   // for calls that still arrive during process exit.
   options.background_thread = false;
+  // The helper thread polls every pump interval: a launch polls inline at most that often, so its
+  // cost does not grow with the number of busy streams.
+  options.inline_poll_interval_ns = options.pump_interval_ns;
   options.default_class = sched::StreamClass::kUnmanaged;
   if (!settings_.profile_import.empty()) {
     // Throws std::invalid_argument naming the file, line and field.
@@ -86,16 +98,48 @@ Shim::Shim(Settings settings) : settings_(std::move(settings)) {
     trace_ = std::make_unique<sched::TraceWriter>();
     options.trace = trace_.get();
   }
+  device_.set_capture_counter(&captures_);
   dispatcher_ = std::make_unique<sched::Dispatcher>(device_, std::move(policy), options);
   pump_thread_ = std::thread([this] { pump_loop(); });
 }
 
 void Shim::pump_loop() {
+  // Relaxed capture mode: the helper thread's event queries never invalidate a program's capture.
+  DriverDevice::mark_shim_thread();
   const auto period = std::chrono::microseconds(settings_.pump_interval_us);
+  const auto idle_period = std::max<std::chrono::microseconds>(period, std::chrono::milliseconds(5));
+  // Passes with nothing to do before sleeping the idle period (about 1 ms at the default
+  // interval): between the launches of a burst the thread stays awake, so submits need not wake it.
+  const int idle_passes_before_sleep =
+      static_cast<int>(std::max<int64_t>(1, 1000 / std::max<int64_t>(settings_.pump_interval_us, 1)));
+  int idle_passes = 0;
   while (!stop_.load(std::memory_order_acquire)) {
     dispatcher_->pump();
-    std::this_thread::sleep_for(period);
+    std::unique_lock lock(pump_mu_);
+    // Nothing queued and nothing tracked in flight (for a while): nothing to admit or retire until
+    // a submit changes that (Shim::submit wakes us); the idle period only bounds how stale a
+    // missed wake can leave us.
+    const bool nothing = dispatcher_->queued_now() == 0 && device_.tracked_in_flight() == 0;
+    idle_passes = nothing ? idle_passes + 1 : 0;
+    const bool idle = idle_passes >= idle_passes_before_sleep;
+    pump_idle_.store(idle, std::memory_order_seq_cst);
+    if (idle && (dispatcher_->queued_now() != 0 || device_.tracked_in_flight() != 0)) {
+      pump_idle_.store(false, std::memory_order_seq_cst);  // raced with a submit: go on
+      continue;
+    }
+    pump_cv_.wait_for(lock, idle ? idle_period : period,
+                      [&] { return pump_wake_ || stop_.load(std::memory_order_acquire); });
+    pump_wake_ = false;
+    pump_idle_.store(false, std::memory_order_relaxed);
   }
+}
+
+void Shim::wake_pump() {
+  {
+    std::lock_guard lock(pump_mu_);
+    pump_wake_ = true;
+  }
+  pump_cv_.notify_one();
 }
 
 int Shim::flush() {
@@ -111,6 +155,7 @@ int Shim::flush() {
 
 void Shim::shutdown() {
   stop_.store(true, std::memory_order_release);
+  wake_pump();
   if (pump_thread_.joinable()) pump_thread_.join();
   int rc = flush();
   if (rc != 0) shim_log().error("deferred work failed at exit with CUresult {}", rc);
@@ -125,14 +170,9 @@ void Shim::shutdown() {
                s.forced_by_starvation, s.caller_waits, s.backend_errors);
 }
 
-CUresult Shim::begin_capture() {
-  captures_.fetch_add(1, std::memory_order_acq_rel);
-  return static_cast<CUresult>(dispatcher_->drain_all());
-}
-
 int Shim::drain_for_legacy_stream(sched::StreamId id) {
   if (id != kLegacyStream || !have_best_effort_.load(std::memory_order_acquire)) return 0;
-  return dispatcher_->drain_all();
+  return dispatcher_->drain_legacy_sync();
 }
 
 sched::StreamClass Shim::class_for_priority(int priority) const {
@@ -146,12 +186,29 @@ void Shim::set_stream_class(sched::StreamId id, sched::StreamClass cls) {
   dispatcher_->set_stream_class(id, cls);
 }
 
-CUresult Shim::submit(sched::Op&& op) {
-  if (int rc = drain_for_legacy_stream(op.stream); rc != 0) return static_cast<CUresult>(rc);
-  return static_cast<CUresult>(dispatcher_->submit(std::move(op)));
+void Shim::forget_functions() {
+  forget_all_functions();
+  device_.forget_occupancy();
 }
 
-CUresult Shim::launch(const KernelLaunch& call, bool per_thread) {
+void Shim::stream_created(CUstream s, unsigned flags, sched::StreamClass cls) {
+  const sched::StreamId id = stream_id(s, false);
+  // A handle value can be reused after a destroy: class and flags are set again each time.
+  dispatcher_->set_syncs_with_legacy(id, (flags & CU_STREAM_NON_BLOCKING) == 0);
+  set_stream_class(id, cls);
+}
+
+CUresult Shim::submit(sched::Op&& op) {
+  if (int rc = drain_for_legacy_stream(op.stream); rc != 0) return static_cast<CUresult>(rc);
+  const auto rc = static_cast<CUresult>(dispatcher_->submit(std::move(op), /*may_defer=*/!capturing()));
+  if (pump_idle_.load(std::memory_order_seq_cst) &&
+      (dispatcher_->queued_now() != 0 || device_.tracked_in_flight() != 0)) {
+    wake_pump();
+  }
+  return rc;
+}
+
+CUresult Shim::launch(KernelLaunch& call, bool per_thread) {
   const CUlaunchConfig& c = call.config();
   const FunctionInfo& info = function_info(call.function());
   sched::Op op;
@@ -167,15 +224,20 @@ CUresult Shim::launch(const KernelLaunch& call, bool per_thread) {
   op.kernel.grid = {c.gridDimX, c.gridDimY, c.gridDimZ};
   op.kernel.block = {c.blockDimX, c.blockDimY, c.blockDimZ};
   op.kernel.shared_mem_bytes = c.sharedMemBytes;
+  // A launch that records an event is ordered with the event's other records and waits.
+  op.event = reinterpret_cast<sched::EventId>(call.recorded_event());
   op.borrowed = &call;
   op.clone = &KernelLaunch::clone;
-  if (info.communication &&
-      dispatcher_->stream_class(op.stream) != sched::StreamClass::kCommunication) {
+  const sched::StreamClass cls = dispatcher_->stream_class(op.stream);
+  if (cls != sched::StreamClass::kCommunication &&
+      (info.communication || call.remote_sync_domain())) {
     // NCCL kernels spin until their peers arrive: the stream is a communication stream from now
     // on (set_stream_class drains what it had queued first, keeping its order).
     dispatcher_->set_stream_class(op.stream, sched::StreamClass::kCommunication);
     comm_streams_.fetch_add(1, std::memory_order_relaxed);
     shim_log().debug("stream {:#x} carries {} -> communication", op.stream, info.name);
+  } else if (cls == sched::StreamClass::kBestEffort) {
+    call.capture_context();
   }
   return submit(std::move(op));
 }

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "cuda_api.h"
@@ -37,23 +39,42 @@ class Shim {
   static constexpr sched::StreamId kPerThreadStream = 2;
 
   // While any stream capture is active nothing is deferred (a deferred launch would silently
-  // drop out of the graph).
+  // drop out of the graph); ops still go through the dispatcher, behind their stream's queue.
   bool capturing() const { return captures_.load(std::memory_order_acquire) > 0; }
-  CUresult begin_capture();  // drains everything, then counts the capture
+  // Counts the capture (nothing is deferred from now on), drains everything queued, then calls
+  // `begin` (the driver's begin-capture). A deferred error from the drain is returned and the
+  // capture is not begun; a failed begin is not counted.
+  template <typename Begin>
+  CUresult begin_capture(Begin begin) {
+    captures_.fetch_add(1, std::memory_order_acq_rel);
+    CUresult rc = static_cast<CUresult>(dispatcher_->drain_all());
+    if (rc == CUDA_SUCCESS) rc = begin();
+    if (rc != CUDA_SUCCESS) end_capture();
+    return rc;
+  }
   void end_capture() { captures_.fetch_sub(1, std::memory_order_acq_rel); }
 
-  // Work on the legacy stream waits for all blocking streams: drain queued best-effort work.
+  // Work on the legacy stream waits for all blocking streams: drain their queued best-effort work
+  // (non-blocking streams never synchronise with it).
   int drain_for_legacy_stream(sched::StreamId id);
 
   // Stream creation with a priority: CUDA's lower number = more urgent.
   sched::StreamClass class_for_priority(int priority) const;
   void set_stream_class(sched::StreamId id, sched::StreamClass cls);
+  // A stream created by the program: its class and its flags (CU_STREAM_NON_BLOCKING).
+  void stream_created(CUstream s, unsigned flags, sched::StreamClass cls);
 
   // Submits an op through the dispatcher. `call` is the borrowed payload; `clone` may be null
   // (the caller then waits until the op reached the driver).
   CUresult submit(sched::Op&& op);
-  // A kernel launch: kernel facts for the policy, communication detection, then submit().
-  CUresult launch(const class KernelLaunch& call, bool per_thread);
+  // A kernel launch: kernel facts for the policy, communication detection, then submit(). A
+  // launch that may be deferred records its caller's context (a borrowed one whose arguments
+  // cannot be copied may be submitted by another thread while its caller waits).
+  CUresult launch(class KernelLaunch& call, bool per_thread);
+
+  // A module or library was unloaded: function handles may be reused for other kernels, so the
+  // kernel catalogue and the occupancy answers start afresh.
+  void forget_functions();
 
   // Drains everything and writes the trace (ORION_TRACE). Returns the first deferred error.
   int flush();
@@ -65,6 +86,8 @@ class Shim {
 
  private:
   void pump_loop();
+  // Wakes the helper thread from an idle sleep (something was queued or is tracked now).
+  void wake_pump();
 
   Settings settings_;
   DriverDevice device_;
@@ -75,6 +98,12 @@ class Shim {
   std::atomic<bool> have_best_effort_{false};
   std::atomic<uint64_t> comm_streams_{0};
   std::atomic<bool> stop_{false};
+  // The helper thread sleeps a pump interval while work is queued or tracked in flight, and an
+  // idle period (woken by the next submit) when there is none.
+  std::mutex pump_mu_;
+  std::condition_variable pump_cv_;
+  bool pump_wake_ = false;  // guarded by pump_mu_
+  std::atomic<bool> pump_idle_{false};
   std::thread pump_thread_;
 };
 

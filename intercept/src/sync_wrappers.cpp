@@ -11,10 +11,10 @@ using orion::first_error;
 namespace {
 
 // Drains what a synchronisation on `s` depends on: the stream itself, or for the legacy stream
-// (which waits for every blocking stream) everything.
+// (which waits for every blocking stream) the blocking streams.
 int drain_stream(Shim* shim, CUstream s, bool per_thread) {
   sched::StreamId id = Shim::stream_id(s, per_thread);
-  if (id == Shim::kLegacyStream) return shim->dispatcher().drain_all();
+  if (id == Shim::kLegacyStream) return shim->dispatcher().drain_legacy_sync();
   return shim->dispatcher().drain_stream(id);
 }
 
@@ -31,8 +31,61 @@ int drain_stream(Shim* shim, CUstream s, bool per_thread) {
   }
 ORION_STREAM_SYNC(cuStreamSynchronize, false)
 ORION_STREAM_SYNC(cuStreamSynchronize_ptsz, true)
-ORION_STREAM_SYNC(cuStreamQuery, false)
-ORION_STREAM_SYNC(cuStreamQuery_ptsz, true)
+
+// Queries force nothing out (the caching allocator and NCCL's watchdog query all the time): work
+// still queued in the shim is not done, CUDA_ERROR_NOT_READY; a deferred error is returned;
+// otherwise the driver answers.
+namespace {
+CUresult query_answer(const sched::QueryState& q) {
+  if (q.error != 0) return static_cast<CUresult>(q.error);
+  return q.queued ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+}
+sched::QueryState stream_query_state(Shim* shim, CUstream s, bool per_thread) {
+  const sched::StreamId id = Shim::stream_id(s, per_thread);
+  if (id == Shim::kLegacyStream) return shim->dispatcher().query_legacy_sync();
+  return shim->dispatcher().query_stream(id);
+}
+}  // namespace
+
+#define ORION_STREAM_QUERY(sym, per_thread)                                               \
+  ORION_EXPORT CUresult CUDAAPI sym(CUstream s) {                                         \
+    ORION_REQUIRE_REAL(sym);                                                              \
+    if (Shim* shim = orion::scheduling_shim()) {                                          \
+      if (CUresult rc = query_answer(stream_query_state(shim, s, per_thread)); rc != 0) { \
+        return rc;                                                                        \
+      }                                                                                   \
+    }                                                                                     \
+    return real::sym(s);                                                                  \
+  }
+ORION_STREAM_QUERY(cuStreamQuery, false)
+ORION_STREAM_QUERY(cuStreamQuery_ptsz, true)
+
+// Elapsed time: like a query of both events (CUDA answers NOT_READY for an unfinished record).
+#define ORION_ELAPSED_TIME(sym)                                                           \
+  ORION_EXPORT CUresult CUDAAPI sym(float* ms, CUevent a, CUevent b) {                    \
+    ORION_REQUIRE_REAL(sym);                                                              \
+    if (Shim* shim = orion::scheduling_shim()) {                                          \
+      for (CUevent e : {a, b}) {                                                          \
+        if (CUresult rc = query_answer(shim->dispatcher().query_event(orion::event_id(e))); \
+            rc != CUDA_SUCCESS) {                                                         \
+          return rc;                                                                      \
+        }                                                                                 \
+      }                                                                                   \
+    }                                                                                     \
+    return real::sym(ms, a, b);                                                           \
+  }
+ORION_ELAPSED_TIME(cuEventElapsedTime)
+ORION_ELAPSED_TIME(cuEventElapsedTime_v2)
+
+ORION_EXPORT CUresult CUDAAPI cuEventQuery(CUevent e) {
+  ORION_REQUIRE_REAL(cuEventQuery);
+  if (Shim* shim = orion::scheduling_shim()) {
+    if (CUresult rc = query_answer(shim->dispatcher().query_event(orion::event_id(e))); rc != 0) {
+      return rc;
+    }
+  }
+  return real::cuEventQuery(e);
+}
 
 #define ORION_EVENT_SYNC(sym)                                                            \
   ORION_EXPORT CUresult CUDAAPI sym(CUevent e) {                                         \
@@ -44,7 +97,6 @@ ORION_STREAM_SYNC(cuStreamQuery_ptsz, true)
     return real::sym(e);                                                                 \
   }
 ORION_EVENT_SYNC(cuEventSynchronize)
-ORION_EVENT_SYNC(cuEventQuery)
 
 ORION_EXPORT CUresult CUDAAPI cuCtxSynchronize() {
   ORION_REQUIRE_REAL(cuCtxSynchronize);

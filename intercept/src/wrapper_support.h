@@ -17,11 +17,10 @@
 
 namespace orion {
 
-// The shim when this call should be scheduled; nullptr for pass-through and during capture.
-inline Shim* scheduling_shim() {
-  Shim* s = active_shim();
-  return (s != nullptr && !s->capturing()) ? s : nullptr;
-}
+// The shim when this call should go through the scheduler; nullptr for pass-through. During a
+// stream capture calls still go through it (in order behind queued work of their stream), but
+// nothing is deferred (Shim::submit).
+inline Shim* scheduling_shim() { return active_shim(); }
 
 // Submits a value-argument stream-ordered call (copy, memset, event op, ...).
 template <typename Call>

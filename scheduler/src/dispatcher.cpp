@@ -13,6 +13,7 @@
 namespace sched {
 
 using detail::CallerWait;
+using detail::Dep;
 using detail::EventRecordRef;
 using detail::InFlightOp;
 using detail::QueuedOp;
@@ -50,7 +51,6 @@ Dispatcher::Impl::Impl(Device& dev, std::unique_ptr<Policy> pol, DispatcherOptio
     opt.profiles = own_profiles.get();
   }
   defers = policy->defers_best_effort();
-  sm_count = device.sm_count();
   device.set_listener(this);
   if (opt.background_thread) background = std::thread([this] { background_loop(); });
 }
@@ -99,20 +99,60 @@ std::vector<StreamState*> Dispatcher::Impl::all_streams() const {
   return stream_list;
 }
 
+namespace {
+bool submitted(const Dep& d) {
+  return d.stream->last_submitted_seq.load(std::memory_order_acquire) >= d.seq;
+}
+}  // namespace
+
 // Called at an event record's arrival (stream mutex held): waits issued later refer to it.
 void Dispatcher::Impl::note_record(EventId event, StreamState& s, uint64_t seq) {
   std::lock_guard lock(events_mu);
-  events[event] = {&s, seq};
+  events[event].latest = {&s, seq};
+}
+
+void Dispatcher::Impl::note_queued_wait(EventId event, StreamState& s, uint64_t seq) {
+  std::lock_guard lock(events_mu);
+  auto& waits = events[event].queued_waits;
+  std::erase_if(waits, submitted);
+  waits.push_back({&s, seq});
 }
 
 // The event's latest record if it has not been submitted yet.
 EventRecordRef Dispatcher::Impl::pending_record(EventId event) {
   std::lock_guard lock(events_mu);
   auto it = events.find(event);
-  if (it == events.end()) return {};
-  const EventRecordRef ref = it->second;
-  if (ref.stream->last_submitted_seq.load(std::memory_order_acquire) >= ref.seq) return {};
+  if (it == events.end() || it->second.latest.stream == nullptr) return {};
+  const EventRecordRef ref = it->second.latest;
+  if (submitted(ref)) return {};
   return ref;
+}
+
+std::vector<Dep> Dispatcher::Impl::record_deps(EventId event, const StreamState& s) {
+  std::vector<Dep> deps;
+  std::lock_guard lock(events_mu);
+  auto it = events.find(event);
+  if (it == events.end()) return deps;
+  // Ops of `s` itself come first anyway (stream order).
+  const EventRecordRef& latest = it->second.latest;
+  if (latest.stream != nullptr && latest.stream != &s && !submitted(latest)) deps.push_back(latest);
+  auto& waits = it->second.queued_waits;
+  std::erase_if(waits, submitted);
+  for (const Dep& w : waits) {
+    if (w.stream != &s) deps.push_back(w);
+  }
+  return deps;
+}
+
+void Dispatcher::Impl::drain_deps(const std::vector<Dep>& deps) {
+  for (const Dep& d : deps) drain_until(*d.stream, d.seq);
+}
+
+const Dep* Dispatcher::Impl::first_unmet(const QueuedOp& q) {
+  for (const Dep& d : q.deps) {
+    if (!submitted(d)) return &d;
+  }
+  return nullptr;
 }
 
 OpEstimate Dispatcher::Impl::estimate(const Op& op) {
@@ -124,7 +164,9 @@ OpEstimate Dispatcher::Impl::estimate(const Op& op) {
 bool Dispatcher::Impl::reserve_best_effort(const Op& op, const OpEstimate& est, bool force) {
   DeviceState state;
   if (!force) {
-    state.sm_count = sm_count;
+    // Asked each time, not frozen at construction: a backend may learn it late (the real driver
+    // only once a context is current).
+    state.sm_count = device.sm_count();
     state.hp_in_flight = hp_in_flight.load(std::memory_order_acquire);
     const auto hint = static_cast<KernelProfile>(hp_hint.load(std::memory_order_relaxed));
     state.hp_running_profile =
@@ -190,8 +232,6 @@ int Dispatcher::Impl::submit_locked(StreamState& s, Op& op, const OpEstimate& es
 void Dispatcher::Impl::submit_head_locked(StreamState& s, const OpEstimate& est) {
   QueuedOp q = std::move(s.queue.front());
   s.queue.pop_front();
-  s.queued.fetch_sub(1, std::memory_order_relaxed);
-  total_queued.fetch_sub(1, std::memory_order_relaxed);
   q.op.submitted_ns = device.now_ns();
   if (!s.queue.empty()) s.head_since_ns = q.op.submitted_ns;
   const int rc = submit_locked(s, q.op, est);
@@ -204,23 +244,31 @@ void Dispatcher::Impl::submit_head_locked(StreamState& s, const OpEstimate& est)
     wait_cv.notify_all();
   } else if (rc != 0 && s.sticky_error == 0) {
     s.sticky_error = rc;
+    sticky_errors.fetch_add(1, std::memory_order_acq_rel);
   }
+  // Counted as queued until the device has it and its error is recorded: a lock-free look at
+  // the counts (queries, legacy drains) must not take it for done while it is on its way.
+  s.queued.fetch_sub(1, std::memory_order_release);
+  total_queued.fetch_sub(1, std::memory_order_release);
 }
 
-int Dispatcher::Impl::submit(Op&& op) {
+int Dispatcher::Impl::submit(Op&& op, bool may_defer) {
   StreamState& s = stream(op.stream);
-  if (defers && s.cls.load(std::memory_order_relaxed) == StreamClass::kBestEffort) {
+  const bool defers_here = defers && may_defer;
+  if (defers_here && s.cls.load(std::memory_order_relaxed) == StreamClass::kBestEffort) {
     return submit_best_effort(s, std::move(op));
   }
   if (op.kind == OpKind::kStreamWaitEvent) {
     if (EventRecordRef dep = pending_record(op.event); dep.stream != nullptr) {
       drain_until(*dep.stream, dep.seq);
     }
+  } else if (op.records_event()) {
+    drain_deps(record_deps(op.event, s));
   }
   std::unique_lock lock(s.mu);
   // The class may have changed since the unlocked read, leaving queued work ahead of this op.
-  while (!s.queue.empty() || (defers && s.cls.load() == StreamClass::kBestEffort)) {
-    if (defers && s.cls.load() == StreamClass::kBestEffort) {
+  while (!s.queue.empty() || (defers_here && s.cls.load() == StreamClass::kBestEffort)) {
+    if (defers_here && s.cls.load() == StreamClass::kBestEffort) {
       lock.unlock();
       return submit_best_effort(s, std::move(op));
     }
@@ -231,7 +279,7 @@ int Dispatcher::Impl::submit(Op&& op) {
   op.cls = s.cls.load(std::memory_order_relaxed);
   op.seq = next_seq.fetch_add(1, std::memory_order_relaxed);
   op.arrival_ns = op.submitted_ns = device.now_ns();
-  if (op.kind == OpKind::kEventRecord) note_record(op.event, s, op.seq);
+  if (op.records_event()) note_record(op.event, s, op.seq);
   OpEstimate est;
   if (op.cls == StreamClass::kBestEffort) reserve_best_effort(op, est, /*force=*/true);
   ++s.submitted_inline;
@@ -239,7 +287,7 @@ int Dispatcher::Impl::submit(Op&& op) {
 }
 
 int Dispatcher::Impl::submit_best_effort(StreamState& s, Op&& op) {
-  try_pump();  // fresh completions first, and queued work of other streams gets its turn
+  try_pump_inline();  // fresh completions first, and queued work of other streams gets its turn
   std::unique_lock lock(s.mu);
   if (s.cls.load(std::memory_order_relaxed) != StreamClass::kBestEffort) {
     lock.unlock();
@@ -249,13 +297,16 @@ int Dispatcher::Impl::submit_best_effort(StreamState& s, Op&& op) {
   op.seq = next_seq.fetch_add(1, std::memory_order_relaxed);
   op.arrival_ns = device.now_ns();
   QueuedOp q;
-  if (op.kind == OpKind::kEventRecord) note_record(op.event, s, op.seq);
-  if (op.kind == OpKind::kStreamWaitEvent) {
-    const EventRecordRef dep = pending_record(op.event);
-    q.dep_stream = dep.stream;
-    q.dep_seq = dep.seq;
+  if (op.records_event()) {
+    q.deps = record_deps(op.event, s);
+    note_record(op.event, s, op.seq);
   }
-  if (s.queue.empty() && q.dep_stream == nullptr) {
+  if (op.kind == OpKind::kStreamWaitEvent) {
+    if (const EventRecordRef dep = pending_record(op.event); dep.stream != nullptr) {
+      q.deps.push_back(dep);
+    }
+  }
+  if (s.queue.empty() && q.deps.empty()) {
     const OpEstimate est = estimate(op);
     if (reserve_best_effort(op, est, /*force=*/false)) {
       op.submitted_ns = op.arrival_ns;
@@ -274,6 +325,8 @@ int Dispatcher::Impl::submit_best_effort(StreamState& s, Op&& op) {
     q.waiter = &waiter;
     ++s.caller_waits;
   }
+  if (op.kind == OpKind::kStreamWaitEvent) note_queued_wait(op.event, s, op.seq);
+  const uint64_t seq = op.seq;
   q.op = std::move(op);
   if (s.queue.empty()) s.head_since_ns = q.op.arrival_ns;
   s.queue.push_back(std::move(q));
@@ -284,15 +337,11 @@ int Dispatcher::Impl::submit_best_effort(StreamState& s, Op&& op) {
   if (first_queued) wake_background();
   if (!caller_waits) return 0;
 
-  // Wait, pumping ourselves between waits: progress must not depend on a background thread.
-  const auto interval = std::chrono::nanoseconds(std::max<int64_t>(opt.pump_interval_ns, 1000));
+  // The caller cannot wait for the policy (up to the starvation bound per queued op ahead of it):
+  // its stream is drained now, up to and including its op, in order.
+  drain_until(s, seq);
   std::unique_lock wait_lock(wait_mu);
-  while (!waiter.done) {
-    if (wait_cv.wait_for(wait_lock, interval, [&] { return waiter.done; })) break;
-    wait_lock.unlock();
-    pump();
-    wait_lock.lock();
-  }
+  wait_cv.wait(wait_lock, [&] { return waiter.done; });
   return waiter.status;
 }
 
@@ -342,10 +391,18 @@ StreamClass Dispatcher::stream_class(StreamId id) const {
   return s == nullptr ? impl_->opt.default_class : s->cls.load();
 }
 
-int Dispatcher::submit(Op&& op) { return impl_->submit(std::move(op)); }
+int Dispatcher::submit(Op&& op, bool may_defer) { return impl_->submit(std::move(op), may_defer); }
 int Dispatcher::drain_stream(StreamId id) { return impl_->drain_stream(id); }
 int Dispatcher::drain_event(EventId event) { return impl_->drain_event(event); }
 int Dispatcher::drain_all() { return impl_->drain_all(); }
+int Dispatcher::drain_legacy_sync() { return impl_->drain_legacy_sync(); }
+QueryState Dispatcher::query_stream(StreamId id) { return impl_->query_stream(id); }
+QueryState Dispatcher::query_event(EventId event) { return impl_->query_event(event); }
+QueryState Dispatcher::query_legacy_sync() { return impl_->query_legacy_sync(); }
+
+void Dispatcher::set_syncs_with_legacy(StreamId id, bool syncs) {
+  impl_->stream(id).syncs_with_legacy.store(syncs, std::memory_order_relaxed);
+}
 
 void Dispatcher::forget_stream(StreamId id) {
   StreamState* s = impl_->find_stream(id);
@@ -361,17 +418,30 @@ void Dispatcher::forget_stream(StreamId id) {
     int none = 0;
     impl_->orphan_error.compare_exchange_strong(none, s->sticky_error);
     s->sticky_error = 0;
+    impl_->sticky_errors.fetch_sub(1, std::memory_order_acq_rel);
   }
   if (s->queue.empty()) s->cls.store(impl_->opt.default_class);
 }
 
 void Dispatcher::forget_event(EventId event) {
+  // Queued waits on the event must reach the device while it still exists.
+  std::vector<detail::Dep> waits;
+  {
+    std::lock_guard lock(impl_->events_mu);
+    auto it = impl_->events.find(event);
+    if (it == impl_->events.end()) return;
+    waits = it->second.queued_waits;
+  }
+  impl_->drain_deps(waits);
   std::lock_guard lock(impl_->events_mu);
   impl_->events.erase(event);
 }
 
 void Dispatcher::pump() { impl_->pump(); }
 DispatcherStats Dispatcher::stats() const { return impl_->stats(); }
+uint64_t Dispatcher::queued_now() const {
+  return impl_->total_queued.load(std::memory_order_acquire);
+}
 const Policy& Dispatcher::policy() const { return *impl_->policy; }
 
 }  // namespace sched

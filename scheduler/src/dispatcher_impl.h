@@ -27,10 +27,12 @@
 namespace sched {
 
 namespace detail {
-// An event's latest record: the stream it was recorded on and its seq.
-struct EventRecordRef {
-  StreamState* stream = nullptr;
-  uint64_t seq = 0;
+// An event's latest record (the stream it was recorded on and its seq), and the
+// stream-wait-event ops on it that are queued and not yet submitted.
+using EventRecordRef = Dep;
+struct EventState {
+  EventRecordRef latest;
+  std::vector<Dep> queued_waits;
 };
 }  // namespace detail
 
@@ -40,6 +42,7 @@ struct Dispatcher::Impl final : CompletionListener {
   using InFlightOp = detail::InFlightOp;
   using CallerWait = detail::CallerWait;
   using EventRecordRef = detail::EventRecordRef;
+  using Dep = detail::Dep;
 
   Impl(Device& dev, std::unique_ptr<Policy> pol, DispatcherOptions o);
   ~Impl() override;
@@ -51,8 +54,18 @@ struct Dispatcher::Impl final : CompletionListener {
   std::vector<StreamState*> all_streams() const;
   // The event's latest record if it has not been submitted yet.
   EventRecordRef pending_record(EventId event);
+  // What a new record of `event` on `s` must follow into the device (ops of other streams not yet
+  // submitted): the previous record, so the event ends up meaning the latest one, and the queued
+  // waits on it, which must bind to the record before the new one.
+  std::vector<Dep> record_deps(EventId event, const StreamState& s);
   // Called at an event record's arrival (stream mutex held): waits issued later refer to it.
   void note_record(EventId event, StreamState& s, uint64_t seq);
+  // A stream-wait-event queued on `s` (stream mutex held): a later record waits for it.
+  void note_queued_wait(EventId event, StreamState& s, uint64_t seq);
+  // Submits every dependency in `deps` (no stream mutex held).
+  void drain_deps(const std::vector<Dep>& deps);
+  // The first dependency of `q` not yet submitted, or null.
+  static const Dep* first_unmet(const QueuedOp& q);
 
   // ---- admission bookkeeping and submit paths (dispatcher.cpp) ----
   OpEstimate estimate(const Op& op);
@@ -63,7 +76,7 @@ struct Dispatcher::Impl final : CompletionListener {
   int submit_locked(StreamState& s, Op& op, const OpEstimate& est);
   // Submits the head of s.queue (already reserved with `est` if best-effort); s.mu held.
   void submit_head_locked(StreamState& s, const OpEstimate& est);
-  int submit(Op&& op);
+  int submit(Op&& op, bool may_defer = true);
   int submit_best_effort(StreamState& s, Op&& op);
 
   // ---- drains and pumping (dispatcher_pump.cpp) ----
@@ -73,7 +86,18 @@ struct Dispatcher::Impl final : CompletionListener {
   int drain_stream(StreamId id);
   int drain_event(EventId event);
   int drain_all();
+  int drain_legacy_sync();
+  // A query's view of s (s.mu not held): queued work, and its deferred error (taken).
+  QueryState query(StreamState& s);
+  QueryState query_stream(StreamId id);
+  QueryState query_event(EventId event);
+  QueryState query_legacy_sync();
+  // Drains every stream with queued work that `pred` selects; the first deferred error.
+  template <typename Pred>
+  int drain_streams(Pred pred);
   void try_pump();
+  // try_pump() from a caller's submit(), rate-limited by opt.inline_poll_interval_ns.
+  void try_pump_inline();
   void pump();
   void pump_locked();
   // Offers s's queue head to the policy; forces it after be_max_wait_ns. True if it made progress.
@@ -95,7 +119,6 @@ struct Dispatcher::Impl final : CompletionListener {
   std::unique_ptr<ProfileStore> own_profiles;
   const uint64_t uid;
   bool defers = true;
-  int sm_count = 0;
 
   std::atomic<uint64_t> next_seq{1};
   std::atomic<size_t> total_queued{0};
@@ -113,11 +136,13 @@ struct Dispatcher::Impl final : CompletionListener {
   std::vector<StreamState*> stream_list;
 
   std::mutex events_mu;
-  std::unordered_map<EventId, EventRecordRef> events;
+  std::unordered_map<EventId, detail::EventState> events;
 
   // First deferred error of a stream that was forgotten before a drain returned it: reported by
   // the next drain_all() instead of being dropped.
   std::atomic<int> orphan_error{0};
+  // Streams whose sticky_error is set (lets drain_legacy_sync skip every stream when zero).
+  std::atomic<int> sticky_errors{0};
 
   std::mutex deferred_mu;  // completions reported from inside device.submit(), applied at the next pump
   std::vector<Completion> deferred_completions;
@@ -125,6 +150,8 @@ struct Dispatcher::Impl final : CompletionListener {
 
   std::mutex wait_mu;
   std::condition_variable wait_cv;
+
+  std::atomic<int64_t> last_inline_poll_ns{0};  // see DispatcherOptions::inline_poll_interval_ns
 
   std::mutex pump_mu;  // one pump at a time; guards the two below
   size_t rr_next = 0;

@@ -19,12 +19,10 @@ void Dispatcher::Impl::drain_until(StreamState& s, uint64_t upto) {
   std::unique_lock lock(s.mu);
   while (!s.queue.empty() && s.queue.front().op.seq <= upto) {
     QueuedOp& head = s.queue.front();
-    if (head.dep_stream != nullptr &&
-        head.dep_stream->last_submitted_seq.load(std::memory_order_acquire) < head.dep_seq) {
-      StreamState& producer = *head.dep_stream;
-      const uint64_t record_seq = head.dep_seq;
+    if (const detail::Dep* dep = first_unmet(head)) {
+      const detail::Dep d = *dep;
       lock.unlock();
-      drain_until(producer, record_seq);  // record_seq < head's seq: the recursion ends
+      drain_until(*d.stream, d.seq);  // d.seq < head's seq: the recursion ends
       lock.lock();
       continue;
     }
@@ -36,7 +34,9 @@ void Dispatcher::Impl::drain_until(StreamState& s, uint64_t upto) {
 
 int Dispatcher::Impl::take_error(StreamState& s) {
   std::lock_guard lock(s.mu);
-  return std::exchange(s.sticky_error, 0);
+  const int err = std::exchange(s.sticky_error, 0);
+  if (err != 0) sticky_errors.fetch_sub(1, std::memory_order_acq_rel);
+  return err;
 }
 
 int Dispatcher::Impl::drain_stream(StreamId id) {
@@ -51,16 +51,18 @@ int Dispatcher::Impl::drain_event(EventId event) {
   {
     std::lock_guard lock(events_mu);
     auto it = events.find(event);
-    if (it == events.end()) return 0;
-    ref = it->second;
+    if (it == events.end() || it->second.latest.stream == nullptr) return 0;
+    ref = it->second.latest;
   }
   drain_until(*ref.stream, ref.seq);
   return take_error(*ref.stream);
 }
 
-int Dispatcher::Impl::drain_all() {
+template <typename Pred>
+int Dispatcher::Impl::drain_streams(Pred pred) {
   int first = 0;
   for (StreamState* s : all_streams()) {
+    if (!pred(*s)) continue;
     drain_until(*s, std::numeric_limits<uint64_t>::max());
     const int err = take_error(*s);
     if (first == 0) first = err;
@@ -70,9 +72,87 @@ int Dispatcher::Impl::drain_all() {
   return first;
 }
 
+int Dispatcher::Impl::drain_all() {
+  return drain_streams([](const StreamState&) { return true; });
+}
+
+int Dispatcher::Impl::drain_legacy_sync() {
+  // The common case (nothing queued, no error waiting) touches no stream.
+  if (total_queued.load(std::memory_order_acquire) == 0 &&
+      sticky_errors.load(std::memory_order_acquire) == 0 &&
+      orphan_error.load(std::memory_order_relaxed) == 0) {
+    return 0;
+  }
+  return drain_streams([this](const StreamState& s) {
+    return s.syncs_with_legacy.load(std::memory_order_relaxed) &&
+           (s.queued.load(std::memory_order_relaxed) != 0 ||
+            sticky_errors.load(std::memory_order_relaxed) != 0);
+  });
+}
+
+QueryState Dispatcher::Impl::query(StreamState& s) {
+  // Under the stream's mutex: an op being submitted right now (already off the queue, its error
+  // not yet recorded) is seen either as queued or with its error.
+  std::lock_guard lock(s.mu);
+  QueryState out;
+  out.queued = !s.queue.empty();
+  out.error = std::exchange(s.sticky_error, 0);
+  if (out.error != 0) sticky_errors.fetch_sub(1, std::memory_order_acq_rel);
+  return out;
+}
+
+QueryState Dispatcher::Impl::query_stream(StreamId id) {
+  StreamState* s = find_stream(id);
+  return s == nullptr ? QueryState{} : query(*s);
+}
+
+QueryState Dispatcher::Impl::query_event(EventId event) {
+  EventRecordRef ref;
+  {
+    std::lock_guard lock(events_mu);
+    auto it = events.find(event);
+    if (it == events.end() || it->second.latest.stream == nullptr) return {};
+    ref = it->second.latest;
+  }
+  QueryState out;
+  out.queued = ref.stream->last_submitted_seq.load(std::memory_order_acquire) < ref.seq;
+  if (sticky_errors.load(std::memory_order_acquire) != 0) out.error = take_error(*ref.stream);
+  return out;
+}
+
+QueryState Dispatcher::Impl::query_legacy_sync() {
+  QueryState out;
+  if (total_queued.load(std::memory_order_acquire) == 0 &&
+      sticky_errors.load(std::memory_order_acquire) == 0) {
+    return out;
+  }
+  for (StreamState* s : all_streams()) {
+    if (!s->syncs_with_legacy.load(std::memory_order_relaxed)) continue;
+    if (s->queued.load(std::memory_order_relaxed) == 0 &&
+        sticky_errors.load(std::memory_order_relaxed) == 0) {
+      continue;
+    }
+    const QueryState one = query(*s);
+    out.queued |= one.queued;
+    if (out.error == 0) out.error = one.error;
+  }
+  return out;
+}
+
 void Dispatcher::Impl::try_pump() {
   std::unique_lock lock(pump_mu, std::try_to_lock);
   if (lock.owns_lock()) pump_locked();
+}
+
+void Dispatcher::Impl::try_pump_inline() {
+  if (opt.inline_poll_interval_ns > 0) {
+    const int64_t now = device.now_ns();
+    int64_t last = last_inline_poll_ns.load(std::memory_order_relaxed);
+    if (now - last < opt.inline_poll_interval_ns) return;
+    // One caller polls per interval; the others go on.
+    if (!last_inline_poll_ns.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;
+  }
+  try_pump();
 }
 
 void Dispatcher::Impl::pump() {
@@ -106,16 +186,14 @@ bool Dispatcher::Impl::admit_head(StreamState& s) {
   if (s.queue.empty()) return false;
   QueuedOp& head = s.queue.front();
   const bool starving = device.now_ns() - s.head_since_ns >= opt.be_max_wait_ns;
-  if (head.dep_stream != nullptr &&
-      head.dep_stream->last_submitted_seq.load(std::memory_order_acquire) < head.dep_seq) {
+  if (const detail::Dep* dep = first_unmet(head)) {
     if (!starving) return false;
-    StreamState& producer = *head.dep_stream;
-    const uint64_t record_seq = head.dep_seq;
+    const detail::Dep d = *dep;
     lock.unlock();
-    drain_until(producer, record_seq);
+    drain_until(*d.stream, d.seq);
     return true;
   }
-  head.dep_stream = nullptr;
+  head.deps.clear();
   const OpEstimate est = estimate(head.op);
   if (!reserve_best_effort(head.op, est, /*force=*/false)) {
     if (!starving) return false;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <vector>
 
 #include "fifo_ring.h"
 #include "scheduler/op.h"
@@ -28,11 +29,18 @@ struct CallerWait {
 
 struct StreamState;
 
+// An op of another stream that must reach the device first: `stream`'s op number `seq`.
+struct Dep {
+  StreamState* stream = nullptr;
+  uint64_t seq = 0;
+};
+
 struct QueuedOp {
   Op op;
-  // Stream-wait-event only: the event's latest record at arrival, if it was not yet submitted.
-  StreamState* dep_stream = nullptr;
-  uint64_t dep_seq = 0;
+  // Ops of other streams that must be submitted first, each with a smaller seq: for a
+  // stream-wait-event, the event's latest record at arrival; for an event record, the event's
+  // previous record and the waits queued on it (they must bind to the earlier record).
+  std::vector<Dep> deps;
   CallerWait* waiter = nullptr;
 };
 
@@ -43,8 +51,10 @@ struct StreamState {
   // to the device, so per-stream FIFO order holds whichever thread submits.
   std::mutex mu;
   std::atomic<StreamClass> cls;
+  std::atomic<bool> syncs_with_legacy{true};  // a blocking stream (legacy-stream semantics)
   std::atomic<uint64_t> last_submitted_seq{0};  // ops submit in seq order per stream
-  std::atomic<size_t> queued{0};                // queue.size(), readable without mu
+  // queue.size() plus the op being submitted from it (readable without mu).
+  std::atomic<size_t> queued{0};
 
   // Guarded by mu.
   std::deque<QueuedOp> queue;

@@ -44,6 +44,7 @@ TEST_F(Stress, ConcurrentHighPriorityAndBestEffortLaunchesKeepOrderAndArguments)
   std::atomic<int> failures{0};
   for (int t = 0; t < kThreads; ++t) {
     workers.emplace_back([&, t] {
+      if (use_device(0) == nullptr) failures.fetch_add(1);
       for (int i = 0; i < kLaunches; ++i) {
         int tid = t, seq = i;
         void* params[] = {&tid, &seq};

@@ -19,6 +19,16 @@
 
 namespace icpt_test {
 
+// Kernel names as cuFuncGetName returns them for the libraries a real job loads.
+inline constexpr const char* kNcclAllReduceMangled =
+    "_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE";
+inline constexpr const char* kNcclSymkName = "ncclSymkDevKernel_AllReduce_AGxLL_R_sum_f32";
+inline constexpr const char* kCublasName =
+    "_Z20gemmSN_NN_kernel_64x4IfLi256ELi4ELi2ELi8ELi4ELi4ELb0E30cublasGemvTensorStridedBatchedIKfES1_S2_EvNT_17GemmSNParamsEE";
+inline constexpr const char* kCudnnName =
+    "_ZN5cudnn19engines_precompiled16nchwToNhwcKernelIfffLb0ELb1EL21cudnnKernelDataType_t2EEEvNS0_18nchw2nhwc_params_tIT1_EEPKT_PT0_";
+inline constexpr const char* kTritonName = "triton_poi_fused_add_mul_0";
+
 inline std::vector<fake_cuda_call> calls() {
   std::vector<fake_cuda_call> out(fake_cuda_call_count());
   for (size_t i = 0; i < out.size(); ++i) {
@@ -91,6 +101,15 @@ inline bool wait_idle(std::chrono::milliseconds limit = std::chrono::millisecond
   return false;
 }
 
+// Makes device `device`'s primary context current on the calling thread (what the CUDA runtime
+// does for a thread's first call); every thread that calls the driver needs one.
+inline CUcontext use_device(int device) {
+  CUcontext ctx = nullptr;
+  if (cuDevicePrimaryCtxRetain(&ctx, device) != CUDA_SUCCESS) return nullptr;
+  if (cuCtxSetCurrent(ctx) != CUDA_SUCCESS) return nullptr;
+  return ctx;
+}
+
 // Every test starts from a shim that is loaded and in the mode ctest asked for.
 class ShimTest : public ::testing::Test {
  protected:
@@ -98,6 +117,7 @@ class ShimTest : public ::testing::Test {
     auto is_active = shim_fn<orion_is_active_fn>("orion_is_active");
     ASSERT_NE(is_active, nullptr) << "libgpu_scheduler.so is not loaded (LD_PRELOAD)";
     ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+    ASSERT_NE(use_device(0), nullptr);
     scheduled_ = scheduled_mode();
     ASSERT_EQ(is_active() == 1, scheduled_) << "shim mode does not match ORION_TEST_MODE";
     ASSERT_TRUE(wait_idle());

@@ -44,7 +44,8 @@ class Device {
   virtual void poll() = 0;
   virtual void set_listener(CompletionListener* listener) = 0;
 
-  // Streaming multiprocessors on the device.
+  // Streaming multiprocessors on the device. Asked at every admission decision (cheap; may
+  // change from a placeholder to the real count once the backend can tell).
   virtual int sm_count() const = 0;
   // Resident blocks per SM for this launch shape (cuOccupancyMaxActiveBlocksPerMultiprocessor).
   virtual int max_active_blocks_per_sm(const KernelInfo& kernel) = 0;

@@ -34,6 +34,10 @@ struct DispatcherOptions {
   int64_t be_max_wait_ns = 2'000'000;  // starvation bound for best-effort heads
   bool background_thread = true;       // admit BE work from a helper thread too (off for the simulator)
   int64_t pump_interval_ns = 20'000;   // background thread period
+  // A caller's thread polls the device (and admits queued work) from submit() at most once per
+  // this interval; 0: at every best-effort submit. With a helper thread pumping, polling from
+  // every launch costs a driver query per busy stream per launch for little news.
+  int64_t inline_poll_interval_ns = 0;
   StreamClass default_class = StreamClass::kUnmanaged;
   ProfileStore* profiles = nullptr;    // kernel estimates, learned online from completions (null: a private store)
   TraceWriter* trace = nullptr;        // optional: one trace event per submitted op
@@ -47,6 +51,14 @@ struct DispatcherStats {
   uint64_t caller_waits = 0;       // ops whose payload could not be cloned
   uint64_t queued_now = 0;
   uint64_t backend_errors = 0;
+};
+
+// What a query (cuStreamQuery, cuEventQuery) must say about the work the dispatcher still holds:
+// whether some of it is queued (so not done), and the first deferred error it returns (taken, as
+// a drain takes it). A query never forces work out.
+struct QueryState {
+  bool queued = false;
+  int error = 0;
 };
 
 class Dispatcher {
@@ -63,11 +75,22 @@ class Dispatcher {
   // Submits or queues `op`. Returns the backend's status for an op submitted now, or 0 when it
   // was queued. An op with a borrowed payload is cloned before queueing; if it cannot be
   // cloned the call blocks until the op is submitted.
-  int submit(Op&& op);
+  // `may_defer` false: submitted now whatever the stream's class, behind the work already queued
+  // on its stream (a stream capture is active: a deferred op would drop out of the graph).
+  int submit(Op&& op, bool may_defer = true);
 
   int drain_stream(StreamId stream);  // everything queued on `stream`
   int drain_event(EventId event);     // everything up to the event's latest record
   int drain_all();                    // every stream
+  // Whether work on the legacy NULL stream waits for `stream` (CUDA: blocking streams do,
+  // non-blocking ones never do). Streams not told otherwise are blocking.
+  void set_syncs_with_legacy(StreamId stream, bool syncs);
+  // Everything queued on streams that synchronise with the legacy stream (what a legacy-stream op
+  // depends on); streams with nothing queued cost nothing.
+  int drain_legacy_sync();
+  QueryState query_stream(StreamId stream);
+  QueryState query_event(EventId event);      // up to the event's latest record
+  QueryState query_legacy_sync();             // the streams the legacy stream waits for
   // Stream or event destroyed: drop bookkeeping (the stream is drained first).
   void forget_stream(StreamId stream);
   void forget_event(EventId event);
@@ -77,6 +100,8 @@ class Dispatcher {
   void pump();
 
   DispatcherStats stats() const;
+  // Ops queued now (cheap: one atomic load; stats() locks every stream).
+  uint64_t queued_now() const;
   const Policy& policy() const;
 
  private:

@@ -78,7 +78,9 @@ struct Op {
   OpKind kind = OpKind::kKernel;
   StreamId stream = 0;
   KernelInfo kernel;        // kKernel (and kGraphLaunch for its name, if any)
-  EventId event = 0;        // kEventRecord, kStreamWaitEvent
+  // kEventRecord, kStreamWaitEvent: the event; kKernel: an event the launch records itself (a
+  // launch-completion or programmatic-event attribute), 0 for none.
+  EventId event = 0;
   uint64_t bytes = 0;       // kCopy, kMemset
   // Borrowed (caller-owned, valid only during the submit call) or owned payload.
   const OpPayload* borrowed = nullptr;
@@ -86,6 +88,10 @@ struct Op {
   PayloadCloner clone = nullptr;
 
   const OpPayload* payload() const { return owned ? owned.get() : borrowed; }
+  // Whether the op records `event` (an event record, or a launch recording one implicitly).
+  bool records_event() const {
+    return event != 0 && (kind == OpKind::kEventRecord || kind == OpKind::kKernel);
+  }
 
   // Filled in by the dispatcher.
   uint64_t seq = 0;           // global arrival order

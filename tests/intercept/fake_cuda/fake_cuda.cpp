@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <chrono>
 #include <cstring>
+#include <thread>
+#include <type_traits>
 
 namespace fake_cuda_impl {
 
@@ -17,6 +20,12 @@ State& st() {
 }
 
 fake_cuda_call& begin(State& s, const char* name) {
+  ++s.calls_made;
+  if (s.call_cost_ns > 0) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(s.call_cost_ns);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  }
   if (!s.logging) {
     // Benchmarks: no log, no failure injection (finish() finds nothing under an empty name).
     static fake_cuda_call scratch;  // written under s.mu only
@@ -55,6 +64,15 @@ CUresult launch(const char* name, CUfunction f, unsigned gx, unsigned gy, unsign
                 unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream hs, void** params,
                 void** extra, bool per_thread) {
   State& s = st();
+  int64_t delay_us = 0;
+  {
+    std::lock_guard lock(s.mu);
+    if (auto it = s.delay_next_us.find(name); it != s.delay_next_us.end()) {
+      delay_us = it->second;
+      s.delay_next_us.erase(it);
+    }
+  }
+  if (delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
   std::lock_guard lock(s.mu);
   fake_cuda_call& c = begin(s, name);
   c.stream = reinterpret_cast<uint64_t>(hs);
@@ -62,8 +80,13 @@ CUresult launch(const char* name, CUfunction f, unsigned gx, unsigned gy, unsign
   c.grid[0] = gx, c.grid[1] = gy, c.grid[2] = gz;
   c.block[0] = bx, c.block[1] = by, c.block[2] = bz;
   c.shared_mem = smem;
+  const uint64_t id = sid(hs, per_thread);
+  if (CUresult rc = check_stream(s, id); rc != CUDA_SUCCESS) return finish(s, c, rc);
   auto fit = s.functions.find(c.function);
-  if (fit == s.functions.end()) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
+  // A function is valid only in the context it was loaded in (a CUkernel in any context).
+  if (fit == s.functions.end() || (!fit->second->is_kernel && fit->second->ctx != current_ctx())) {
+    return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
+  }
   Function& fn = *fit->second;
   if (params != nullptr && fn.params_known) {
     for (size_t i = 0; i < fn.sizes.size(); ++i) {
@@ -83,18 +106,25 @@ CUresult launch(const char* name, CUfunction f, unsigned gx, unsigned gy, unsign
     std::memcpy(c.params, buf, size);
     c.param_bytes = size;
   }
-  s.streams[sid(hs, per_thread)].time_ns += fn.duration_ns;
+  advance(s, id, fn.duration_ns, c);
   return finish(s, c);
 }
 
 // A logged call with no effect beyond the log (copies, sets, graph launches, frees, ...).
-CUresult simple(const char* name, CUstream hs, uint64_t value, int64_t duration_ns) {
+CUresult simple(const char* name, CUstream hs, uint64_t value, int64_t duration_ns, bool unsafe,
+                bool* captured) {
   State& s = st();
   std::lock_guard lock(s.mu);
   fake_cuda_call& c = begin(s, name);
   c.stream = reinterpret_cast<uint64_t>(hs);
   c.value = value;
-  s.streams[sid(hs, std::strstr(name, "_pt") != nullptr)].time_ns += duration_ns;
+  const uint64_t id = sid(hs, std::strstr(name, "_pt") != nullptr);
+  if (CUresult rc = check_stream(s, id); rc != CUDA_SUCCESS) return finish(s, c, rc);
+  if (unsafe) {
+    if (CUresult rc = unsafe_call(s); rc != CUDA_SUCCESS) return finish(s, c, rc);
+  }
+  const bool in_capture = advance(s, id, duration_ns, c);
+  if (captured != nullptr) *captured = in_capture;
   return finish(s, c);
 }
 
@@ -111,7 +141,9 @@ FAKE_EXPORT void fake_cuda_reset(void) {
   std::lock_guard lock(s.mu);
   s.log.clear();
   s.fail_next.clear();
+  s.delay_next_us.clear();
   for (auto& [id, str] : s.streams) str.busy = false;
+  s.captures.clear();
   s.proc_lookups = 0;
 }
 FAKE_EXPORT size_t fake_cuda_call_count(void) {
@@ -126,11 +158,16 @@ FAKE_EXPORT int fake_cuda_get_call(size_t index, fake_cuda_call* out) {
   *out = s.log[index];
   return 0;
 }
-FAKE_EXPORT CUfunction fake_cuda_make_function(const char* name, size_t count, const size_t* sizes) {
+namespace {
+uint64_t make_function(uint64_t owner, const char* name, size_t count, const size_t* sizes,
+                       bool is_kernel) {
   State& s = st();
   std::lock_guard lock(s.mu);
   auto* fn = new Function();
   fn->name = name ? name : "";
+  fn->ctx = current_ctx() != 0 ? current_ctx() : kPrimaryContext[0];
+  fn->owner = owner;
+  fn->is_kernel = is_kernel;
   if (sizes != nullptr) {
     fn->params_known = true;
     size_t off = 0;
@@ -142,9 +179,93 @@ FAKE_EXPORT CUfunction fake_cuda_make_function(const char* name, size_t count, c
       off += sizes[i];
     }
   }
-  uint64_t h = (s.next_handle += 0x100);
+  uint64_t h = 0;
+  if (!s.free_function_handles.empty()) {
+    h = s.free_function_handles.back();
+    s.free_function_handles.pop_back();
+  } else {
+    h = (s.next_handle += 0x100);
+  }
   s.functions[h] = fn;
-  return reinterpret_cast<CUfunction>(h);
+  return h;
+}
+// Unloads a module or library: its functions' handles become invalid and reusable.
+CUresult unload(const char* name, uint64_t owner) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  fake_cuda_call& c = begin(s, name);
+  c.value = owner;
+  c.context = current_ctx();
+  auto it = s.modules.find(owner);
+  if (it == s.modules.end() || !it->second) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
+  it->second = false;
+  for (auto f = s.functions.begin(); f != s.functions.end();) {
+    if (f->second->owner == owner) {
+      s.free_function_handles.push_back(f->first);
+      s.unloaded.push_back(f->second);  // its name may still be referenced
+      f = s.functions.erase(f);
+    } else {
+      ++f;
+    }
+  }
+  return finish(s, c);
+}
+// The function or kernel `h` as the calling API family sees it (null: an invalid handle for it).
+Function* find_function(State& s, uint64_t h, bool as_kernel) {
+  auto it = s.functions.find(h);
+  if (it == s.functions.end() || it->second->is_kernel != as_kernel) return nullptr;
+  return it->second;
+}
+CUresult param_info(uint64_t h, bool as_kernel, size_t i, size_t* off, size_t* size) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  Function* fn = find_function(s, h, as_kernel);
+  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;  // what cuda.h documents for a bad handle
+  if (!fn->params_known) return CUDA_ERROR_NOT_SUPPORTED;
+  if (i >= fn->sizes.size()) return CUDA_ERROR_INVALID_VALUE;
+  if (off != nullptr) *off = fn->offsets[i];
+  if (size != nullptr) *size = fn->sizes[i];
+  return CUDA_SUCCESS;
+}
+CUresult get_name(const char** name, uint64_t h, bool as_kernel) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  Function* fn = find_function(s, h, as_kernel);
+  if (fn == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *name = fn->name.c_str();
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+FAKE_EXPORT CUfunction fake_cuda_make_function(const char* name, size_t count, const size_t* sizes) {
+  return reinterpret_cast<CUfunction>(make_function(0, name, count, sizes, false));
+}
+FAKE_EXPORT uint64_t fake_cuda_make_module(void) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  uint64_t h = (s.next_handle += 0x100);
+  s.modules[h] = true;
+  return h;
+}
+FAKE_EXPORT CUfunction fake_cuda_make_function_in(uint64_t module, const char* name, size_t count,
+                                                  const size_t* sizes) {
+  return reinterpret_cast<CUfunction>(make_function(module, name, count, sizes, false));
+}
+FAKE_EXPORT CUkernel fake_cuda_make_kernel(uint64_t library, const char* name, size_t count,
+                                           const size_t* sizes) {
+  return reinterpret_cast<CUkernel>(make_function(library, name, count, sizes, true));
+}
+FAKE_EXPORT CUresult CUDAAPI cuModuleUnload(CUmodule m) {
+  return unload("cuModuleUnload", reinterpret_cast<uint64_t>(m));
+}
+FAKE_EXPORT CUresult CUDAAPI cuLibraryUnload(CUlibrary l) {
+  return unload("cuLibraryUnload", reinterpret_cast<uint64_t>(l));
+}
+FAKE_EXPORT CUresult CUDAAPI cuKernelGetName(const char** name, CUkernel k) {
+  return get_name(name, reinterpret_cast<uint64_t>(k), true);
+}
+FAKE_EXPORT CUresult CUDAAPI cuKernelGetParamInfo(CUkernel k, size_t i, size_t* off, size_t* size) {
+  return param_info(reinterpret_cast<uint64_t>(k), true, i, off, size);
 }
 FAKE_EXPORT void fake_cuda_set_kernel_duration_ns(CUfunction f, int64_t ns) {
   State& s = st();
@@ -157,6 +278,21 @@ FAKE_EXPORT void fake_cuda_fail_next(const char* symbol, int result) {
   State& s = st();
   std::lock_guard lock(s.mu);
   s.fail_next[symbol] = result;
+}
+FAKE_EXPORT void fake_cuda_set_call_cost_ns(int64_t ns) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  s.call_cost_ns = ns;
+}
+FAKE_EXPORT uint64_t fake_cuda_calls_made(void) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  return s.calls_made;
+}
+FAKE_EXPORT void fake_cuda_delay_next(const char* symbol, int64_t us) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  s.delay_next_us[symbol] = us;
 }
 FAKE_EXPORT void fake_cuda_set_stream_busy(CUstream hs, int busy) {
   State& s = st();
@@ -178,43 +314,16 @@ FAKE_EXPORT CUresult CUDAAPI cuDriverGetVersion(int* v) {
   *v = 13000;
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext* c) {
-  *c = reinterpret_cast<CUcontext>(0xC0);
-  return CUDA_SUCCESS;
-}
-FAKE_EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext) { return CUDA_SUCCESS; }
-FAKE_EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice* d) {
-  *d = 0;
-  return CUDA_SUCCESS;
-}
 FAKE_EXPORT CUresult CUDAAPI cuCtxGetStreamPriorityRange(int* least, int* greatest) {
   if (least) *least = 0;
   if (greatest) *greatest = -5;
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult CUDAAPI cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice) {
-  *v = (a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) ? 132 : 0;
-  return CUDA_SUCCESS;
-}
 FAKE_EXPORT CUresult CUDAAPI cuFuncGetName(const char** name, CUfunction f) {
-  State& s = st();
-  std::lock_guard lock(s.mu);
-  auto it = s.functions.find(reinterpret_cast<uint64_t>(f));
-  if (it == s.functions.end()) return CUDA_ERROR_INVALID_HANDLE;
-  *name = it->second->name.c_str();
-  return CUDA_SUCCESS;
+  return get_name(name, reinterpret_cast<uint64_t>(f), false);
 }
 FAKE_EXPORT CUresult CUDAAPI cuFuncGetParamInfo(CUfunction f, size_t i, size_t* off, size_t* size) {
-  State& s = st();
-  std::lock_guard lock(s.mu);
-  auto it = s.functions.find(reinterpret_cast<uint64_t>(f));
-  if (it == s.functions.end()) return CUDA_ERROR_INVALID_HANDLE;
-  const Function& fn = *it->second;
-  if (!fn.params_known) return CUDA_ERROR_NOT_SUPPORTED;
-  if (i >= fn.sizes.size()) return CUDA_ERROR_INVALID_VALUE;
-  *off = fn.offsets[i];
-  *size = fn.sizes[i];
-  return CUDA_SUCCESS;
+  return param_info(reinterpret_cast<uint64_t>(f), false, i, off, size);
 }
 FAKE_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* n, CUfunction,
                                                                          int block, size_t) {
@@ -260,39 +369,99 @@ FAKE_EXPORT CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsign
   return launch("cuLaunchCooperativeKernel_ptsz", f, gx, gy, gz, bx, by, bz, smem, s, p, nullptr,
                 true);
 }
+// cuLaunchKernelEx: a launch-completion or programmatic-event attribute records its event when
+// the launch is made (the log's `event` names it, `value` the record number).
+namespace {
+CUresult launch_ex(const char* name, const CUlaunchConfig* c, CUfunction f, void** p, void** e,
+                   bool per_thread) {
+  CUresult rc = launch(name, f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX,
+                       c->blockDimY, c->blockDimZ, c->sharedMemBytes, c->hStream, p, e, per_thread);
+  if (rc != CUDA_SUCCESS) return rc;
+  for (unsigned i = 0; c->attrs != nullptr && i < c->numAttrs; ++i) {
+    CUevent ev = nullptr;
+    if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT) ev = c->attrs[i].value.launchCompletionEvent.event;
+    if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT) ev = c->attrs[i].value.programmaticEvent.event;
+    if (ev == nullptr) continue;
+    State& s = st();
+    std::lock_guard lock(s.mu);
+    const uint64_t seq = record_event_now(s, reinterpret_cast<uint64_t>(ev), sid(c->hStream, per_thread));
+    if (s.logging && !s.log.empty()) {
+      s.log.back().event = reinterpret_cast<uint64_t>(ev);
+      s.log.back().value = seq;
+    }
+  }
+  return rc;
+}
+}  // namespace
 FAKE_EXPORT CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** p,
                                               void** e) {
-  return launch("cuLaunchKernelEx", f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX,
-                c->blockDimY, c->blockDimZ, c->sharedMemBytes, c->hStream, p, e, false);
+  return launch_ex("cuLaunchKernelEx", c, f, p, e, false);
 }
 FAKE_EXPORT CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* c, CUfunction f,
                                                    void** p, void** e) {
-  return launch("cuLaunchKernelEx_ptsz", f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX,
-                c->blockDimY, c->blockDimZ, c->sharedMemBytes, c->hStream, p, e, true);
+  return launch_ex("cuLaunchKernelEx_ptsz", c, f, p, e, true);
 }
+// Graph executables: any handle value launches, except one destroyed before.
+namespace {
+CUresult graph_launch(const char* name, CUgraphExec g, CUstream s) {
+  {
+    State& state = st();
+    std::lock_guard lock(state.mu);
+    if (state.graph_execs_destroyed.count(reinterpret_cast<uint64_t>(g)) != 0) {
+      fake_cuda_call& c = begin(state, name);
+      c.stream = reinterpret_cast<uint64_t>(s);
+      c.value = reinterpret_cast<uint64_t>(g);
+      return finish(state, c, CUDA_ERROR_INVALID_HANDLE);
+    }
+  }
+  return simple(name, s, reinterpret_cast<uint64_t>(g));
+}
+CUresult graph_exec_op(const char* name, CUgraphExec g, bool destroy) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  fake_cuda_call& c = begin(s, name);
+  c.value = reinterpret_cast<uint64_t>(g);
+  if (s.graph_execs_destroyed.count(c.value) != 0) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
+  CUresult rc = finish(s, c);
+  if (rc == CUDA_SUCCESS && destroy) s.graph_execs_destroyed[c.value] = true;
+  return rc;
+}
+}  // namespace
 FAKE_EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec g, CUstream s) {
-  return simple("cuGraphLaunch", s, reinterpret_cast<uint64_t>(g));
+  return graph_launch("cuGraphLaunch", g, s);
 }
 FAKE_EXPORT CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
-  return simple("cuGraphLaunch_ptsz", s, reinterpret_cast<uint64_t>(g));
+  return graph_launch("cuGraphLaunch_ptsz", g, s);
 }
-// Host functions run when submitted (the fake has no device to wait for).
+FAKE_EXPORT CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec g) {
+  return graph_exec_op("cuGraphExecDestroy", g, true);
+}
+FAKE_EXPORT CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec g, CUgraph, CUgraphExecUpdateResultInfo*) {
+  return graph_exec_op("cuGraphExecUpdate_v2", g, false);
+}
+// Host functions run when submitted (the fake has no device to wait for), unless captured.
 FAKE_EXPORT CUresult CUDAAPI cuLaunchHostFunc(CUstream s, CUhostFn fn, void* data) {
-  CUresult rc = simple("cuLaunchHostFunc", s, reinterpret_cast<uint64_t>(data));
-  if (rc == CUDA_SUCCESS && fn != nullptr) fn(data);
+  bool captured = false;
+  CUresult rc = simple("cuLaunchHostFunc", s, reinterpret_cast<uint64_t>(data), 100, false, &captured);
+  if (rc == CUDA_SUCCESS && fn != nullptr && !captured) fn(data);
   return rc;
 }
 FAKE_EXPORT CUresult CUDAAPI cuLaunchHostFunc_ptsz(CUstream s, CUhostFn fn, void* data) {
-  CUresult rc = simple("cuLaunchHostFunc_ptsz", s, reinterpret_cast<uint64_t>(data));
-  if (rc == CUDA_SUCCESS && fn != nullptr) fn(data);
+  bool captured = false;
+  CUresult rc = simple("cuLaunchHostFunc_ptsz", s, reinterpret_cast<uint64_t>(data), 100, false, &captured);
+  if (rc == CUDA_SUCCESS && fn != nullptr && !captured) fn(data);
   return rc;
 }
 
 // ---------------- copies, sets, pools ----------------
 
 #define FAKE_UNPAREN(...) __VA_ARGS__
-#define FAKE_SIMPLE(sym, PARAMS, stream, value) \
-  FAKE_EXPORT CUresult CUDAAPI sym PARAMS { return simple(#sym, stream, value); }
+// A call without a stream (nullptr) is synchronous: potentially unsafe during a capture.
+#define FAKE_SIMPLE(sym, PARAMS, stream, value)                                         \
+  FAKE_EXPORT CUresult CUDAAPI sym PARAMS {                                             \
+    return simple(#sym, stream, value, 100,                                             \
+                  std::is_same_v<std::remove_cvref_t<decltype(stream)>, std::nullptr_t>); \
+  }
 #define FAKE_SIMPLE2(sym, sym_pt, PARAMS, stream, value) \
   FAKE_SIMPLE(sym, PARAMS, stream, value)                \
   FAKE_SIMPLE(sym_pt, PARAMS, stream, value)

@@ -26,6 +26,8 @@ typedef struct fake_cuda_call {
   size_t param_bytes;     /* launches: the argument bytes the driver received */
   unsigned char params[FAKE_CUDA_MAX_PARAM_BYTES];
   int result;             /* CUresult returned */
+  uint64_t context;       /* the calling thread's current context */
+  int captured;           /* stream-ordered work recorded into an active capture (not run) */
 } fake_cuda_call;
 
 /* Clears the log, failure injections and busy streams (streams/events/functions stay valid). */
@@ -34,13 +36,33 @@ size_t fake_cuda_call_count(void);
 /* Copies log entry `index`; returns 0, or -1 when out of range. */
 int fake_cuda_get_call(size_t index, fake_cuda_call* out);
 
-/* A kernel function with `count` parameters of the given sizes (cuFuncGetParamInfo answers
+/* Primary context of fake device `device` (0 or 1); the handles cuDevicePrimaryCtxRetain returns. */
+CUcontext fake_cuda_primary_context(int device);
+
+/* A kernel function (of the calling thread's current context, device 0's primary context when
+ * none is current) with `count` parameters of the given sizes (cuFuncGetParamInfo answers
  * them). sizes == NULL: the fake's cuFuncGetParamInfo answers CUDA_ERROR_NOT_SUPPORTED for it. */
 CUfunction fake_cuda_make_function(const char* name, size_t count, const size_t* sizes);
 void fake_cuda_set_kernel_duration_ns(CUfunction f, int64_t ns);
 
+/* A loaded module (or library: the same handle works as CUmodule and CUlibrary). cuModuleUnload /
+ * cuLibraryUnload unload it: its functions become invalid handles, and their handle values are
+ * handed out again to functions made later (as a real driver reuses addresses). */
+uint64_t fake_cuda_make_module(void);
+CUfunction fake_cuda_make_function_in(uint64_t module, const char* name, size_t count,
+                                      const size_t* sizes);
+/* A CUkernel of a library: context-independent, answered by cuKernelGetName/cuKernelGetParamInfo
+ * only (cuFuncGetName/cuFuncGetParamInfo answer CUDA_ERROR_INVALID_VALUE for it); launches accept
+ * it cast to CUfunction. */
+CUkernel fake_cuda_make_kernel(uint64_t library, const char* name, size_t count,
+                               const size_t* sizes);
+
 /* The next call of exported symbol `symbol` returns `result` (it is still logged). */
 void fake_cuda_fail_next(const char* symbol, int result);
+
+/* The next launch through exported symbol `symbol` sleeps `us` microseconds before the fake
+ * handles it (outside the fake's lock): a slow driver call, to open a race window. */
+void fake_cuda_delay_next(const char* symbol, int64_t us);
 
 /* A busy stream holds its work: events recorded on it while busy and cuStreamQuery report
  * CUDA_ERROR_NOT_READY until the stream is released (busy = 0) or synchronised. */
@@ -51,6 +73,12 @@ size_t fake_cuda_proc_lookups(void);
 
 /* Logging on (default) or off (benchmarks: the log would grow without bound). */
 void fake_cuda_set_logging(int enabled);
+
+/* Driver-call cost model: every logged driver call busy-waits `ns` nanoseconds (0: off), so a
+ * benchmark counts what the shim adds in driver calls, not only in its own code. */
+void fake_cuda_set_call_cost_ns(int64_t ns);
+/* Logged driver calls made so far (counted with logging on or off; never reset). */
+uint64_t fake_cuda_calls_made(void);
 
 /* The fake's own function for an exported symbol name, bypassing dlsym (and so the shim), e.g.
  * to measure the cost of calling the driver directly. NULL if the fake does not export it. */

@@ -15,8 +15,18 @@
 
 namespace fake_cuda_impl {
 
+// Contexts: two devices, each with one primary context (the handles below). Every stream, event
+// and function belongs to the context current when it was made.
+constexpr int kDevices = 2;
+constexpr uint64_t kPrimaryContext[kDevices] = {0xC7000000, 0xC7001000};
+constexpr int kSmCount[kDevices] = {132, 114};
+int device_of(uint64_t ctx);  // -1 for an unknown context
+
 struct Function {
   std::string name;
+  uint64_t ctx = 0;
+  uint64_t owner = 0;      // module/library (0: none; never unloaded)
+  bool is_kernel = false;  // a CUkernel (context-independent; cuKernel* queries only)
   bool params_known = false;
   std::vector<size_t> sizes, offsets;
   int64_t duration_ns = 1000;
@@ -26,26 +36,45 @@ struct Stream {
   bool busy = false;
   uint64_t busy_epoch = 0;
   int priority = 0;
+  uint64_t ctx = 0;        // 0: a handle the fake never created (control API only)
+  unsigned flags = 0;      // CU_STREAM_NON_BLOCKING: never synchronises with the legacy stream
 };
 struct Event {
   int64_t time_ns = 0;
   uint64_t stream = 0;
   bool held = false;  // recorded while its stream was busy
   uint64_t epoch = 0;
+  uint64_t ctx = 0;
+  uint64_t record_seq = 0;  // which record the event holds now (0: never recorded)
+};
+// An active stream capture.
+struct Capture {
+  uint64_t thread = 0;  // thread_token() of the thread that began it
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  bool invalidated = false;
+  uint64_t nodes = 0;
 };
 
 struct State {
   std::mutex mu;
   std::vector<fake_cuda_call> log;
   std::map<std::string, int> fail_next;
+  std::map<std::string, int64_t> delay_next_us;
   std::unordered_map<uint64_t, Stream> streams;  // 0 = legacy, 2 = per-thread
   std::unordered_map<uint64_t, Event> events;
   std::unordered_map<uint64_t, Function*> functions;
+  std::vector<uint64_t> free_function_handles;  // of unloaded functions: reused, like addresses
+  std::vector<Function*> unloaded;  // kept (their names may still be referenced), never freed
+  std::unordered_map<uint64_t, bool> modules;   // module/library handles (true: loaded)
+  std::unordered_map<uint64_t, bool> graph_execs_destroyed;
   uint64_t next_handle = 0x10000;
   uint64_t next_devptr = 0x7f0000000000;
+  uint64_t next_record_seq = 1;
   size_t proc_lookups = 0;
-  int capturing = 0;
+  std::unordered_map<uint64_t, Capture> captures;  // by stream id
   bool logging = true;
+  int64_t call_cost_ns = 0;
+  uint64_t calls_made = 0;
 };
 
 State& st();
@@ -55,7 +84,28 @@ fake_cuda_call& begin(State& s, const char* name);
 CUresult finish(State& s, fake_cuda_call& c, CUresult ok = CUDA_SUCCESS);
 // Stream identity: NULL/legacy -> 0, NULL through a per-thread entry point -> 2.
 uint64_t sid(CUstream s, bool per_thread);
-// A logged call with no effect beyond the log and the stream's timeline.
-CUresult simple(const char* name, CUstream hs, uint64_t value, int64_t duration_ns = 100);
+
+// The calling thread's current context (0: none), its capture mode, and a token naming it.
+uint64_t current_ctx();
+CUstreamCaptureMode& thread_capture_mode();
+uint64_t thread_token();
+// Whether the calling thread may use stream `id` (under s.mu): CUDA_ERROR_INVALID_CONTEXT with no
+// current context, CUDA_ERROR_INVALID_HANDLE for a stream of another context.
+CUresult check_stream(State& s, uint64_t id);
+// A potentially unsafe call (query, synchronise, allocation, free) during a capture, under s.mu:
+// when the calling thread is prohibited from it (its own non-relaxed capture, or another thread's
+// global-mode capture while this thread is not relaxed) the captures in question are
+// invalidated and CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED is returned.
+CUresult unsafe_call(State& s);
+// Stream-ordered work of `duration_ns` on stream `id` (under s.mu): a capturing stream records a
+// node instead; the legacy stream waits for every blocking stream, a blocking stream for the
+// legacy stream. Returns true when the work was captured (it must not run).
+bool advance(State& s, uint64_t id, int64_t duration_ns, fake_cuda_call& c);
+// Records event `event_handle` at stream `id`'s current time (under s.mu); the record's number.
+uint64_t record_event_now(State& s, uint64_t event_handle, uint64_t id);
+// A logged call with no effect beyond the log and the stream's timeline. `unsafe`: a synchronous
+// call (see unsafe_call); `captured` (optional) says whether the work went into a capture.
+CUresult simple(const char* name, CUstream hs, uint64_t value, int64_t duration_ns = 100,
+                bool unsafe = false, bool* captured = nullptr);
 
 }  // namespace fake_cuda_impl

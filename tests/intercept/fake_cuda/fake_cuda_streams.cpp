@@ -9,6 +9,22 @@
 namespace fake_cuda_impl {
 namespace {
 
+}  // namespace
+
+// Records `event_handle` at stream `id`'s current time (under s.mu): a later record replaces the
+// earlier one. Returns the record's number.
+uint64_t record_event_now(State& s, uint64_t event_handle, uint64_t id) {
+  auto it = s.events.find(event_handle);
+  if (it == s.events.end()) return 0;
+  Stream& str = s.streams[id];
+  const uint64_t ctx = it->second.ctx;
+  it->second = {str.time_ns, id, str.busy, str.busy_epoch, ctx, s.next_record_seq++};
+  return it->second.record_seq;
+}
+
+namespace {
+
+// Event and stream must be of one context; a later record replaces the earlier one.
 CUresult record(const char* name, CUevent e, CUstream hs, bool per_thread) {
   State& s = st();
   std::lock_guard lock(s.mu);
@@ -17,8 +33,16 @@ CUresult record(const char* name, CUevent e, CUstream hs, bool per_thread) {
   c.event = reinterpret_cast<uint64_t>(e);
   auto it = s.events.find(c.event);
   if (it == s.events.end()) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
-  Stream& str = s.streams[sid(hs, per_thread)];
-  it->second = {str.time_ns, sid(hs, per_thread), str.busy, str.busy_epoch};
+  const uint64_t id = sid(hs, per_thread);
+  auto sit = s.streams.find(id);
+  const uint64_t stream_ctx =
+      (id == 0 || id == 2 || sit == s.streams.end() || sit->second.ctx == 0) ? current_ctx()
+                                                                              : sit->second.ctx;
+  if (stream_ctx == 0) return finish(s, c, CUDA_ERROR_INVALID_CONTEXT);
+  if (stream_ctx != it->second.ctx) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
+  // A record into a capture becomes a graph node: the event itself is left as it was.
+  if (advance(s, id, 0, c)) return finish(s, c);
+  c.value = record_event_now(s, c.event, id);
   return finish(s, c);
 }
 
@@ -36,12 +60,17 @@ using namespace fake_cuda_impl;
 // ---------------- streams and events ----------------
 
 namespace {
-CUresult create_stream(const char* name, CUstream* out, int priority) {
+CUresult create_stream(const char* name, CUstream* out, unsigned flags, int priority) {
   State& s = st();
   std::lock_guard lock(s.mu);
   fake_cuda_call& c = begin(s, name);
+  c.context = current_ctx();
+  if (c.context == 0) return finish(s, c, CUDA_ERROR_INVALID_CONTEXT);
   uint64_t h = (s.next_handle += 0x100);
-  s.streams[h].priority = priority;
+  Stream& str = s.streams[h];
+  str.priority = priority;
+  str.ctx = c.context;
+  str.flags = flags;
   c.stream = h;
   c.value = static_cast<uint64_t>(static_cast<int64_t>(priority));
   CUresult rc = finish(s, c);
@@ -53,7 +82,14 @@ CUresult stream_sync(const char* name, CUstream hs, bool per_thread, bool query)
   std::lock_guard lock(s.mu);
   fake_cuda_call& c = begin(s, name);
   c.stream = reinterpret_cast<uint64_t>(hs);
-  Stream& str = s.streams[sid(hs, per_thread)];
+  c.context = current_ctx();
+  const uint64_t id = sid(hs, per_thread);
+  if (auto cap = s.captures.find(id); cap != s.captures.end()) {
+    cap->second.invalidated = true;  // synchronising with a capturing stream is illegal
+    return finish(s, c, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  }
+  if (CUresult rc = unsafe_call(s); rc != CUDA_SUCCESS) return finish(s, c, rc);
+  Stream& str = s.streams[id];
   if (query) return finish(s, c, str.busy ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS);
   if (str.busy) {  // synchronising waits the work out
     str.busy = false;
@@ -66,8 +102,11 @@ CUresult event_sync(const char* name, CUevent e, bool query) {
   std::lock_guard lock(s.mu);
   fake_cuda_call& c = begin(s, name);
   c.event = reinterpret_cast<uint64_t>(e);
+  c.context = current_ctx();
   auto it = s.events.find(c.event);
   if (it == s.events.end()) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
+  if (CUresult rc = unsafe_call(s); rc != CUDA_SUCCESS) return finish(s, c, rc);
+  c.value = it->second.record_seq;
   if (query) return finish(s, c, event_ready(s, it->second) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY);
   if (!event_ready(s, it->second)) {
     Stream& str = s.streams[it->second.stream];
@@ -76,49 +115,66 @@ CUresult event_sync(const char* name, CUevent e, bool query) {
   }
   return finish(s, c);
 }
+// Waits out every stream of the current context.
+CUresult ctx_sync(const char* name, CUcontext arg) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  fake_cuda_call& c = begin(s, name);
+  c.value = reinterpret_cast<uint64_t>(arg);
+  c.context = current_ctx();
+  const uint64_t ctx = arg != nullptr ? reinterpret_cast<uint64_t>(arg) : c.context;
+  if (ctx == 0) return finish(s, c, CUDA_ERROR_INVALID_CONTEXT);
+  if (CUresult rc = unsafe_call(s); rc != CUDA_SUCCESS) return finish(s, c, rc);
+  for (auto& [id, str] : s.streams) {
+    if (str.ctx != 0 && str.ctx != ctx) continue;
+    if (str.busy) ++str.busy_epoch;
+    str.busy = false;
+  }
+  return finish(s, c);
+}
 }  // namespace
 
-FAKE_EXPORT CUresult CUDAAPI cuStreamCreate(CUstream* out, unsigned int) {
-  return create_stream("cuStreamCreate", out, 0);
+FAKE_EXPORT CUresult CUDAAPI cuStreamCreate(CUstream* out, unsigned int flags) {
+  return create_stream("cuStreamCreate", out, flags, 0);
 }
-FAKE_EXPORT CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* out, unsigned int, int prio) {
-  return create_stream("cuStreamCreateWithPriority", out, prio);
+FAKE_EXPORT CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* out, unsigned int flags, int prio) {
+  return create_stream("cuStreamCreateWithPriority", out, flags, prio);
 }
+// A stream of any context may be destroyed (the handle names its context).
 FAKE_EXPORT CUresult CUDAAPI cuStreamDestroy_v2(CUstream hs) {
-  return simple("cuStreamDestroy_v2", hs, 0, 0);
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  fake_cuda_call& c = begin(s, "cuStreamDestroy_v2");
+  c.stream = reinterpret_cast<uint64_t>(hs);
+  c.context = current_ctx();
+  const uint64_t id = sid(hs, false);
+  if (id != 0 && id != 2) s.streams.erase(id);  // the legacy stream no longer waits for it
+  return finish(s, c);
+}
+FAKE_EXPORT CUresult CUDAAPI cuStreamGetFlags(CUstream hs, unsigned int* flags) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  auto it = s.streams.find(sid(hs, false));
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *flags = it == s.streams.end() ? 0 : it->second.flags;
+  return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream s) { return stream_sync("cuStreamSynchronize", s, false, false); }
 FAKE_EXPORT CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream s) { return stream_sync("cuStreamSynchronize_ptsz", s, true, false); }
 FAKE_EXPORT CUresult CUDAAPI cuStreamQuery(CUstream s) { return stream_sync("cuStreamQuery", s, false, true); }
 FAKE_EXPORT CUresult CUDAAPI cuStreamQuery_ptsz(CUstream s) { return stream_sync("cuStreamQuery_ptsz", s, true, true); }
-FAKE_EXPORT CUresult CUDAAPI cuCtxSynchronize() {
-  State& s = st();
-  std::lock_guard lock(s.mu);
-  fake_cuda_call& c = begin(s, "cuCtxSynchronize");
-  for (auto& [id, str] : s.streams) {
-    if (str.busy) ++str.busy_epoch;
-    str.busy = false;
-  }
-  return finish(s, c);
-}
-
+FAKE_EXPORT CUresult CUDAAPI cuCtxSynchronize() { return ctx_sync("cuCtxSynchronize", nullptr); }
 FAKE_EXPORT CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) {
-  State& s = st();
-  std::lock_guard lock(s.mu);
-  fake_cuda_call& c = begin(s, "cuCtxSynchronize_v2");
-  c.value = reinterpret_cast<uint64_t>(ctx);
-  for (auto& [id, str] : s.streams) {
-    if (str.busy) ++str.busy_epoch;
-    str.busy = false;
-  }
-  return finish(s, c);
+  return ctx_sync("cuCtxSynchronize_v2", ctx);
 }
 
 FAKE_EXPORT CUresult CUDAAPI cuEventCreate(CUevent* out, unsigned int) {
   State& s = st();
   std::lock_guard lock(s.mu);
+  if (current_ctx() == 0) return CUDA_ERROR_INVALID_CONTEXT;
   uint64_t h = (s.next_handle += 0x100);
   s.events[h] = Event{};
+  s.events[h].ctx = current_ctx();
   *out = reinterpret_cast<CUevent>(h);
   return CUDA_SUCCESS;  // not logged: the shim creates pool events too
 }
@@ -140,15 +196,25 @@ FAKE_EXPORT CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, 
 }
 FAKE_EXPORT CUresult CUDAAPI cuEventQuery(CUevent e) { return event_sync("cuEventQuery", e, true); }
 FAKE_EXPORT CUresult CUDAAPI cuEventSynchronize(CUevent e) { return event_sync("cuEventSynchronize", e, false); }
-FAKE_EXPORT CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
+// Both events must have been recorded (else CUDA_ERROR_INVALID_HANDLE) and be complete (else
+// CUDA_ERROR_NOT_READY).
+namespace {
+CUresult elapsed(float* ms, CUevent a, CUevent b) {
   State& s = st();
   std::lock_guard lock(s.mu);
   auto ia = s.events.find(reinterpret_cast<uint64_t>(a));
   auto ib = s.events.find(reinterpret_cast<uint64_t>(b));
   if (ia == s.events.end() || ib == s.events.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (ia->second.record_seq == 0 || ib->second.record_seq == 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (!event_ready(s, ia->second) || !event_ready(s, ib->second)) return CUDA_ERROR_NOT_READY;
   *ms = static_cast<float>(ib->second.time_ns - ia->second.time_ns) / 1e6f;
   return CUDA_SUCCESS;
 }
+}  // namespace
+FAKE_EXPORT CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent a, CUevent b) { return elapsed(ms, a, b); }
+FAKE_EXPORT CUresult CUDAAPI cuEventElapsedTime_v2(float* ms, CUevent a, CUevent b) { return elapsed(ms, a, b); }
+// The wait binds to the event's record current when the driver executes the call (the event
+// may be of another context); the log's value is that record (0: never recorded, no wait).
 #define FAKE_WAIT(sym, per_thread)                                           \
   FAKE_EXPORT CUresult CUDAAPI sym(CUstream hs, CUevent e, unsigned int) {   \
     State& s = st();                                                         \
@@ -158,8 +224,13 @@ FAKE_EXPORT CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent a, CUevent b)
     c.event = reinterpret_cast<uint64_t>(e);                                 \
     auto it = s.events.find(c.event);                                        \
     if (it == s.events.end()) return finish(s, c, CUDA_ERROR_INVALID_HANDLE); \
-    Stream& str = s.streams[sid(hs, per_thread)];                            \
-    str.time_ns = std::max(str.time_ns, it->second.time_ns);                 \
+    const uint64_t id = sid(hs, per_thread);                                 \
+    if (CUresult rc = check_stream(s, id); rc != CUDA_SUCCESS) return finish(s, c, rc); \
+    c.value = it->second.record_seq;                                         \
+    if (!advance(s, id, 0, c)) {                                             \
+      Stream& str = s.streams[id];                                           \
+      str.time_ns = std::max(str.time_ns, it->second.time_ns);               \
+    }                                                                        \
     return finish(s, c);                                                     \
   }
 FAKE_WAIT(cuStreamWaitEvent, false)
@@ -167,21 +238,76 @@ FAKE_WAIT(cuStreamWaitEvent_ptsz, true)
 
 // ---------------- capture ----------------
 
-#define FAKE_CAPTURE(sym, PARAMS, delta)                        \
-  FAKE_EXPORT CUresult CUDAAPI sym PARAMS {                     \
-    CUresult rc = simple(#sym, s, 0, 0);                        \
-    if (rc == CUDA_SUCCESS) {                                   \
-      std::lock_guard lock(st().mu);                            \
-      st().capturing += delta;                                  \
-    }                                                           \
-    return rc;                                                  \
+namespace {
+CUresult begin_capture(const char* name, CUstream hs, bool per_thread, CUstreamCaptureMode mode) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  fake_cuda_call& c = begin(s, name);
+  c.stream = reinterpret_cast<uint64_t>(hs);
+  c.value = static_cast<uint64_t>(mode);
+  c.context = current_ctx();
+  const uint64_t id = sid(hs, per_thread);
+  if (id == 0) return finish(s, c, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);  // legacy stream
+  if (CUresult rc = check_stream(s, id); rc != CUDA_SUCCESS) return finish(s, c, rc);
+  if (s.captures.count(id) != 0) return finish(s, c, CUDA_ERROR_ILLEGAL_STATE);
+  CUresult rc = finish(s, c);
+  if (rc == CUDA_SUCCESS) s.captures[id] = Capture{thread_token(), mode, false, 0};
+  return rc;
+}
+CUresult end_capture(const char* name, CUstream hs, bool per_thread, CUgraph* graph) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  fake_cuda_call& c = begin(s, name);
+  c.stream = reinterpret_cast<uint64_t>(hs);
+  c.context = current_ctx();
+  auto it = s.captures.find(sid(hs, per_thread));
+  if (it == s.captures.end()) return finish(s, c, CUDA_ERROR_ILLEGAL_STATE);
+  if (it->second.mode != CU_STREAM_CAPTURE_MODE_RELAXED && it->second.thread != thread_token()) {
+    return finish(s, c, CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD);
   }
-FAKE_CAPTURE(cuStreamBeginCapture_v2, (CUstream s, CUstreamCaptureMode), 1)
-FAKE_CAPTURE(cuStreamBeginCapture_v2_ptsz, (CUstream s, CUstreamCaptureMode), 1)
-FAKE_CAPTURE(cuStreamBeginCaptureToGraph, (CUstream s, CUgraph, const CUgraphNode*, const CUgraphEdgeData*, size_t, CUstreamCaptureMode), 1)
-FAKE_CAPTURE(cuStreamBeginCaptureToGraph_ptsz, (CUstream s, CUgraph, const CUgraphNode*, const CUgraphEdgeData*, size_t, CUstreamCaptureMode), 1)
-FAKE_CAPTURE(cuStreamEndCapture, (CUstream s, CUgraph*), -1)
-FAKE_CAPTURE(cuStreamEndCapture_ptsz, (CUstream s, CUgraph*), -1)
+  const Capture cap = it->second;
+  s.captures.erase(it);
+  c.value = cap.nodes;
+  if (cap.invalidated) return finish(s, c, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  CUresult rc = finish(s, c);
+  if (rc == CUDA_SUCCESS && graph != nullptr) *graph = reinterpret_cast<CUgraph>(s.next_handle += 0x100);
+  return rc;
+}
+}  // namespace
+
+FAKE_EXPORT CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
+  return begin_capture("cuStreamBeginCapture_v2", s, false, mode);
+}
+FAKE_EXPORT CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode) {
+  return begin_capture("cuStreamBeginCapture_v2_ptsz", s, true, mode);
+}
+FAKE_EXPORT CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream s, CUgraph, const CUgraphNode*,
+                                                         const CUgraphEdgeData*, size_t,
+                                                         CUstreamCaptureMode mode) {
+  return begin_capture("cuStreamBeginCaptureToGraph", s, false, mode);
+}
+FAKE_EXPORT CUresult CUDAAPI cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph,
+                                                              const CUgraphNode*,
+                                                              const CUgraphEdgeData*, size_t,
+                                                              CUstreamCaptureMode mode) {
+  return begin_capture("cuStreamBeginCaptureToGraph_ptsz", s, true, mode);
+}
+FAKE_EXPORT CUresult CUDAAPI cuStreamEndCapture(CUstream s, CUgraph* g) {
+  return end_capture("cuStreamEndCapture", s, false, g);
+}
+FAKE_EXPORT CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream s, CUgraph* g) {
+  return end_capture("cuStreamEndCapture_ptsz", s, true, g);
+}
+FAKE_EXPORT CUresult CUDAAPI cuStreamIsCapturing(CUstream hs, CUstreamCaptureStatus* status) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto it = s.captures.find(sid(hs, false));
+  *status = it == s.captures.end() ? CU_STREAM_CAPTURE_STATUS_NONE
+            : it->second.invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                     : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  return CUDA_SUCCESS;
+}
 
 // ---------------- cuGetProcAddress ----------------
 

@@ -1,0 +1,364 @@
+// Differential stress test (issue 11): random multi-threaded programs run through the shim and,
+// in the pass-through run, straight on the fake driver; every program is checked against the
+// driver's ordering rules from the fake's call log:
+//  - every op reaches the driver exactly once, successfully, under its thread's context;
+//  - per-stream program order (launches, sets, event records, waits, synchronises);
+//  - a wait binds to the program's latest record of its event before the wait;
+//  - a legacy-stream launch comes after the earlier work of its thread's blocking streams;
+//  - cuMemFree comes after every earlier op of its thread;
+//  - a capture (thread-local mode) holds exactly its thread's launches on the capturing stream,
+//    in order, and nothing of the shim's.
+// Threads use both devices' contexts, streams of every class (high priority, best effort blocking
+// and non-blocking, plain, legacy), events across streams, queries and captures; high-priority
+// streams are held busy at random so best-effort work is deferred and admitted. Every program is
+// run under the policy ctest chose (priority, orion) and in pass-through.
+// ORION_DIFF_PROGRAMS sets the number of programs (default 300).
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "test_support.h"
+
+namespace {
+
+using namespace icpt_test;
+
+enum class Kind { kLaunch, kSet, kRecord, kWait, kSync };
+
+struct Expected {
+  Kind kind;
+  uint64_t key;  // launch/set: tag; record/wait: event; sync: 0
+};
+
+struct ThreadProgram {
+  int thread = 0;
+  CUcontext ctx = nullptr;
+  CUfunction f = nullptr;
+  CUstream hp = nullptr, be = nullptr, nb = nullptr, plain = nullptr, cap = nullptr;
+  CUevent events[2] = {};
+  std::map<uint64_t, std::vector<Expected>> per_stream;  // stream handle -> program order
+  // Program order of everything on the thread's streams, with the stream, to check legacy
+  // launches and cuMemFree against what came before them.
+  struct Issued {
+    uint64_t stream;
+    size_t index;  // into per_stream[stream]
+    bool blocking;
+  };
+  std::vector<Issued> issued;
+  struct Barrier {
+    bool legacy;            // a legacy-stream launch (tag) or cuMemFree (pointer)
+    uint64_t key;
+    size_t issued_before;   // issued.size() at the barrier
+  };
+  std::vector<Barrier> barriers;
+  // Event -> program record count at each wait, in wait order (per event).
+  std::map<uint64_t, std::vector<size_t>> wait_binds;
+  std::map<uint64_t, size_t> records_so_far;
+  std::map<uint64_t, std::vector<uint64_t>> record_streams;  // per event, program order
+  std::vector<uint64_t> capture_tags;  // launches made into captures, in order
+  std::vector<uint64_t> capture_sizes;
+  int failures = 0;
+  std::vector<std::string> notes;
+};
+
+// Small (1 SM) or large (256 blocks of 1024 threads: 128 of the fake's 132 SMs, so two of them do
+// not fit next to each other under the orion policy) kernels.
+int launch_tagged(CUfunction f, CUstream s, uint64_t tag, bool large = false) {
+  void* params[] = {&tag};
+  return cuLaunchKernel(f, large ? 256 : 1, 1, 1, large ? 1024 : 32, 1, 1, 0, s, params, nullptr);
+}
+
+void run_thread(ThreadProgram& p, uint64_t seed, int ops, int device) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
+  auto fail = [&](const std::string& what, int rc) {
+    ++p.failures;
+    if (p.notes.size() < 5) p.notes.push_back(what + " returned " + std::to_string(rc));
+  };
+  p.ctx = use_device(device);
+  if (p.ctx == nullptr) return fail("use_device", -1);
+  const size_t tag_size[] = {sizeof(uint64_t)};
+  p.f = fake_cuda_make_function("diff_kernel", 1, tag_size);
+  if (cuStreamCreateWithPriority(&p.hp, 0, -5) != CUDA_SUCCESS ||
+      cuStreamCreateWithPriority(&p.be, 0, 0) != CUDA_SUCCESS ||
+      cuStreamCreateWithPriority(&p.nb, CU_STREAM_NON_BLOCKING, 0) != CUDA_SUCCESS ||
+      cuStreamCreate(&p.plain, 0) != CUDA_SUCCESS ||
+      cuStreamCreateWithPriority(&p.cap, 0, pick(2) == 0 ? -5 : 0) != CUDA_SUCCESS ||
+      cuEventCreate(&p.events[0], 0) != CUDA_SUCCESS || cuEventCreate(&p.events[1], 0) != CUDA_SUCCESS) {
+    return fail("setup", -1);
+  }
+  CUstream streams[] = {p.hp, p.be, p.nb, p.plain};
+  auto add = [&](CUstream s, Kind k, uint64_t key) {
+    auto& seq = p.per_stream[h(s)];
+    seq.push_back({k, key});
+    p.issued.push_back({h(s), seq.size() - 1, s != p.nb});
+  };
+  uint64_t next_tag = (static_cast<uint64_t>(p.thread) << 32) | 1;
+  for (int i = 0; i < ops; ++i) {
+    const int r = pick(100);
+    CUstream s = streams[pick(4)];
+    const uint64_t tag = next_tag++;
+    if (r < 38) {
+      if (int rc = launch_tagged(p.f, s, tag, pick(3) == 0); rc != CUDA_SUCCESS) fail("launch", rc);
+      add(s, Kind::kLaunch, tag);
+    } else if (r < 44) {
+      if (int rc = launch_tagged(p.f, nullptr, tag); rc != CUDA_SUCCESS) fail("legacy launch", rc);
+      p.barriers.push_back({true, tag, p.issued.size()});
+    } else if (r < 54) {
+      // The size names the op (the fake logs it).
+      if (int rc = cuMemsetD8Async(0x1000, 0, tag & 0xffffffff, s); rc != CUDA_SUCCESS) fail("memset", rc);
+      add(s, Kind::kSet, tag & 0xffffffff);
+    } else if (r < 65) {
+      CUevent e = p.events[pick(2)];
+      if (int rc = cuEventRecord(e, s); rc != CUDA_SUCCESS) fail("record", rc);
+      add(s, Kind::kRecord, h(e));
+      ++p.records_so_far[h(e)];
+      p.record_streams[h(e)].push_back(h(s));
+    } else if (r < 75) {
+      CUevent e = p.events[pick(2)];
+      if (p.records_so_far[h(e)] == 0) continue;  // waiting for a never-recorded event is a no-op
+      if (int rc = cuStreamWaitEvent(s, e, 0); rc != CUDA_SUCCESS) fail("wait", rc);
+      add(s, Kind::kWait, h(e));
+      p.wait_binds[h(e)].push_back(p.records_so_far[h(e)]);
+    } else if (r < 80) {
+      if (int rc = cuStreamSynchronize(s); rc != CUDA_SUCCESS) fail("sync", rc);
+      add(s, Kind::kSync, 0);
+    } else if (r < 86) {
+      int rc = pick(2) == 0 ? cuStreamQuery(s) : cuEventQuery(p.events[pick(2)]);
+      if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_NOT_READY) fail("query", rc);
+    } else if (r < 91) {
+      // Hold or release a stream: held work stays in flight (high priority: best effort waits;
+      // best effort: its SMs stay taken).
+      fake_cuda_set_stream_busy(pick(2) == 0 ? p.hp : (pick(2) == 0 ? p.be : p.nb), pick(2));
+    } else if (r < 93) {
+      const uint64_t ptr = 0x100000 + tag;
+      if (int rc = cuMemFree(ptr); rc != CUDA_SUCCESS) fail("cuMemFree", rc);
+      p.barriers.push_back({false, ptr, p.issued.size()});
+    } else if (r < 96) {
+      if (int rc = cuStreamBeginCapture(p.cap, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL); rc != CUDA_SUCCESS) {
+        fail("begin capture", rc);
+        continue;
+      }
+      const int n = 1 + pick(3);
+      for (int k = 0; k < n; ++k) {
+        const uint64_t ctag = next_tag++;
+        if (int rc = launch_tagged(p.f, p.cap, ctag); rc != CUDA_SUCCESS) fail("captured launch", rc);
+        p.capture_tags.push_back(ctag);
+      }
+      CUgraph g = nullptr;
+      if (int rc = cuStreamEndCapture(p.cap, &g); rc != CUDA_SUCCESS) fail("end capture", rc);
+      p.capture_sizes.push_back(static_cast<uint64_t>(n));
+    } else {
+      CUevent e = p.events[pick(2)];
+      if (int rc = cuEventSynchronize(e); rc != CUDA_SUCCESS) fail("event sync", rc);
+    }
+  }
+  for (CUstream s : {p.hp, p.be, p.nb}) fake_cuda_set_stream_busy(s, 0);
+  if (int rc = cuCtxSynchronize(); rc != CUDA_SUCCESS) fail("cuCtxSynchronize", rc);
+}
+
+void teardown_thread(ThreadProgram& p) {
+  if (use_device(p.thread % 2) == nullptr) return;
+  for (CUstream s : {p.hp, p.be, p.nb, p.plain, p.cap}) {
+    if (s != nullptr) cuStreamDestroy(s);
+  }
+  for (CUevent e : p.events) {
+    if (e != nullptr) cuEventDestroy(e);
+  }
+}
+
+uint64_t tag_of(const fake_cuda_call& c) {
+  uint64_t tag = 0;
+  std::memcpy(&tag, c.params, sizeof tag);
+  return tag;
+}
+
+// Checks one program against the log; returns the violations found (described in `why`).
+int check(const std::vector<ThreadProgram>& threads, const std::vector<fake_cuda_call>& log,
+          std::vector<std::string>* why) {
+  int violations = 0;
+  auto bad = [&](const std::string& what) {
+    ++violations;
+    if (why->size() < 8) why->push_back(what);
+  };
+  std::map<uint64_t, const ThreadProgram*> by_function;
+  std::map<uint64_t, const ThreadProgram*> by_event;
+  for (const auto& p : threads) {
+    by_function[h(p.f)] = &p;
+    for (CUevent e : p.events) by_event[h(e)] = &p;
+  }
+  // Log entries of each program stream, in driver order; legacy launches and frees by key.
+  std::map<uint64_t, std::vector<std::pair<Expected, size_t>>> seen;
+  std::map<uint64_t, size_t> barrier_at;  // tag/pointer -> log index
+  std::map<uint64_t, int> launch_count;
+  // Per event, in driver order: the record each wait bound to, each record's number and stream.
+  std::map<uint64_t, std::vector<uint64_t>> wait_bound, record_numbers, record_streams;
+  std::vector<uint64_t> captured_tags;
+  std::vector<uint64_t> capture_ends;
+  for (size_t i = 0; i < log.size(); ++i) {
+    const fake_cuda_call& c = log[i];
+    const bool launch = is_launch(c) && by_function.count(c.function) != 0;
+    const bool program_event = by_event.count(c.event) != 0;
+    const ThreadProgram* owner = launch ? by_function[c.function]
+                                 : program_event ? by_event[c.event] : nullptr;
+    if (c.captured != 0 && !launch) bad(std::string("the shim's ") + c.name + " went into a capture");
+    if (launch) {
+      if (c.result != CUDA_SUCCESS) bad("a launch failed in the driver: " + std::to_string(c.result));
+      if (c.context != h(owner->ctx)) bad("a launch ran under another context");
+      const uint64_t tag = tag_of(c);
+      ++launch_count[tag];
+      if (c.captured != 0) {
+        captured_tags.push_back(tag);
+      } else if (c.stream == 0) {
+        barrier_at[tag] = i;
+      } else {
+        seen[c.stream].push_back({{Kind::kLaunch, tag}, i});
+      }
+    } else if (std::strcmp(c.name, "cuMemsetD8Async") == 0) {
+      seen[c.stream].push_back({{Kind::kSet, c.value}, i});
+    } else if (std::strcmp(c.name, "cuEventRecord") == 0 && program_event) {
+      seen[c.stream].push_back({{Kind::kRecord, c.event}, i});
+      record_numbers[c.event].push_back(c.value);
+      record_streams[c.event].push_back(c.stream);
+    } else if (std::strcmp(c.name, "cuStreamWaitEvent") == 0 && program_event) {
+      seen[c.stream].push_back({{Kind::kWait, c.event}, i});
+      wait_bound[c.event].push_back(c.value);
+    } else if (std::strcmp(c.name, "cuStreamSynchronize") == 0) {
+      seen[c.stream].push_back({{Kind::kSync, 0}, i});
+    } else if (std::strcmp(c.name, "cuMemFree_v2") == 0) {
+      barrier_at[c.value] = i;
+    } else if (std::strcmp(c.name, "cuStreamEndCapture") == 0) {
+      capture_ends.push_back(c.value);
+    }
+    (void)owner;
+  }
+  for (const auto& [tag, n] : launch_count) {
+    if (n != 1) bad("a launch reached the driver " + std::to_string(n) + " times");
+  }
+  for (const auto& p : threads) {
+    // Per-stream order, and the log index of each program op.
+    std::map<uint64_t, std::vector<size_t>> index_of;
+    for (const auto& [stream, expected] : p.per_stream) {
+      const auto& got = seen[stream];
+      if (got.size() != expected.size()) {
+        bad("stream of thread " + std::to_string(p.thread) + ": " + std::to_string(got.size()) +
+            " ops in the driver, " + std::to_string(expected.size()) + " issued");
+        continue;
+      }
+      for (size_t k = 0; k < expected.size(); ++k) {
+        if (got[k].first.kind != expected[k].kind || got[k].first.key != expected[k].key) {
+          bad("stream order broken on a stream of thread " + std::to_string(p.thread) + " at op " +
+              std::to_string(k));
+          break;
+        }
+        index_of[stream].push_back(got[k].second);
+      }
+    }
+    // Waits bind to the latest record before them (records reach the driver in program order,
+    // checked above per stream; across streams by their numbers here).
+    for (CUevent e : p.events) {
+      const auto& numbers = record_numbers[h(e)];
+      const auto& program = p.record_streams.count(h(e)) ? p.record_streams.at(h(e))
+                                                         : std::vector<uint64_t>{};
+      if (record_streams[h(e)] != program) {
+        bad("records of an event reached the driver out of program order");
+        continue;
+      }
+      const auto& expected = p.wait_binds.count(h(e)) ? p.wait_binds.at(h(e)) : std::vector<size_t>{};
+      const auto& bound = wait_bound[h(e)];
+      if (bound.size() != expected.size()) continue;  // counted by the stream check
+      for (size_t k = 0; k < expected.size(); ++k) {
+        const size_t want = expected[k];  // the want-th record (1-based) in program order
+        if (want == 0 || want > numbers.size() || bound[k] != numbers[want - 1]) {
+          bad("a wait bound to another record than the program's latest before it");
+        }
+      }
+    }
+    // Barriers: legacy launches wait for blocking streams, cuMemFree for everything.
+    for (const auto& b : p.barriers) {
+      auto at = barrier_at.find(b.key);
+      if (at == barrier_at.end()) {
+        bad(b.legacy ? "a legacy-stream launch never reached the driver" : "a cuMemFree is missing");
+        continue;
+      }
+      for (size_t k = 0; k < b.issued_before; ++k) {
+        const auto& op = p.issued[k];
+        if (b.legacy && !op.blocking) continue;
+        const auto it = index_of.find(op.stream);
+        if (it == index_of.end() || op.index >= it->second.size()) continue;
+        if (it->second[op.index] > at->second) {
+          bad(b.legacy ? "a legacy-stream launch overtook a blocking stream's earlier work"
+                       : "cuMemFree reached the driver before earlier work");
+          break;
+        }
+      }
+    }
+  }
+  // Captures: exactly the captured launches, in each thread's order.
+  std::map<uint64_t, std::vector<uint64_t>> captured_by_thread;
+  for (uint64_t tag : captured_tags) captured_by_thread[tag >> 32].push_back(tag);
+  for (const auto& p : threads) {
+    if (captured_by_thread[static_cast<uint64_t>(p.thread)] != p.capture_tags) {
+      bad("capture contents differ from the launches made into it");
+    }
+  }
+  size_t expected_captures = 0;
+  for (const auto& p : threads) expected_captures += p.capture_sizes.size();
+  if (capture_ends.size() != expected_captures) bad("a capture did not end in the driver");
+  return violations;
+}
+
+class Differential : public ShimTest {};
+
+TEST_F(Differential, RandomProgramsKeepEveryOrderingRule) {
+  int programs = 300;
+  if (const char* n = std::getenv("ORION_DIFF_PROGRAMS")) programs = std::atoi(n);
+  constexpr int kThreads = 3;
+  constexpr int kOps = 40;
+  int violations = 0, failures = 0;
+  std::vector<std::string> why;
+  for (int prog = 0; prog < programs; ++prog) {
+    fake_cuda_reset();
+    std::vector<ThreadProgram> threads(kThreads);
+    std::vector<std::thread> workers;
+    for (int t = 0; t < kThreads; ++t) {
+      threads[t].thread = t;
+      workers.emplace_back([&, t] {
+        run_thread(threads[t], 0x5eed0000ULL * 31 + static_cast<uint64_t>(prog) * kThreads + t, kOps,
+                   t % 2);
+      });
+    }
+    for (auto& w : workers) w.join();
+    EXPECT_TRUE(wait_idle());
+    const auto log = calls();
+    for (const auto& p : threads) {
+      failures += p.failures;
+      for (const auto& n : p.notes) {
+        if (why.size() < 8) why.push_back("program " + std::to_string(prog) + ": " + n);
+      }
+    }
+    std::vector<std::string> found;
+    violations += check(threads, log, &found);
+    for (const auto& f : found) {
+      if (why.size() < 8) why.push_back("program " + std::to_string(prog) + ": " + f);
+    }
+    for (auto& p : threads) teardown_thread(p);
+    ASSERT_NE(use_device(0), nullptr);
+  }
+  std::ostringstream report;
+  report << "differential: " << programs << " programs x " << kThreads << " threads x " << kOps
+         << " ops (" << (scheduled_ ? "scheduled" : "pass-through") << "): " << violations
+         << " violations, " << failures << " failed calls";
+  std::printf("%s\n", report.str().c_str());
+  for (const auto& w : why) std::printf("  %s\n", w.c_str());
+  EXPECT_EQ(violations, 0);
+  EXPECT_EQ(failures, 0);
+  if (scheduled_) {
+    EXPECT_GT(stats().deferred, 0u) << "the programs never exercised deferral";
+  }
+}
+
+}  // namespace

@@ -1,0 +1,561 @@
+// The shim against the driver's rules that the fake driver models (issue 11): contexts,
+// communication kernels as libraries name them, event re-recording, stream flags, queries,
+// capture bookkeeping and capture modes. Each test failed on the shim before its fix. Run twice
+// by ctest: scheduled (USE_ORION_SCHEDULER=1, priority policy) and pass-through (=0).
+#include <sys/wait.h>
+#include <time.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdlib>
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include "scheduling_fixture.h"
+
+namespace {
+
+using namespace icpt_test;
+
+class DriverRules : public Scheduling {};
+
+// Finding 1: work of device 0 submitted from a thread of device 1 runs under device 0's context,
+// and the thread gets its own context back.
+TEST_F(DriverRules, SubmittingAnotherContextsDeferredWorkKeepsTheCallersContext) {
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  expect_deferred(k_be_);
+  CUcontext after = nullptr;
+  CUresult own_launch = CUDA_ERROR_UNKNOWN;
+  std::thread device1([&] {
+    CUcontext ctx1 = use_device(1);
+    ASSERT_NE(ctx1, nullptr);
+    CUstream s1 = nullptr;
+    ASSERT_EQ(cuStreamCreate(&s1, 0), CUDA_SUCCESS);
+    CUfunction f1 = fake_cuda_make_function("device1_kernel", 0, nullptr);
+    // cuMemFree synchronises with everything queued: device 0's deferred launch goes out here.
+    ASSERT_EQ(cuMemFree(0x5000), CUDA_SUCCESS);
+    ASSERT_EQ(cuCtxGetCurrent(&after), CUDA_SUCCESS);
+    own_launch = cuLaunchKernel(f1, 1, 1, 1, 1, 1, 1, 0, s1, nullptr, nullptr);
+    EXPECT_EQ(cuStreamDestroy(s1), CUDA_SUCCESS);
+  });
+  device1.join();
+  EXPECT_EQ(after, fake_cuda_primary_context(1)) << "the shim left another context current";
+  EXPECT_EQ(own_launch, CUDA_SUCCESS);
+  auto log = calls();
+  const long k = find_launch(log, k_be_);
+  ASSERT_GE(k, 0);
+  EXPECT_EQ(log[k].result, CUDA_SUCCESS);
+  EXPECT_EQ(log[k].context, h(fake_cuda_primary_context(0))) << "submitted under the wrong context";
+}
+
+// Finding 1: completion tracking of device 1's high-priority work uses device 1's events, so the
+// work counts as in flight and best-effort work of device 1 waits behind it.
+TEST_F(DriverRules, CompletionTrackingWorksOnEveryContext) {
+  // Device 0's tracked launches leave completion events of device 0 behind.
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(launch(k_hp_, hp_, i), CUDA_SUCCESS);
+  ASSERT_TRUE(wait_idle());
+  fake_cuda_reset();
+  std::thread device1([&] {
+    ASSERT_NE(use_device(1), nullptr);
+    CUstream hp1 = nullptr, be1 = nullptr;
+    ASSERT_EQ(cuStreamCreateWithPriority(&hp1, 0, -5), CUDA_SUCCESS);
+    ASSERT_EQ(cuStreamCreateWithPriority(&be1, 0, 0), CUDA_SUCCESS);
+    const size_t sizes[] = {sizeof(int), sizeof(double)};
+    CUfunction hp_k = fake_cuda_make_function("device1_hp", 2, sizes);
+    CUfunction be_k = fake_cuda_make_function("device1_be", 2, sizes);
+    fake_cuda_set_stream_busy(hp1, 1);
+    ASSERT_EQ(launch(hp_k, hp1, 1), CUDA_SUCCESS);
+    ASSERT_EQ(launch(be_k, be1, 2), CUDA_SUCCESS);
+    expect_deferred(be_k);
+    for (const auto& c : calls()) {
+      if (std::strncmp(c.name, "cuEventRecord", 13) == 0) {
+        EXPECT_EQ(c.result, CUDA_SUCCESS) << "completion event of another context";
+      }
+    }
+    fake_cuda_set_stream_busy(hp1, 0);
+    EXPECT_EQ(cuStreamSynchronize(be1), CUDA_SUCCESS);
+    EXPECT_EQ(count_launches(calls(), be_k), 1u);
+    EXPECT_TRUE(wait_idle());
+    EXPECT_EQ(cuStreamDestroy(hp1), CUDA_SUCCESS);
+    EXPECT_EQ(cuStreamDestroy(be1), CUDA_SUCCESS);
+  });
+  device1.join();
+}
+
+// Finding 2: NCCL kernels as cuFuncGetName really names them (mangled, and the symmetric-memory
+// family), and launches in the remote memory-synchronisation domain, are communication: never
+// deferred. Kernels of other libraries stay best effort.
+TEST_F(DriverRules, CommunicationIsRecognisedByRealNamesAndByTheRemoteSyncDomain) {
+  auto set_class = shim_fn<orion_set_stream_class_fn>("orion_set_stream_class");
+  ASSERT_NE(set_class, nullptr);
+  auto launch_ex = [&](CUfunction f, bool remote_domain) {
+    unsigned char args[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    size_t args_size = sizeof args;
+    void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, args, CU_LAUNCH_PARAM_BUFFER_SIZE,
+                     &args_size, CU_LAUNCH_PARAM_END};
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN;
+    attr.value.memSyncDomain = CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE;
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = 256;
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.hStream = be_;
+    cfg.attrs = remote_domain ? &attr : nullptr;
+    cfg.numAttrs = remote_domain ? 1 : 0;
+    return cuLaunchKernelEx(&cfg, f, nullptr, extra);
+  };
+  struct Case {
+    const char* name;
+    bool remote_domain;
+    bool communication;
+  };
+  const Case cases[] = {{kNcclAllReduceMangled, false, true}, {kNcclSymkName, false, true},
+                        {"plain_kernel_in_remote_domain", true, true}, {kCublasName, false, false},
+                        {kCudnnName, false, false}, {kTritonName, false, false}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    hold_high_priority();
+    CUfunction f = fake_cuda_make_function(c.name, 0, nullptr);
+    ASSERT_EQ(launch_ex(f, c.remote_domain), CUDA_SUCCESS);
+    if (c.communication) {
+      EXPECT_EQ(count_launches(calls(), f), 1u) << "communication was deferred";
+    } else {
+      expect_deferred(f);
+    }
+    fake_cuda_set_stream_busy(hp_, 0);
+    ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+    EXPECT_EQ(count_launches(calls(), f), 1u);
+    if (scheduled_) {
+      ASSERT_EQ(set_class(be_, "best_effort"), 0);  // back to best effort for the next case
+    }
+    fake_cuda_reset();
+  }
+}
+
+// The records of `e` in driver order (their fake record numbers), and the record each wait on
+// `e` bound to, in driver order.
+void records_and_waits(CUevent e, std::vector<uint64_t>* records, std::vector<uint64_t>* waits,
+                       std::vector<uint64_t>* record_streams = nullptr) {
+  for (const auto& c : calls()) {
+    if (c.event != h(e) || c.result != CUDA_SUCCESS) continue;
+    if (std::strcmp(c.name, "cuEventRecord") == 0) {
+      records->push_back(c.value);
+      if (record_streams != nullptr) record_streams->push_back(c.stream);
+    }
+    if (std::strcmp(c.name, "cuStreamWaitEvent") == 0) waits->push_back(c.value);
+  }
+}
+
+// Finding 4: a later record of an event reaches the driver after the earlier one, so the event
+// ends up meaning the program's latest record.
+TEST_F(DriverRules, ReRecordingAnEventKeepsProgramOrder) {
+  CUevent ev = nullptr;
+  ASSERT_EQ(cuEventCreate(&ev, 0), CUDA_SUCCESS);
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(ev, be_), CUDA_SUCCESS);     // queued behind the best-effort kernel
+  ASSERT_EQ(cuEventRecord(ev, plain_), CUDA_SUCCESS);  // the program's latest record
+  ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  std::vector<uint64_t> records, waits, streams;
+  records_and_waits(ev, &records, &waits, &streams);
+  ASSERT_EQ(streams.size(), 2u);
+  EXPECT_EQ(streams[0], h(be_));
+  EXPECT_EQ(streams[1], h(plain_)) << "the event now means the older record";
+  EXPECT_EQ(cuEventDestroy(ev), CUDA_SUCCESS);
+}
+
+// Finding 4: a queued wait binds to the record that was the latest when the program issued it,
+// even when the program records the event again before the wait reaches the driver.
+TEST_F(DriverRules, AQueuedWaitBindsToTheRecordBeforeIt) {
+  CUevent ev = nullptr;
+  ASSERT_EQ(cuEventCreate(&ev, 0), CUDA_SUCCESS);
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);         // keeps be_'s queue non-empty
+  ASSERT_EQ(cuEventRecord(ev, plain_), CUDA_SUCCESS);      // record #1
+  ASSERT_EQ(cuStreamWaitEvent(be_, ev, 0), CUDA_SUCCESS);  // must wait for #1
+  ASSERT_EQ(cuEventRecord(ev, plain_), CUDA_SUCCESS);      // record #2
+  ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  std::vector<uint64_t> records, waits;
+  records_and_waits(ev, &records, &waits);
+  ASSERT_EQ(records.size(), 2u);
+  ASSERT_EQ(waits.size(), 1u);
+  EXPECT_EQ(waits[0], records[0]) << "the wait bound to a record issued after it";
+  // Destroying the event with a wait still queued: the wait reaches the driver first.
+  CUevent ev2 = nullptr;
+  ASSERT_EQ(cuEventCreate(&ev2, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(ev2, plain_), CUDA_SUCCESS);
+  ASSERT_EQ(launch(k_be_, be_, 2), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamWaitEvent(be_, ev2, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventDestroy(ev2), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  for (const auto& c : calls()) {
+    if (std::strcmp(c.name, "cuStreamWaitEvent") == 0 && c.event == h(ev2)) {
+      EXPECT_EQ(c.result, CUDA_SUCCESS) << "the wait reached the driver after the event was destroyed";
+    }
+  }
+  EXPECT_EQ(cuEventDestroy(ev), CUDA_SUCCESS);
+}
+
+// Finding 5: work on the legacy NULL stream waits for blocking streams only. A non-blocking
+// stream's queued best-effort work (all of LibTorch's pool streams) stays queued.
+TEST_F(DriverRules, LegacyStreamWorkDrainsOnlyBlockingStreams) {
+  CUstream nb = nullptr;
+  ASSERT_EQ(cuStreamCreateWithPriority(&nb, CU_STREAM_NON_BLOCKING, 0), CUDA_SUCCESS);
+  unsigned flags = 0;
+  ASSERT_EQ(cuStreamGetFlags(nb, &flags), CUDA_SUCCESS);
+  ASSERT_EQ(flags, unsigned{CU_STREAM_NON_BLOCKING});
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);   // blocking best-effort stream
+  ASSERT_EQ(launch(k_other_, nb, 2), CUDA_SUCCESS);  // non-blocking best-effort stream
+  expect_deferred(k_be_);
+  expect_deferred(k_other_);
+  CUfunction legacy_k = fake_cuda_make_function("legacy_kernel", 0, nullptr);
+  ASSERT_EQ(cuLaunchKernel(legacy_k, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr), CUDA_SUCCESS);
+  auto log = calls();
+  ASSERT_GE(find_launch(log, k_be_), 0) << "the blocking stream's work must precede legacy work";
+  EXPECT_LT(find_launch(log, k_be_), find_launch(log, legacy_k));
+  if (scheduled_) {
+    EXPECT_EQ(count_launches(log, k_other_), 0u) << "a non-blocking stream was drained";
+  }
+  // Synchronising the legacy stream does not wait for non-blocking streams either.
+  ASSERT_EQ(cuStreamSynchronize(nullptr), CUDA_SUCCESS);
+  if (scheduled_) {
+    EXPECT_EQ(count_launches(calls(), k_other_), 0u) << "a non-blocking stream was drained";
+  }
+  ASSERT_EQ(cuStreamSynchronize(nb), CUDA_SUCCESS);
+  EXPECT_EQ(count_launches(calls(), k_other_), 1u);
+  EXPECT_EQ(cuStreamDestroy(nb), CUDA_SUCCESS);
+}
+
+// Finding 7: ops issued while a capture begins do not overtake older ops of their stream that the
+// capture's drain is still submitting.
+TEST_F(DriverRules, OpsIssuedWhileACaptureBeginsKeepTheirStreamsOrder) {
+  hold_high_priority();
+  CUfunction k3 = fake_cuda_make_function("after_begin", 0, nullptr);
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  ASSERT_EQ(launch(k_other_, be_, 2), CUDA_SUCCESS);
+  expect_deferred(k_be_);
+  // The capture's drain is slow to submit the first queued launch.
+  fake_cuda_delay_next("cuLaunchKernel", scheduled_ ? 200000 : 0);
+  CUresult begun = CUDA_ERROR_UNKNOWN;
+  std::thread capturer([&] {
+    ASSERT_NE(use_device(0), nullptr);
+    begun = cuStreamBeginCapture(plain_, CU_STREAM_CAPTURE_MODE_RELAXED);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(cuLaunchKernel(k3, 1, 1, 1, 1, 1, 1, 0, be_, nullptr, nullptr), CUDA_SUCCESS);
+  capturer.join();
+  ASSERT_EQ(begun, CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  ASSERT_EQ(cuStreamEndCapture(plain_, &graph), CUDA_SUCCESS);
+  auto log = calls();
+  const long a = find_launch(log, k_be_), b = find_launch(log, k_other_), c = find_launch(log, k3);
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  ASSERT_GE(c, 0);
+  EXPECT_LT(a, b);
+  EXPECT_LT(b, c) << "a launch issued during the capture's drain overtook older work of its stream";
+}
+
+// Finding 7: when the capture's drain reports a deferred error, the capture has not begun and
+// scheduling goes on afterwards.
+TEST_F(DriverRules, ADeferredErrorAtCaptureBeginLeavesNoCaptureAndSchedulingOn) {
+  hold_high_priority();
+  fake_cuda_fail_next("cuLaunchKernel", CUDA_ERROR_ILLEGAL_ADDRESS);
+  const CUresult at_launch = launch(k_be_, be_, 1);
+  if (!scheduled_) {
+    EXPECT_EQ(at_launch, CUDA_ERROR_ILLEGAL_ADDRESS);
+    return;
+  }
+  ASSERT_EQ(at_launch, CUDA_SUCCESS);  // deferred
+  EXPECT_EQ(cuStreamBeginCapture(plain_, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_ERROR_ILLEGAL_ADDRESS);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  ASSERT_EQ(cuStreamIsCapturing(plain_, &status), CUDA_SUCCESS);
+  if (status != CU_STREAM_CAPTURE_STATUS_NONE) {
+    ADD_FAILURE() << "the capture began although its begin call failed";
+    CUgraph graph = nullptr;
+    cuStreamEndCapture(plain_, &graph);
+  }
+  // Scheduling is still on: best-effort work behind high priority is deferred again.
+  hold_high_priority();
+  ASSERT_EQ(launch(k_other_, be_, 2), CUDA_SUCCESS);
+  expect_deferred(k_other_);
+}
+
+// Finding 3: PyTorch captures in global mode. The shim's own polling of completion events must
+// not invalidate the capture (its helper thread is in relaxed mode, program threads do not poll
+// during a capture), and work captured on a scheduled stream gets no completion event of the
+// shim in the graph.
+TEST_F(DriverRules, TheShimsPollingDoesNotInvalidateAGlobalModeCapture) {
+  hold_high_priority();  // a tracked op in flight: the shim polls its completion event
+  CUstream cap = nullptr;
+  ASSERT_EQ(cuStreamCreateWithPriority(&cap, 0, -5), CUDA_SUCCESS);  // a high-priority stream
+  ASSERT_EQ(cuStreamBeginCapture(cap, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  CUfunction captured = fake_cuda_make_function("captured_kernel", 0, nullptr);
+  std::thread other([&] {  // another program thread (global mode) launching best-effort work
+    ASSERT_NE(use_device(0), nullptr);
+    for (int i = 0; i < 20; ++i) {
+      EXPECT_EQ(launch(k_other_, be_, i), CUDA_SUCCESS);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(cuLaunchKernel(captured, 1, 1, 1, 1, 1, 1, 0, cap, nullptr, nullptr), CUDA_SUCCESS);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  other.join();
+  CUgraph graph = nullptr;
+  EXPECT_EQ(cuStreamEndCapture(cap, &graph), CUDA_SUCCESS) << "the shim invalidated the capture";
+  for (const auto& c : calls()) {
+    if (c.captured != 0) {
+      EXPECT_EQ(c.function, h(captured)) << c.name << " of the shim went into the program's graph";
+    }
+  }
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_EQ(cuStreamDestroy(cap), CUDA_SUCCESS);
+}
+
+// Finding 9: a CUkernel passed as a CUfunction (cuFuncGetParamInfo answers INVALID_VALUE for it at
+// index 0) is not taken for a kernel without parameters: its arguments are copied with the sizes
+// cuKernelGetParamInfo gives.
+TEST_F(DriverRules, InvalidValueAtIndexZeroIsNotAKernelWithoutParameters) {
+  const uint64_t lib = fake_cuda_make_module();
+  const size_t sizes[] = {sizeof(int), sizeof(double)};
+  CUkernel kernel = fake_cuda_make_kernel(lib, "library_kernel", 2, sizes);
+  auto f = reinterpret_cast<CUfunction>(kernel);
+  hold_high_priority();
+  ASSERT_EQ(launch(f, be_, 1234, 5.5), CUDA_SUCCESS);
+  expect_deferred(f);
+  fake_cuda_set_stream_busy(hp_, 0);
+  ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  auto log = calls();
+  const long k = find_launch(log, f);
+  ASSERT_GE(k, 0);
+  ASSERT_EQ(log[k].param_bytes, 16u);
+  int a = 0;
+  double b = 0;
+  std::memcpy(&a, log[k].params, sizeof a);
+  std::memcpy(&b, log[k].params + 8, sizeof b);
+  EXPECT_EQ(a, 1234) << "the deferred launch lost its arguments";
+  EXPECT_EQ(b, 5.5);
+  EXPECT_EQ(cuLibraryUnload(reinterpret_cast<CUlibrary>(lib)), CUDA_SUCCESS);
+}
+
+// Finding 9: unloading a module first submits queued launches of its functions, and forgets what
+// the shim knew about them: a function of a later module that gets the same handle value is
+// catalogued afresh (name, communication, parameter layout).
+TEST_F(DriverRules, ModuleUnloadDrainsItsLaunchesAndForgetsItsFunctions) {
+  const uint64_t mod = fake_cuda_make_module();
+  const size_t one_int[] = {sizeof(int)};
+  CUfunction old_f = fake_cuda_make_function_in(mod, "ncclDevKernel_Old", 1, one_int);
+  int x = 3;
+  void* args[] = {&x};
+  ASSERT_EQ(cuLaunchKernel(old_f, 1, 1, 1, 1, 1, 1, 0, plain_, args, nullptr), CUDA_SUCCESS);
+  CUfunction queued_f = fake_cuda_make_function_in(mod, "queued_kernel", 1, one_int);
+  hold_high_priority();
+  ASSERT_EQ(cuLaunchKernel(queued_f, 1, 1, 1, 1, 1, 1, 0, be_, args, nullptr), CUDA_SUCCESS);
+  expect_deferred(queued_f);
+  ASSERT_EQ(cuModuleUnload(reinterpret_cast<CUmodule>(mod)), CUDA_SUCCESS);
+  auto log = calls();
+  const long q = find_launch(log, queued_f);
+  ASSERT_GE(q, 0) << "a queued launch of the module was not submitted before the unload";
+  EXPECT_EQ(log[q].result, CUDA_SUCCESS);
+  EXPECT_LT(q, find_named(log, "cuModuleUnload", 0));
+  // The next functions made reuse the unloaded handles (last freed first).
+  const uint64_t mod2 = fake_cuda_make_module();
+  const size_t sizes[] = {sizeof(int), sizeof(double)};
+  CUfunction g1 = fake_cuda_make_function_in(mod2, "reused_kernel", 2, sizes);
+  CUfunction g2 = fake_cuda_make_function_in(mod2, "reused_kernel", 2, sizes);
+  ASSERT_TRUE(g1 == old_f || g2 == old_f) << "the fake did not reuse the handle";
+  CUfunction g = g1 == old_f ? g1 : g2;
+  fake_cuda_reset();
+  hold_high_priority();
+  ASSERT_EQ(launch(g, be_, 77, 1.25), CUDA_SUCCESS);
+  expect_deferred(g);  // not the old NCCL kernel's communication class
+  fake_cuda_set_stream_busy(hp_, 0);
+  ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  log = calls();
+  const long k = find_launch(log, g);
+  ASSERT_GE(k, 0);
+  ASSERT_EQ(log[k].param_bytes, 16u) << "copied with the old function's parameter layout";
+  int a = 0;
+  double b = 0;
+  std::memcpy(&a, log[k].params, sizeof a);
+  std::memcpy(&b, log[k].params + 8, sizeof b);
+  EXPECT_EQ(a, 77);
+  EXPECT_EQ(b, 1.25);
+  if (scheduled_) {
+    auto set_class = shim_fn<orion_set_stream_class_fn>("orion_set_stream_class");
+    ASSERT_NE(set_class, nullptr);
+    EXPECT_EQ(set_class(be_, "best_effort"), 0);
+  }
+}
+
+// Finding 9: a graph executable destroyed (or updated) while its launch is queued: the launch
+// reaches the driver first.
+TEST_F(DriverRules, GraphExecDestroyWaitsForItsQueuedLaunch) {
+  auto exec = reinterpret_cast<CUgraphExec>(0x6060);
+  hold_high_priority();
+  ASSERT_EQ(cuGraphLaunch(exec, be_), CUDA_SUCCESS);
+  if (scheduled_) {
+    EXPECT_EQ(find_named(calls(), "cuGraphLaunch", h(be_)), -1) << "the graph launch was not deferred";
+  }
+  ASSERT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS) << "the queued graph launch failed";
+  auto log = calls();
+  const long launch_at = find_named(log, "cuGraphLaunch", h(be_));
+  ASSERT_GE(launch_at, 0);
+  EXPECT_EQ(log[launch_at].result, CUDA_SUCCESS);
+}
+
+// Finding 10: an op the shim cannot copy (unknown argument sizes, cuMemAllocAsync, a pageable
+// copy) is not held back by the policy while its caller waits: its stream is drained at once.
+TEST_F(DriverRules, OpsThatCannotBeCopiedDrainTheirStreamAtOnce) {
+  CUfunction opaque = fake_cuda_make_function("opaque_args", 2, nullptr);
+  std::vector<unsigned char> pageable(256, 1);
+  struct Case {
+    const char* what;
+    std::function<CUresult()> call;
+  };
+  const Case cases[] = {
+      {"kernel with unknown argument sizes", [&] { return launch(opaque, be_, 9); }},
+      {"cuMemAllocAsync", [&] {
+         CUdeviceptr p = 0;
+         return cuMemAllocAsync(&p, 128, be_);
+       }},
+      {"pageable copy", [&] { return cuMemcpyHtoDAsync(0x1000, pageable.data(), pageable.size(), be_); }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    fake_cuda_reset();
+    hold_high_priority();
+    ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);  // queued ahead of the op
+    expect_deferred(k_be_);
+    std::atomic<bool> returned{false};
+    std::thread watchdog([&] {  // the old behaviour waited for high priority to finish
+      for (int i = 0; i < 100 && !returned.load(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      fake_cuda_set_stream_busy(hp_, 0);
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    const CUresult rc = c.call();
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    returned = true;
+    watchdog.join();
+    EXPECT_EQ(rc, CUDA_SUCCESS);
+    EXPECT_LT(waited, std::chrono::milliseconds(250)) << "the caller waited for the policy";
+    auto log = calls();
+    ASSERT_GE(find_launch(log, k_be_), 0);
+    ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  }
+}
+
+// Finding 8: a launch that records an event itself (launch-completion attribute) is a record of
+// that event: a later wait on the event binds to it, and cuEventElapsedTime answers NOT_READY
+// while it is queued.
+TEST_F(DriverRules, EventsRecordedByLaunchAttributesOrderLaterWaits) {
+  CUevent done = nullptr, start = nullptr;
+  ASSERT_EQ(cuEventCreate(&done, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventCreate(&start, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(start, plain_), CUDA_SUCCESS);
+  hold_high_priority();
+  CUfunction f = fake_cuda_make_function("completion_kernel", 0, nullptr);
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT;
+  attr.value.launchCompletionEvent.event = done;
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.hStream = be_;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  ASSERT_EQ(cuLaunchKernelEx(&cfg, f, nullptr, nullptr), CUDA_SUCCESS);
+  expect_deferred(f);
+  float ms = -1;
+  EXPECT_EQ(cuEventElapsedTime(&ms, start, done),
+            scheduled_ ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamWaitEvent(plain_, done, 0), CUDA_SUCCESS);
+  auto log = calls();
+  const long k = find_launch(log, f);
+  const long wait = find_named(log, "cuStreamWaitEvent", h(plain_));
+  ASSERT_GE(k, 0) << "the wait reached the driver before the launch that records its event";
+  ASSERT_GE(wait, 0);
+  EXPECT_LT(k, wait);
+  EXPECT_NE(log[k].value, 0u);
+  EXPECT_EQ(log[wait].value, log[k].value) << "the wait bound to another record";
+  ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy(done), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy(start), CUDA_SUCCESS);
+}
+
+// Finding 6 (idle wake-ups): with nothing queued and nothing in flight the shim's helper thread
+// has nothing to admit or retire: it must not wake every pump interval (20 us) and burn a core.
+TEST_F(DriverRules, AnIdleShimDoesNotBurnCpu) {
+  ASSERT_TRUE(wait_idle());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the helper notices it is idle
+  timespec a{}, b{};
+  ASSERT_EQ(clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b), 0);
+  const double cpu_ms = static_cast<double>(b.tv_sec - a.tv_sec) * 1e3 +
+                        static_cast<double>(b.tv_nsec - a.tv_nsec) / 1e6;
+  EXPECT_LT(cpu_ms, 15.0) << "CPU time of the process over 300 ms of idling";
+  // And it still admits work queued after the idle period.
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  expect_deferred(k_be_);
+  fake_cuda_set_stream_busy(hp_, 0);
+  ASSERT_TRUE(wait_idle());
+  EXPECT_EQ(count_launches(calls(), k_be_), 1u) << "queued work was not admitted after idling";
+}
+
+// Issue 11: with ORION_TRACE set (ctest sets it), a child forked while other threads use the
+// shim exits without hanging (it must not flush or join what only the parent has).
+TEST_F(DriverRules, ForkedChildrenExitWithoutHanging) {
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  // The sanitizer runtimes misbehave in a child forked from a multi-threaded process, in
+  // pass-through too: ThreadSanitizer's can deadlock; LeakSanitizer's exit-time check hangs or
+  // reports memory that only the parent's other threads reference. This test runs in the normal
+  // build.
+  GTEST_SKIP() << "fork() of a multi-threaded process under a sanitizer";
+#endif
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    ASSERT_NE(use_device(0), nullptr);
+    for (int i = 0; !stop.load(); ++i) {
+      EXPECT_EQ(launch(k_hp_, hp_, i), CUDA_SUCCESS);
+      EXPECT_EQ(launch(k_be_, be_, i), CUDA_SUCCESS);
+      EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+    }
+  });
+  int hung = 0, failed = 0;
+  for (int i = 0; i < 12; ++i) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) std::exit(0);  // runs the atexit handlers, the shim's among them
+    int status = 0;
+    pid_t done = 0;
+    for (int waited_ms = 0; waited_ms < 1000 && done == 0; ++waited_ms) {
+      done = waitpid(pid, &status, WNOHANG);
+      if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (done == 0) {
+      ++hung;
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      ++failed;
+    }
+  }
+  stop = true;
+  busy.join();
+  EXPECT_EQ(hung, 0) << "forked children hung at exit";
+  EXPECT_EQ(failed, 0);
+}
+
+}  // namespace

@@ -1,0 +1,188 @@
+// The fake driver's contexts (a per-thread current-context stack, two devices with distinct
+// primary contexts), stream capture modes and the legacy-stream rule of its timelines (see
+// fake_cuda.cpp for the rest).
+#include "fake_cuda_state.h"  // first: it selects cuda.h's internal (all-variants) mode
+
+#include <algorithm>
+#include <atomic>
+#include <vector>
+
+namespace fake_cuda_impl {
+namespace {
+
+std::vector<uint64_t>& ctx_stack() {
+  thread_local std::vector<uint64_t> stack;
+  return stack;
+}
+
+// The capture that keeps the calling thread (token `self`, mode `mode`) from an unsafe call.
+bool prohibits(const Capture& c, uint64_t self, CUstreamCaptureMode mode) {
+  if (mode == CU_STREAM_CAPTURE_MODE_RELAXED || c.invalidated) return false;
+  if (c.thread == self) return c.mode != CU_STREAM_CAPTURE_MODE_RELAXED;
+  return mode == CU_STREAM_CAPTURE_MODE_GLOBAL && c.mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
+}
+
+}  // namespace
+
+int device_of(uint64_t ctx) {
+  for (int d = 0; d < kDevices; ++d) {
+    if (kPrimaryContext[d] == ctx) return d;
+  }
+  return -1;
+}
+
+uint64_t current_ctx() {
+  const auto& stack = ctx_stack();
+  return stack.empty() ? 0 : stack.back();
+}
+
+CUstreamCaptureMode& thread_capture_mode() {
+  thread_local CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  return mode;
+}
+
+uint64_t thread_token() {
+  static std::atomic<uint64_t> next{1};
+  thread_local uint64_t token = next.fetch_add(1);
+  return token;
+}
+
+CUresult check_stream(State& s, uint64_t id) {
+  const uint64_t cur = current_ctx();
+  if (cur == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (id == 0 || id == 2) return CUDA_SUCCESS;  // the current context's legacy / per-thread stream
+  auto it = s.streams.find(id);
+  if (it == s.streams.end() || it->second.ctx == 0) return CUDA_SUCCESS;
+  return it->second.ctx == cur ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult unsafe_call(State& s) {
+  const uint64_t self = thread_token();
+  const CUstreamCaptureMode mode = thread_capture_mode();
+  bool prohibited = false;
+  for (auto& [id, c] : s.captures) {
+    if (prohibits(c, self, mode)) {
+      c.invalidated = true;
+      prohibited = true;
+    }
+  }
+  return prohibited ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+bool advance(State& s, uint64_t id, int64_t duration_ns, fake_cuda_call& c) {
+  c.context = current_ctx();
+  if (auto cap = s.captures.find(id); cap != s.captures.end()) {
+    ++cap->second.nodes;
+    c.captured = 1;
+    return true;
+  }
+  Stream& str = s.streams[id];
+  int64_t start = str.time_ns;
+  if (id == 0) {
+    // The legacy stream waits for every blocking stream.
+    for (const auto& [other, o] : s.streams) {
+      if (other != 0 && (o.flags & CU_STREAM_NON_BLOCKING) == 0) start = std::max(start, o.time_ns);
+    }
+  } else if ((str.flags & CU_STREAM_NON_BLOCKING) == 0) {
+    start = std::max(start, s.streams[0].time_ns);  // a blocking stream waits for the legacy one
+  }
+  s.streams[id].time_ns = start + duration_ns;
+  return false;
+}
+
+}  // namespace fake_cuda_impl
+
+using namespace fake_cuda_impl;
+
+FAKE_EXPORT CUcontext fake_cuda_primary_context(int device) {
+  return device >= 0 && device < kDevices ? reinterpret_cast<CUcontext>(kPrimaryContext[device])
+                                          : nullptr;
+}
+
+// ---------------- devices and contexts ----------------
+
+FAKE_EXPORT CUresult CUDAAPI cuDeviceGetCount(int* n) {
+  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *n = kDevices;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult CUDAAPI cuDeviceGet(CUdevice* d, int ordinal) {
+  if (d == nullptr || ordinal < 0 || ordinal >= kDevices) return CUDA_ERROR_INVALID_DEVICE;
+  *d = ordinal;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult CUDAAPI cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice d) {
+  if (v == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (d < 0 || d >= kDevices) return CUDA_ERROR_INVALID_DEVICE;
+  *v = (a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) ? kSmCount[d] : 0;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice d) {
+  if (c == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (d < 0 || d >= kDevices) return CUDA_ERROR_INVALID_DEVICE;
+  *c = reinterpret_cast<CUcontext>(kPrimaryContext[d]);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice d) {
+  return d >= 0 && d < kDevices ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+FAKE_EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext* c) {
+  if (c == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *c = reinterpret_cast<CUcontext>(current_ctx());
+  return CUDA_SUCCESS;
+}
+// Replaces the top of the calling thread's stack (NULL pops it).
+FAKE_EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext c) {
+  auto& stack = ctx_stack();
+  const auto v = reinterpret_cast<uint64_t>(c);
+  if (v != 0 && device_of(v) < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (v == 0) {
+    if (!stack.empty()) stack.pop_back();
+  } else if (stack.empty()) {
+    stack.push_back(v);
+  } else {
+    stack.back() = v;
+  }
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext c) {
+  const auto v = reinterpret_cast<uint64_t>(c);
+  if (device_of(v) < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  ctx_stack().push_back(v);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext* c) {
+  auto& stack = ctx_stack();
+  if (stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (c != nullptr) *c = reinterpret_cast<CUcontext>(stack.back());
+  stack.pop_back();
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice* d) {
+  const uint64_t cur = current_ctx();
+  if (cur == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  *d = device_of(cur);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult CUDAAPI cuStreamGetCtx(CUstream hs, CUcontext* c) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  const uint64_t id = sid(hs, false);
+  uint64_t ctx = current_ctx();
+  if (id != 0) {
+    auto it = s.streams.find(id);
+    if (it == s.streams.end() || it->second.ctx == 0) return CUDA_ERROR_INVALID_HANDLE;
+    ctx = it->second.ctx;
+  }
+  if (ctx == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  *c = reinterpret_cast<CUcontext>(ctx);
+  return CUDA_SUCCESS;
+}
+
+// ---------------- capture modes ----------------
+
+FAKE_EXPORT CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::swap(*mode, thread_capture_mode());
+  return CUDA_SUCCESS;
+}
