@@ -86,6 +86,11 @@ struct Dispatcher::Impl final : CompletionListener {
   int drain_stream(StreamId id);
   int drain_event(EventId event);
   int drain_all();
+  // Nothing queued and no deferred error waiting on any stream (two atomic loads).
+  bool holds_nothing() const;
+  // Whether an op on the legacy stream must wait for `s`: a blocking stream holding queued work
+  // (or holding anything while a deferred error waits to be returned somewhere).
+  bool legacy_waits_on(const StreamState& s) const;
   int drain_legacy_sync();
   // A query's view of s (s.mu not held): queued work, and its deferred error (taken).
   QueryState query(StreamState& s);

@@ -76,18 +76,19 @@ int Dispatcher::Impl::drain_all() {
   return drain_streams([](const StreamState&) { return true; });
 }
 
+bool Dispatcher::Impl::holds_nothing() const {
+  return total_queued.load(std::memory_order_acquire) == 0 && sticky_errors.load(std::memory_order_acquire) == 0;
+}
+
+bool Dispatcher::Impl::legacy_waits_on(const StreamState& s) const {
+  return s.syncs_with_legacy.load(std::memory_order_relaxed) &&
+         (s.queued.load(std::memory_order_relaxed) != 0 || sticky_errors.load(std::memory_order_relaxed) != 0);
+}
+
 int Dispatcher::Impl::drain_legacy_sync() {
   // The common case (nothing queued, no error waiting) touches no stream.
-  if (total_queued.load(std::memory_order_acquire) == 0 &&
-      sticky_errors.load(std::memory_order_acquire) == 0 &&
-      orphan_error.load(std::memory_order_relaxed) == 0) {
-    return 0;
-  }
-  return drain_streams([this](const StreamState& s) {
-    return s.syncs_with_legacy.load(std::memory_order_relaxed) &&
-           (s.queued.load(std::memory_order_relaxed) != 0 ||
-            sticky_errors.load(std::memory_order_relaxed) != 0);
-  });
+  if (holds_nothing() && orphan_error.load(std::memory_order_relaxed) == 0) return 0;
+  return drain_streams([this](const StreamState& s) { return legacy_waits_on(s); });
 }
 
 QueryState Dispatcher::Impl::query(StreamState& s) {
@@ -122,16 +123,9 @@ QueryState Dispatcher::Impl::query_event(EventId event) {
 
 QueryState Dispatcher::Impl::query_legacy_sync() {
   QueryState out;
-  if (total_queued.load(std::memory_order_acquire) == 0 &&
-      sticky_errors.load(std::memory_order_acquire) == 0) {
-    return out;
-  }
+  if (holds_nothing()) return out;
   for (StreamState* s : all_streams()) {
-    if (!s->syncs_with_legacy.load(std::memory_order_relaxed)) continue;
-    if (s->queued.load(std::memory_order_relaxed) == 0 &&
-        sticky_errors.load(std::memory_order_relaxed) == 0) {
-      continue;
-    }
+    if (!legacy_waits_on(*s)) continue;
     const QueryState one = query(*s);
     out.queued |= one.queued;
     if (out.error == 0) out.error = one.error;

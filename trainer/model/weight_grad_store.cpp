@@ -71,7 +71,7 @@ struct SplitLinear : torch::autograd::Function<SplitLinear> {
 };
 
 void accumulate(const at::Tensor& param, const at::Tensor& grad) {
-  at::Tensor& g = const_cast<at::Tensor&>(param).mutable_grad();
+  at::Tensor& g = param.mutable_grad();
   if (g.defined()) {
     g.add_(grad);
   } else {
