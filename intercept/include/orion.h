@@ -10,6 +10,10 @@
  *       (orion_set_stream_class_fn)dlsym(RTLD_DEFAULT, "orion_set_stream_class");
  *   if (set_class != NULL) set_class((void*)my_cu_stream, "best_effort");
  *
+ *   orion_set_thread_class_fn set_thread =
+ *       (orion_set_thread_class_fn)dlsym(RTLD_DEFAULT, "orion_set_thread_class");
+ *   if (set_thread != NULL) set_thread("high_priority");  // this thread's launches from now on
+ *
  *   orion_get_stats_fn get_stats = (orion_get_stats_fn)dlsym(RTLD_DEFAULT, "orion_get_stats");
  *   orion_stats stats;
  *   if (get_stats != NULL && get_stats(&stats, sizeof stats) == 0) printf("%llu deferred\n",
@@ -39,6 +43,9 @@ typedef struct orion_stats {
   uint64_t backend_errors;       /* driver errors of submitted ops */
   uint64_t tracked_in_flight;    /* high-priority/best-effort ops not yet seen complete */
   uint64_t communication_streams;/* streams switched to the communication class (NCCL kernels) */
+  uint64_t promoted;             /* queued best-effort ops submitted early: a high-priority (or
+                                    unmanaged) op of the same stream arrived behind them */
+  uint64_t thread_classed;       /* ops scheduled with their thread's class (orion_set_thread_class) */
 } orion_stats;
 
 /* 1 when scheduling is on (USE_ORION_SCHEDULER=1), 0 in pass-through mode. */
@@ -49,6 +56,19 @@ typedef int (*orion_is_active_fn)(void);
  * "communication"/"comm" or "unmanaged". Queued work of the stream is drained first. */
 int orion_set_stream_class(void* cu_stream, const char* stream_class);
 typedef int (*orion_set_stream_class_fn)(void*, const char*);
+
+/* Sets the class of every stream-ordered op the calling thread issues from now on (kernel
+ * launches, copies, memsets, event records and waits), whatever its stream: the same names as
+ * orion_set_stream_class, or "stream" (or NULL) to go back to each stream's own class, the
+ * default. This is how a pipeline runtime marks its phases: forward best effort, backward high
+ * priority. Autograd runs a backward kernel on its forward's stream, so classing by stream cannot
+ * tell them apart; classing by the thread that issues them can.
+ * Stream order always holds: a high-priority op issued on a stream that still holds queued
+ * best-effort work submits that work first ("promoted" in orion_stats). Not overridden: streams
+ * that carry NCCL kernels (communication), and the legacy NULL stream (every blocking stream
+ * orders with it, so none of its work is deferred by thread). Other threads are not affected. */
+int orion_set_thread_class(const char* thread_class);
+typedef int (*orion_set_thread_class_fn)(const char*);
 
 /* Copies the statistics into *out; `size` is sizeof(orion_stats) as the caller knows it. */
 int orion_get_stats(orion_stats* out, size_t size);

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "orion.h"
 #include "wrapper_support.h"
@@ -15,6 +16,19 @@ ORION_EXPORT int orion_set_stream_class(void* cu_stream, const char* stream_clas
   orion::Shim* shim = orion::active_shim();
   if (shim == nullptr) return ENODEV;
   shim->set_stream_class(orion::Shim::stream_id(static_cast<CUstream>(cu_stream), false), cls);
+  return 0;
+}
+
+ORION_EXPORT int orion_set_thread_class(const char* thread_class) {
+  std::optional<sched::StreamClass> cls;
+  if (thread_class != nullptr && std::strcmp(thread_class, "stream") != 0) {
+    sched::StreamClass parsed;
+    if (!sched::parse_stream_class(thread_class, &parsed)) return EINVAL;
+    cls = parsed;
+  }
+  orion::Shim* shim = orion::active_shim();
+  if (shim == nullptr) return ENODEV;
+  shim->set_thread_class(cls);
   return 0;
 }
 
@@ -34,6 +48,8 @@ ORION_EXPORT int orion_get_stats(orion_stats* out, size_t size) {
   s.backend_errors = d.backend_errors;
   s.tracked_in_flight = shim->device().tracked_in_flight();
   s.communication_streams = shim->communication_streams();
+  s.promoted = d.promoted;
+  s.thread_classed = d.op_classed;
   // An older caller's smaller struct gets the leading fields it knows.
   std::memcpy(out, &s, std::min(size, sizeof s));
   return 0;

@@ -165,9 +165,9 @@ void Shim::shutdown() {
   }
   sched::DispatcherStats s = dispatcher_->stats();
   shim_log().info("{} ops submitted ({} inline), {} deferred, "
-               "{} forced by starvation, {} caller waits, {} driver errors",
+               "{} forced by starvation, {} promoted, {} classed by their thread, {} caller waits, {} driver errors",
                s.submitted, s.submitted_inline, s.deferred,
-               s.forced_by_starvation, s.caller_waits, s.backend_errors);
+               s.forced_by_starvation, s.promoted, s.op_classed, s.caller_waits, s.backend_errors);
 }
 
 int Shim::drain_for_legacy_stream(sched::StreamId id) {
@@ -186,6 +186,24 @@ void Shim::set_stream_class(sched::StreamId id, sched::StreamClass cls) {
   dispatcher_->set_stream_class(id, cls);
 }
 
+namespace {
+// The calling thread's class: -1 none, otherwise a sched::StreamClass value. Plain TLS (no
+// constructor), so reading it costs a TLS load on every launch.
+thread_local int8_t t_thread_class = -1;
+}  // namespace
+
+void Shim::set_thread_class(std::optional<sched::StreamClass> cls) {
+  if (cls == sched::StreamClass::kBestEffort) have_best_effort_.store(true, std::memory_order_release);
+  t_thread_class = cls ? static_cast<int8_t>(*cls) : int8_t{-1};
+}
+
+std::optional<sched::StreamClass> Shim::thread_class(sched::StreamId stream) {
+  // Every blocking stream orders with the legacy stream: deferring its work by thread would let
+  // their later work pass it.
+  if (t_thread_class < 0 || stream == kLegacyStream) return std::nullopt;
+  return static_cast<sched::StreamClass>(t_thread_class);
+}
+
 void Shim::forget_functions() {
   forget_all_functions();
   device_.forget_occupancy();
@@ -199,6 +217,7 @@ void Shim::stream_created(CUstream s, unsigned flags, sched::StreamClass cls) {
 }
 
 CUresult Shim::submit(sched::Op&& op) {
+  if (!op.requested_class) op.requested_class = thread_class(op.stream);
   if (int rc = drain_for_legacy_stream(op.stream); rc != 0) return static_cast<CUresult>(rc);
   const auto rc = static_cast<CUresult>(dispatcher_->submit(std::move(op), /*may_defer=*/!capturing()));
   if (pump_idle_.load(std::memory_order_seq_cst) &&
@@ -236,8 +255,9 @@ CUresult Shim::launch(KernelLaunch& call, bool per_thread) {
     dispatcher_->set_stream_class(op.stream, sched::StreamClass::kCommunication);
     comm_streams_.fetch_add(1, std::memory_order_relaxed);
     shim_log().debug("stream {:#x} carries {} -> communication", op.stream, info.name);
-  } else if (cls == sched::StreamClass::kBestEffort) {
-    call.capture_context();
+  } else {
+    op.requested_class = thread_class(op.stream);
+    if (op.requested_class.value_or(cls) == sched::StreamClass::kBestEffort) call.capture_context();
   }
   return submit(std::move(op));
 }

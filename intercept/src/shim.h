@@ -8,6 +8,7 @@
 #include <memory>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "cuda_api.h"
@@ -61,6 +62,10 @@ class Shim {
   // Stream creation with a priority: CUDA's lower number = more urgent.
   sched::StreamClass class_for_priority(int priority) const;
   void set_stream_class(sched::StreamId id, sched::StreamClass cls);
+  // The calling thread's class (orion_set_thread_class), applied to each op it submits except on
+  // the legacy stream; nullopt: each stream's own class.
+  void set_thread_class(std::optional<sched::StreamClass> cls);
+  static std::optional<sched::StreamClass> thread_class(sched::StreamId stream);
   // A stream created by the program: its class and its flags (CU_STREAM_NON_BLOCKING).
   void stream_created(CUstream s, unsigned flags, sched::StreamClass cls);
 

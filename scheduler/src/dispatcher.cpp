@@ -252,10 +252,16 @@ void Dispatcher::Impl::submit_head_locked(StreamState& s, const OpEstimate& est)
   total_queued.fetch_sub(1, std::memory_order_release);
 }
 
+StreamClass Dispatcher::Impl::class_of(const StreamState& s, const Op& op) {
+  const StreamClass stream_cls = s.cls.load(std::memory_order_relaxed);
+  if (!op.requested_class || stream_cls == StreamClass::kCommunication) return stream_cls;
+  return *op.requested_class;
+}
+
 int Dispatcher::Impl::submit(Op&& op, bool may_defer) {
   StreamState& s = stream(op.stream);
   const bool defers_here = defers && may_defer;
-  if (defers_here && s.cls.load(std::memory_order_relaxed) == StreamClass::kBestEffort) {
+  if (defers_here && class_of(s, op) == StreamClass::kBestEffort) {
     return submit_best_effort(s, std::move(op));
   }
   if (op.kind == OpKind::kStreamWaitEvent) {
@@ -267,16 +273,20 @@ int Dispatcher::Impl::submit(Op&& op, bool may_defer) {
   }
   std::unique_lock lock(s.mu);
   // The class may have changed since the unlocked read, leaving queued work ahead of this op.
-  while (!s.queue.empty() || (defers_here && s.cls.load() == StreamClass::kBestEffort)) {
-    if (defers_here && s.cls.load() == StreamClass::kBestEffort) {
+  while (!s.queue.empty() || (defers_here && class_of(s, op) == StreamClass::kBestEffort)) {
+    if (defers_here && class_of(s, op) == StreamClass::kBestEffort) {
       lock.unlock();
       return submit_best_effort(s, std::move(op));
     }
+    // Queued best-effort work ahead of an op that may not wait (high priority arriving behind a
+    // forward's kernels on the same stream): promote it, in order, ignoring the policy.
+    s.promoted += s.queue.size();
     lock.unlock();
     drain_until(s, std::numeric_limits<uint64_t>::max());
     lock.lock();
   }
-  op.cls = s.cls.load(std::memory_order_relaxed);
+  op.cls = class_of(s, op);
+  if (op.requested_class && s.cls.load(std::memory_order_relaxed) != StreamClass::kCommunication) ++s.op_classed;
   op.seq = next_seq.fetch_add(1, std::memory_order_relaxed);
   op.arrival_ns = op.submitted_ns = device.now_ns();
   if (op.records_event()) note_record(op.event, s, op.seq);
@@ -289,11 +299,12 @@ int Dispatcher::Impl::submit(Op&& op, bool may_defer) {
 int Dispatcher::Impl::submit_best_effort(StreamState& s, Op&& op) {
   try_pump_inline();  // fresh completions first, and queued work of other streams gets its turn
   std::unique_lock lock(s.mu);
-  if (s.cls.load(std::memory_order_relaxed) != StreamClass::kBestEffort) {
+  if (class_of(s, op) != StreamClass::kBestEffort) {
     lock.unlock();
     return submit(std::move(op));
   }
   op.cls = StreamClass::kBestEffort;
+  if (op.requested_class) ++s.op_classed;
   op.seq = next_seq.fetch_add(1, std::memory_order_relaxed);
   op.arrival_ns = device.now_ns();
   QueuedOp q;

@@ -68,6 +68,9 @@ struct Dispatcher::Impl final : CompletionListener {
   static const Dep* first_unmet(const QueuedOp& q);
 
   // ---- admission bookkeeping and submit paths (dispatcher.cpp) ----
+  // The class `op` is scheduled with on `s`: its own (Op::requested_class) or the stream's; a
+  // communication stream keeps its class.
+  static StreamClass class_of(const StreamState& s, const Op& op);
   OpEstimate estimate(const Op& op);
   // Asks the policy (unless `force`) and, if admitted, counts the op as in flight.
   bool reserve_best_effort(const Op& op, const OpEstimate& est, bool force);

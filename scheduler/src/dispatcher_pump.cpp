@@ -243,6 +243,8 @@ DispatcherStats Dispatcher::Impl::stats() {
     out.forced_by_starvation += s->forced;
     out.caller_waits += s->caller_waits;
     out.backend_errors += s->errors;
+    out.promoted += s->promoted;
+    out.op_classed += s->op_classed;
   }
   out.queued_now = total_queued.load(std::memory_order_relaxed);
   return out;

@@ -62,7 +62,7 @@ struct StreamState {
   FifoRing<InFlightOp> in_flight;
   int sticky_error = 0;  // first backend error of a deferred op, returned by the next drain
   uint64_t submitted = 0, submitted_inline = 0, deferred = 0, forced = 0, caller_waits = 0,
-           errors = 0;
+           errors = 0, promoted = 0, op_classed = 0;
 };
 
 }  // namespace sched::detail

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Check (d): gpipe_runner on configs/gpt_350m_gpu.yaml (bf16, seq 1024, 4 ranks on the one GPU):
-# async_threaded vs naive executor, shim off vs shim `priority` vs shim `orion`, and the PyTorch
+# async_threaded vs naive executor, 1f1b vs zb_h1 (peak memory), shim off vs shim `priority` vs shim `orion`, and the PyTorch
 # eager peer on the same GPT; tokens/s and MFU; and from each async run's Kineto trace, the share
 # of GPU busy time in which forward and backward kernels of different streams ran at once.
 # Usage: scripts/gpu/check_trainer.sh OUTDIR   (env: GPU_CHECK_TRAINER_STEPS, default 6, of which 2 warm-up)
@@ -29,6 +29,7 @@ run_ours() {  # variant, then extra arguments
 run_ours async --set parallel.scheduler=async_threaded
 run_ours naive --set parallel.scheduler=naive
 run_ours one_stage --set parallel.scheduler=async_threaded --set parallel.model_parallel_size=1
+run_ours zb_h1 --set parallel.scheduler=async_threaded --set parallel.schedule=zb_h1
 LD_PRELOAD=$SHIM USE_ORION_SCHEDULER=1 ORION_POLICY=orion run_ours async_shim \
   --set parallel.scheduler=async_threaded --set parallel.use_orion_scheduler=true
 LD_PRELOAD=$SHIM USE_ORION_SCHEDULER=1 ORION_POLICY=priority run_ours async_shim_priority \
@@ -36,9 +37,10 @@ LD_PRELOAD=$SHIM USE_ORION_SCHEDULER=1 ORION_POLICY=priority run_ours async_shim
 timeout 150 "$PYTHON" scripts/peers/bench_eager.py --config "$config" --device cuda \
   --steps $((steps - warmup)) --warmup "$warmup" --output "$dir/eager.json" \
   >"$OUTDIR/logs/trainer_eager.log" 2>&1 || { echo "bench_eager.py failed: logs/trainer_eager.log"; failed=1; }
-# Evidence that the shim was on in the shim run: its start-up/exit log lines name the library.
+# Evidence that the shim was on in the shim run: its start-up/exit log lines name the library,
+# and its exit line counts the ops classed by the runner's per-action thread class.
 if grep -q "libgpu_scheduler" "$OUTDIR/logs/trainer_async_shim.log" 2>/dev/null; then
-  record "d: shim active in the shim run" INFO "yes (libgpu_scheduler lines in logs/trainer_async_shim.log)"
+  record "d: shim active in the shim run" INFO "yes: $(grep -o '[0-9]* ops submitted.*' "$OUTDIR/logs/trainer_async_shim.log" | tail -n 1)"
 else
   record "d: shim active in the shim run" INFO "unknown: no libgpu_scheduler line in logs/trainer_async_shim.log"
 fi
@@ -69,4 +71,4 @@ if [ $rc -ne 0 ] || [ $failed -ne 0 ]; then
   record "d: trainer" FAIL "a run failed or a loss is not finite (rows above; logs/trainer_*.log)"
   exit 1
 fi
-record "d: trainer" PASS "6 runs completed, losses finite; numbers in the rows above"
+record "d: trainer" PASS "7 runs completed, losses finite; numbers in the rows above"

@@ -15,7 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "peers"))
 from trainer_table import ResultError, peer_result, runner_result  # noqa: E402
 
 VARIANTS = {"async": "ours async_threaded", "naive": "ours naive", "async_shim": "ours async_threaded + shim",
-            "async_shim_priority": "ours async_threaded + shim priority", "one_stage": "ours 1 stage"}
+            "async_shim_priority": "ours async_threaded + shim priority", "one_stage": "ours 1 stage",
+            "zb_h1": "ours async_threaded zb_h1"}
 
 
 def main() -> int:
@@ -32,8 +33,10 @@ def main() -> int:
             gpus = s.get("num_gpus") or 1
             r["mfu"] = r["tokens_per_s"] * s["flops_per_token"] / (peak * gpus) if peak else None
             bubble = s.get("bubble_fraction")
+            r["peak_memory_bytes"] = s.get("peak_memory_bytes")
             r["extra"] = (f"{s.get('stages')} stages, {s.get('schedule')}, bubble "
-                          f"{'n/a' if bubble is None else f'{bubble:.3f}'}")
+                          f"{'n/a' if bubble is None else f'{bubble:.3f}'} ({s.get('bubble_clock', 'host')} clock), "
+                          f"peak mem {s.get('peak_memory_bytes')}")
             rows[label] = r
         except (ResultError, KeyError, json.JSONDecodeError) as e:
             print(f"| d: trainer {label} | FAIL | {e} |")
@@ -54,10 +57,19 @@ def main() -> int:
               f"{r['final_loss']:.3f}, {r['steps']} timed steps; {r['extra']} |")
     pairs = [("ours 1 stage", "PyTorch eager"), ("ours async_threaded", "PyTorch eager"), ("ours async_threaded", "ours naive"),
              ("ours async_threaded + shim", "ours async_threaded"),
-             ("ours async_threaded + shim priority", "ours async_threaded")]
+             ("ours async_threaded + shim priority", "ours async_threaded"),
+             ("ours async_threaded zb_h1", "ours async_threaded")]
     for a, b in pairs:
         if a in rows and b in rows:
             print(f"| d: ratio {a} / {b} | INFO | {rows[a]['tokens_per_s'] / rows[b]['tokens_per_s']:.3f} (tokens/s) |")
+    # ZB-H1's I frees the graph and keeps only what the weight GEMMs need: its peak memory should
+    # be at or under 1F1B's on the same config.
+    zb, ofob = rows.get("ours async_threaded zb_h1"), rows.get("ours async_threaded")
+    if zb and ofob and zb.get("peak_memory_bytes") and ofob.get("peak_memory_bytes"):
+        ratio = zb["peak_memory_bytes"] / ofob["peak_memory_bytes"]
+        print(f"| d: peak memory zb_h1 / 1f1b | {'PASS' if ratio <= 1.0 else 'FAIL'} | {ratio:.3f} "
+              f"({zb['peak_memory_bytes']} / {ofob['peak_memory_bytes']} bytes) |")
+        ok &= ratio <= 1.0
     return 0 if ok else 1
 
 

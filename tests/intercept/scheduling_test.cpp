@@ -379,6 +379,63 @@ TEST_F(Scheduling, StreamClassCanBeSetThroughTheCApi) {
   EXPECT_EQ(count_launches(calls(), k_be_), 1u);
 }
 
+// The per-thread class (issue 12): a pipeline runtime marks forward best effort and backward high
+// priority on the thread that issues them, whatever stream autograd picks.
+TEST_F(Scheduling, ThreadClassOverridesStreamClassesForThatThreadOnly) {
+  auto set_thread = shim_fn<orion_set_thread_class_fn>("orion_set_thread_class");
+  ASSERT_NE(set_thread, nullptr);
+  EXPECT_EQ(set_thread("no_such_class"), EINVAL);
+  hold_high_priority();  // before the thread class: this launch is the HP work in flight
+  const orion_stats before = scheduled_ ? stats() : orion_stats{};
+  const int rc = set_thread("best_effort");
+  if (!scheduled_) {
+    EXPECT_EQ(rc, ENODEV);
+    return;
+  }
+  ASSERT_EQ(rc, 0);
+  // Forward phase: best effort on an unmanaged stream and on a high-priority one.
+  ASSERT_EQ(launch(k_be_, plain_, 1), CUDA_SUCCESS);
+  ASSERT_EQ(launch(k_other_, hp_, 2), CUDA_SUCCESS);
+  EXPECT_EQ(count_launches(calls(), k_be_), 0u) << "best-effort thread's launch on an unmanaged stream was not deferred";
+  EXPECT_EQ(count_launches(calls(), k_other_), 0u) << "best-effort thread's launch on a high-priority stream was not deferred";
+  // Another thread has no class: its launch on a best-effort stream follows the stream rule
+  // (deferred), and on the unmanaged stream it goes at once, promoting the queued forward kernel.
+  CUfunction other_thread = fake_cuda_make_function("other_thread", 0, nullptr);
+  CUcontext ctx = nullptr;
+  ASSERT_EQ(cuCtxGetCurrent(&ctx), CUDA_SUCCESS);
+  std::thread([&] {
+    ASSERT_EQ(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+    ASSERT_EQ(cuLaunchKernel(other_thread, 1, 1, 1, 1, 1, 1, 0, plain_, nullptr, nullptr), CUDA_SUCCESS);
+  }).join();
+  auto log = calls();
+  ASSERT_EQ(count_launches(log, other_thread), 1u) << "another thread's unmanaged launch was deferred";
+  ASSERT_EQ(count_launches(log, k_be_), 1u) << "queued work ahead of it was not promoted";
+  EXPECT_LT(find_launch(log, k_be_), find_launch(log, other_thread)) << "stream order broken";
+  // The legacy stream is never deferred by thread (every blocking stream orders with it).
+  CUfunction on_legacy = fake_cuda_make_function("on_legacy", 0, nullptr);
+  ASSERT_EQ(cuLaunchKernel(on_legacy, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(count_launches(calls(), on_legacy), 1u);
+  // Backward phase: high priority on a best-effort stream goes at once while HP is in flight.
+  ASSERT_EQ(set_thread("high_priority"), 0);
+  CUfunction backward = fake_cuda_make_function("backward", 0, nullptr);
+  ASSERT_EQ(cuLaunchKernel(backward, 1, 1, 1, 1, 1, 1, 0, be_, nullptr, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(count_launches(calls(), backward), 1u) << "high-priority thread's launch was deferred";
+  // Back to each stream's class: the best-effort stream defers again.
+  ASSERT_EQ(set_thread("stream"), 0);
+  CUfunction plain_again = fake_cuda_make_function("plain_again", 0, nullptr);
+  ASSERT_EQ(cuLaunchKernel(plain_again, 1, 1, 1, 1, 1, 1, 0, be_, nullptr, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(count_launches(calls(), plain_again), 0u) << "the best-effort stream's rule did not come back";
+  ASSERT_EQ(set_thread(nullptr), 0);
+  const orion_stats after = stats();
+  EXPECT_GE(after.promoted - before.promoted, 1u);
+  EXPECT_EQ(after.thread_classed - before.thread_classed, 3u);  // be, other (hp_ stream), backward; not legacy
+  fake_cuda_set_stream_busy(hp_, 0);
+  auto flush = shim_fn<orion_flush_fn>("orion_flush");
+  ASSERT_EQ(flush(), 0);
+  EXPECT_EQ(count_launches(calls(), k_other_), 1u);
+  EXPECT_EQ(count_launches(calls(), plain_again), 1u);
+}
+
 TEST_F(Scheduling, TraceShowsKernelDurationsLearnedFromTheDriver) {
   auto flush = shim_fn<orion_flush_fn>("orion_flush");
   ASSERT_NE(flush, nullptr);

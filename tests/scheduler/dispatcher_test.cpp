@@ -346,6 +346,58 @@ TEST_F(DispatcherTest, ClassChangeDrainsQueuedWork) {
   EXPECT_EQ(d->stream_class(9999), StreamClass::kUnmanaged);
 }
 
+// The shim's per-thread class: an op carries its own class, whatever its stream's. Forward
+// kernels (best effort) and backward kernels (high priority) of one micro-batch share a stream,
+// because autograd runs backward on its forward's stream.
+Op with_class(Op op, StreamClass cls) {
+  op.requested_class = cls;
+  return op;
+}
+
+TEST_F(DispatcherTest, AnOpsOwnClassOverridesItsStreamsClass) {
+  auto d = make("priority");
+  constexpr StreamId kPlain = 7;  // unmanaged (the default class)
+  d->submit(kernel_op(kHp, 1));   // HP in flight: best effort waits
+  ASSERT_EQ(d->submit(with_class(kernel_op(kPlain, 10), StreamClass::kBestEffort)), 0);
+  ASSERT_EQ(d->submit(with_class(kernel_op(kHp, 11), StreamClass::kBestEffort)), 0);
+  EXPECT_TRUE(kernels_on(kPlain).empty()) << "best-effort op on an unmanaged stream was not deferred";
+  EXPECT_EQ(kernels_on(kHp), std::vector<KernelId>{1}) << "best-effort op on a high-priority stream was not deferred";
+  // High priority asked on a best-effort stream: at once, while HP is in flight.
+  ASSERT_EQ(d->submit(with_class(kernel_op(kBe, 20), StreamClass::kHighPriority)), 0);
+  EXPECT_EQ(kernels_on(kBe), std::vector<KernelId>{20});
+  // A communication stream keeps its class.
+  ASSERT_EQ(d->submit(with_class(kernel_op(kComm, 30), StreamClass::kBestEffort)), 0);
+  EXPECT_EQ(kernels_on(kComm), std::vector<KernelId>{30});
+  EXPECT_EQ(d->stream_class(kPlain), StreamClass::kUnmanaged) << "an op's class must not change its stream's";
+  const auto st = d->stats();
+  EXPECT_EQ(st.deferred, 2u);
+  EXPECT_EQ(st.op_classed, 3u);  // the communication op was scheduled with its stream's class
+  dev.complete_all();
+  d->pump();
+  EXPECT_EQ(kernels_on(kPlain), std::vector<KernelId>{10});
+}
+
+TEST_F(DispatcherTest, HighPriorityOpPromotesTheBestEffortWorkQueuedAheadOfItOnItsStream) {
+  auto d = make("priority");
+  constexpr StreamId kShared = 7;
+  d->submit(kernel_op(kHp, 1));
+  d->submit(kernel_op(kBe, 5));  // another stream's queued forward work: not promoted
+  for (KernelId k = 10; k < 13; ++k) d->submit(with_class(kernel_op(kShared, k), StreamClass::kBestEffort));
+  EXPECT_TRUE(kernels_on(kShared).empty());
+  const size_t before = dev.submitted_count();
+  ASSERT_EQ(d->submit(with_class(kernel_op(kShared, 20), StreamClass::kHighPriority)), 0);
+  // Stream order holds: the three queued ops, then the HP op, all before submit() returned.
+  EXPECT_EQ(kernels_on(kShared), (std::vector<KernelId>{10, 11, 12, 20}));
+  EXPECT_EQ(dev.submitted_count(), before + 4);
+  EXPECT_TRUE(kernels_on(kBe).empty()) << "another stream's best-effort work was promoted";
+  const auto st = d->stats();
+  EXPECT_EQ(st.promoted, 3u);
+  EXPECT_EQ(st.queued_now, 1u);
+  // Best effort again after it: deferred again (HP in flight).
+  ASSERT_EQ(d->submit(with_class(kernel_op(kShared, 21), StreamClass::kBestEffort)), 0);
+  EXPECT_EQ(kernels_on(kShared).size(), 4u);
+}
+
 TEST_F(DispatcherTest, DestructorDrainsEverything) {
   {
     auto d = make("priority");

@@ -30,6 +30,9 @@ expect short_run 0 "Training summary" -- --config "$cfg" --steps 2 --output-dir 
 for f in summary.json metrics.jsonl timeline.json; do
   [ -s "$tmp/run/$f" ] || { echo "FAIL short_run: $f not written"; failures=$((failures + 1)); }
 done
+# On CPU busy time and bubble are host-timed, and the summary says so (a GPU run says cuda_events).
+grep -q '"bubble_clock": *"host"' "$tmp/run/summary.json" \
+  || { echo "FAIL short_run: summary.json does not say bubble_clock host"; failures=$((failures + 1)); }
 # parallel.use_orion_scheduler: the runner restarts itself with the scheduler library built beside
 # it preloaded and USE_ORION_SCHEDULER=1, and the restarted run reports the library loaded.
 shim=$(dirname "$runner")/../intercept/libgpu_scheduler.so

@@ -56,7 +56,7 @@ TEST(MetricsTest, JsonlAndSummary) {
       log.add(m);
     }
     const auto s = log.summary();
-    for (const char* key : {"tokens_per_s", "mfu", "bubble_fraction", "peak_memory_bytes", "step_time_ms_mean",
+    for (const char* key : {"tokens_per_s", "mfu", "bubble_fraction", "bubble_clock", "peak_memory_bytes", "step_time_ms_mean",
                             "final_loss", "first_loss", "steps", "schedule", "executor", "stages", "microbatches"}) {
       EXPECT_TRUE(s.contains(key)) << key;
     }

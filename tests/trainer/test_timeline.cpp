@@ -54,6 +54,53 @@ TEST(TimelineTest, SpanNamesSayActionMicrobatchAndStage) {
   EXPECT_EQ(span_name(Action{ActionType::kSendBackward, 2, 0}), "SB0 s2");
 }
 
+// GPU ranks time each action with CUDA events; the recorder takes those times at end_step (the
+// CUDA side runs on the GPU check, this is the recorder's arithmetic with given GPU times).
+class GivenGpuTimes final : public GpuSpanTimes {
+ public:
+  GivenGpuTimes(double start, double end) : start_(start), end_(end) {}
+  std::pair<double, double> start_end_us() const override { return {start_, end_}; }
+
+ private:
+  double start_, end_;
+};
+
+TEST(TimelineTest, GpuTimesReplaceHostTimesAndSetTheClockAndTheWall) {
+  ActionRecorder recorder;
+  recorder.begin_step(2);
+  const auto now = ActionRecorder::Clock::now();
+  // Host spans say every action took ~0 (kernels only queued); the GPU says otherwise.
+  recorder.record(0, Action{ActionType::kForward, 0, 0}, now, now, std::make_shared<GivenGpuTimes>(0, 400));
+  recorder.record(0, Action{ActionType::kBackward, 0, 0}, now, now, std::make_shared<GivenGpuTimes>(600, 1000));
+  recorder.record(1, Action{ActionType::kRecvForward, 1, 0}, now, now, std::make_shared<GivenGpuTimes>(0, 400));
+  recorder.record(1, Action{ActionType::kForward, 1, 0}, now, now, std::make_shared<GivenGpuTimes>(400, 600));
+  EXPECT_EQ(recorder.clock(), SpanClock::kHost);
+  recorder.end_step();
+  EXPECT_EQ(recorder.clock(), SpanClock::kCudaEvents);
+  EXPECT_DOUBLE_EQ(recorder.wall_us(), 1000.0);
+  EXPECT_DOUBLE_EQ(recorder.spans(0).at(1).start_us, 600.0);
+  EXPECT_DOUBLE_EQ(recorder.busy_us(0), 800.0);
+  EXPECT_DOUBLE_EQ(recorder.busy_us(1), 200.0);  // the receive is not busy time
+  EXPECT_DOUBLE_EQ(recorder.bubble_fraction(), 1.0 - 1000.0 / 2000.0);
+  const nlohmann::json trace = to_chrome_trace(recorder, 3);
+  EXPECT_EQ(trace.at("metadata").at("clock"), "cuda_events");
+  // The next step starts on the host clock again.
+  recorder.begin_step(1);
+  recorder.record(0, Action{ActionType::kForward, 0, 0}, now, now);
+  recorder.end_step();
+  EXPECT_EQ(recorder.clock(), SpanClock::kHost);
+  EXPECT_EQ(to_chrome_trace(recorder, 4).at("metadata").at("clock"), "host");
+}
+
+TEST(TimelineTest, OneStepCannotMixTheHostAndTheGpuClock) {
+  ActionRecorder recorder;
+  recorder.begin_step(1);
+  const auto now = ActionRecorder::Clock::now();
+  recorder.record(0, Action{ActionType::kForward, 0, 0}, now, now, std::make_shared<GivenGpuTimes>(0, 1));
+  recorder.record(0, Action{ActionType::kBackward, 0, 0}, now, now);
+  EXPECT_THROW(recorder.end_step(), std::logic_error);
+}
+
 TEST(TimelineTest, WritesAReadableFile) {
   ActionRecorder recorder;
   recorder.begin_step(2);

@@ -8,6 +8,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,60 @@ TEST(SplitLinear, AutocastRunsTheMatmulInLowPrecisionAndGradientsStayInTheParame
   EXPECT_EQ(ours.w.grad().scalar_type(), at::kFloat);
   EXPECT_EQ(ours.x.grad().scalar_type(), at::kFloat);
   EXPECT_TRUE(at::allclose(ours.w.grad(), ref.w.grad(), 5e-2, 5e-2)) << "bf16 weight gradient too far from fp32";
+}
+
+// bf16 cast once per step: with a WeightCastCache active, three micro-batches' forwards cast the
+// weight and bias once, and the gradients (B for one micro-batch, I + W for the others, as a
+// zero-bubble step mixes them) equal those of recasting at every forward.
+TEST(SplitLinear, WeightCastCacheCastsOncePerStepWithTheSameGradients) {
+  at::manual_seed(5);
+  const at::Tensor w0 = at::randn({4, 5}), b0 = at::randn({4});
+  std::vector<at::Tensor> xs;
+  for (int mb = 0; mb < 3; ++mb) xs.push_back(at::randn({2, 3, 5}));
+  auto run = [&](WeightCastCache* cache) {
+    at::Tensor w = w0.clone().requires_grad_(true), b = b0.clone().requires_grad_(true);
+    at::autocast::set_autocast_enabled(at::kCPU, true);
+    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+    std::vector<at::Tensor> ys;
+    {
+      std::optional<WeightCastCache::Use> use;
+      if (cache != nullptr) use.emplace(*cache);
+      for (const auto& x : xs) ys.push_back(split_linear(x, w, b));
+    }
+    at::autocast::set_autocast_enabled(at::kCPU, false);
+    at::autocast::clear_cache();
+    WeightGradStore store;
+    (ys[0].to(at::kFloat) * 0.5).pow(2).sum().backward();
+    {
+      const WeightGradStore::Defer defer(store);
+      for (size_t mb = 1; mb < ys.size(); ++mb) (ys[mb].to(at::kFloat) * 0.5).pow(2).sum().backward();
+    }
+    store.flush();
+    return std::make_pair(w.grad(), b.grad());
+  };
+  WeightCastCache cache;
+  const auto cached = run(&cache);
+  const auto recast = run(nullptr);
+  EXPECT_EQ(cache.casts(), 2u) << "weight and bias, once each";
+  EXPECT_EQ(cache.hits(), 4u) << "two later micro-batches x (weight, bias)";
+  ASSERT_EQ(cached.first.scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::equal(cached.first, recast.first));
+  EXPECT_TRUE(at::equal(cached.second, recast.second));
+}
+
+// W's bf16 weight gradients add into the fp32 .grad directly (no fp32 copy first): the same sum as
+// casting first, to fp32 rounding.
+TEST(WeightGradStore, LowPrecisionGradientsAddIntoAnFp32Grad) {
+  at::manual_seed(6);
+  at::Tensor w = at::randn({4, 5}).requires_grad_(true);
+  const at::Tensor x = at::randn({6, 5}).to(at::kBFloat16), dy = at::randn({6, 4}).to(at::kBFloat16);
+  WeightGradStore store;
+  store.add(w, at::Tensor(), x, dy);
+  store.add(w, at::Tensor(), x, dy);
+  store.flush();
+  ASSERT_EQ(w.grad().scalar_type(), at::kFloat);
+  const at::Tensor one = dy.t().matmul(x).to(at::kFloat);
+  EXPECT_TRUE(at::allclose(w.grad(), one * 2, 1e-6, 1e-6));
 }
 
 // One GPT stage (embedding, 2 blocks), two runtimes from the same seed: B on one, I then W on the

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <set>
+#include <stdexcept>
 #include <utility>
 
 #include <fmt/format.h>
@@ -21,9 +22,8 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
 
-#include "orion.h"
+#include "trainer/device/orion_thread_class.h"
 #include "trainer/log/engine_log.h"
 #endif
 
@@ -153,6 +153,19 @@ class CudaReadyEvent final : public ReadyEvent {
   at::cuda::CUDAEvent event_;
 };
 
+class CudaTimingEvent final : public TimingEvent {
+ public:
+  explicit CudaTimingEvent(const c10::cuda::CUDAStream& stream) { event_.record(stream); }
+  double ms_since(const TimingEvent& earlier) const override {
+    const auto* e = dynamic_cast<const CudaTimingEvent*>(&earlier);
+    if (e == nullptr) throw std::logic_error("ms_since: the earlier event is not a CUDA timing event");
+    return e->event_.elapsed_time(event_);
+  }
+
+ private:
+  at::cuda::CUDAEvent event_{cudaEventDefault};  // timing on (the default CUDAEvent has none)
+};
+
 // A stream of this rank alone. LibTorch's pool has 32 streams per priority and device, handed out
 // round-robin: 4 ranks x 8 micro-batches already wrap around, so ranks would share streams
 // (independent work serialised, and one rank's stream-class change would hit another rank's
@@ -169,17 +182,15 @@ c10::cuda::CUDAStream create_rank_stream(c10::DeviceIndex device, bool high) {
   return c10::cuda::getStreamFromExternal(raw, device);
 }
 
-// The Orion shim's orion_set_stream_class, looked up once at run time (null without the shim,
-// so the same binary runs unchanged with and without it).
-orion_set_stream_class_fn orion_set_class() {
-  static const orion_set_stream_class_fn fn = [] {
-    auto found = reinterpret_cast<orion_set_stream_class_fn>(dlsym(RTLD_DEFAULT, "orion_set_stream_class"));
-    engine_log_info(found != nullptr
-                        ? "Orion shim API found: pipeline streams are re-classed per action (parallel.priority)"
+// Logs once per process whether the shim's per-thread class is there.
+void log_orion_thread_class_once() {
+  static const bool logged = [] {
+    engine_log_info(find_orion_set_thread_class() != nullptr
+                        ? "Orion shim API found: each action sets its thread's class (parallel.priority)"
                         : "Orion shim API not found: stream priorities come from CUDA stream priorities only");
-    return found;
+    return true;
   }();
-  return fn;
+  (void)logged;
 }
 #endif
 }  // namespace
@@ -237,28 +248,30 @@ std::shared_ptr<void> RankStreams::enter(ActionType type, int microbatch) {
                                                              : false;
       it = impl_->streams.emplace(key, create_rank_stream(impl_->device.index(), high)).first;
     }
-    auto guard = std::make_shared<c10::cuda::CUDAStreamGuard>(it->second);
+    // Orion: autograd runs mb's backward kernels on F(mb)'s stream, so the shim classes this
+    // action's launches by the thread that issues them, whatever their stream (orion.h).
+    log_orion_thread_class_once();
+    struct ActionScope {
+      ActionScope(const c10::cuda::CUDAStream& stream, const char* cls) : stream_guard(stream), thread_class(cls) {}
+      c10::cuda::CUDAStreamGuard stream_guard;
+      OrionThreadClassScope thread_class;
+    };
+    auto guard = std::make_shared<ActionScope>(it->second, orion_thread_class(type, impl_->priority));
     if (impl_->step_start && impl_->waited_step_start.insert(key).second) impl_->step_start->block_current_stream();
-    // Orion: autograd runs mb's backward kernels on F(mb)'s stream, so re-class that stream
-    // before each action (forward class before F, backward class before B/I/W) and the stream
-    // entered here, so the shim sees the real priority of the kernels about to be queued.
-    if (impl_->priority != "none") {
-      if (const orion_set_stream_class_fn set_class = orion_set_class()) {
-        const bool high = impl_->priority == "backward_first" ? backward : !backward;
-        const char* cls = high ? "high_priority" : "best_effort";
-        set_class(static_cast<void*>(it->second.stream()), cls);
-        if (backward) {
-          if (auto f = impl_->streams.find({false, microbatch}); f != impl_->streams.end()) {
-            set_class(static_cast<void*>(f->second.stream()), cls);
-          }
-        }
-      }
-    }
     return guard;
   }
 #else
   (void)type;
   (void)microbatch;
+#endif
+  return nullptr;
+}
+
+std::shared_ptr<const TimingEvent> record_timing_event(c10::Device device) {
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+  if (device.is_cuda()) return std::make_shared<CudaTimingEvent>(c10::cuda::getCurrentCUDAStream(device.index()));
+#else
+  (void)device;
 #endif
   return nullptr;
 }
@@ -303,7 +316,8 @@ std::string RankStreams::describe() const {
       "streams carry only synchronisation and gradient accumulation",
       impl_->device.str(), fwd, bwd, bwd, fwd, bwd);
   if (impl_->priority != "none") {
-    text += "; under the Orion shim each F(mb) stream is re-classed to the backward class before B/I/W(mb)";
+    text += "; under the Orion shim each action sets its thread's class (F " + fwd + ", B/I/W " + bwd +
+            " priority), so backward kernels are scheduled as backward on their forward's stream";
   }
   return text;
 }

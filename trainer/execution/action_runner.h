@@ -7,16 +7,21 @@
 #include <map>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "trainer/device/device.h"
 #include "trainer/execution/executor.h"
 #include "trainer/distributed/transport.h"
+#include "trainer/model/weight_grad_store.h"
 
 namespace gpipe {
 
 class ActionRunner {
  public:
-  ActionRunner(const StepContext& ctx, int rank, RankStreams& streams, const ExecutorOptions& options);
+  // `gpu_step_mark` (a CUDA rank, with a recorder): the step's timing event on the rank's device,
+  // recorded before any of the step's work; each action's span is then also timed on the GPU.
+  ActionRunner(const StepContext& ctx, int rank, RankStreams& streams, const ExecutorOptions& options,
+               std::shared_ptr<const TimingEvent> gpu_step_mark = nullptr);
   // Runs one action of this rank's program and records its span. Exceptions carry the rank and
   // the action.
   void run(const Action& action);
@@ -40,6 +45,11 @@ class ActionRunner {
                      Key neighbour_key, const char* what);
   at::Tensor ready_tensor(const Message& m);
   StageRuntime& stage(int s) const;
+  // GPU clock: a compute action marks its span on its own stream, after its input waits (so the
+  // span starts when its stream may run it) and after its last kernel; run() marks a send or a
+  // receive on the current stream around it. No-ops without a step mark.
+  void gpu_span_begin();
+  void gpu_span_end();
 
   const StepContext& ctx_;
   int rank_;
@@ -50,6 +60,12 @@ class ActionRunner {
   // Recorded after each action that adds into parameter .grad (B, W); the next such action's
   // stream waits on it, so accumulation across micro-batch streams is ordered (see backward()).
   std::shared_ptr<const ReadyEvent> grads_accumulated_;
+  std::shared_ptr<const TimingEvent> gpu_step_mark_, gpu_start_, gpu_end_;
+  // bf16: split_linear's weight copies, made once per step (the runner lives one step) by each
+  // stage's first forward; every later forward of the stage waits for that one's event. The copies
+  // die with the runner, after the executor synchronised the devices.
+  WeightCastCache weight_casts_;
+  std::map<int, std::shared_ptr<const ReadyEvent>> weights_cast_;  // stage -> its first forward's end
 };
 
 // LibTorch hands the backward of a CUDA graph to one autograd worker thread per device, shared by
@@ -69,6 +85,12 @@ class BackwardOnCallingThread {
  private:
   bool previous_;
 };
+
+// The step's GPU-clock zero, per rank (indexed by rank): one timing event per CUDA device of this
+// process, recorded on the calling thread's current stream, shared by the ranks on that device.
+// Record it before the step's work (RankStreams::begin_step); all null without a recorder or on
+// CPU (the timeline then uses the host clock).
+std::vector<std::shared_ptr<const TimingEvent>> record_gpu_step_marks(const StepContext& ctx);
 
 // The two executors (naive_executor.cpp, async_executor.cpp), for make_executor.
 std::unique_ptr<Executor> make_naive_executor(ExecutorOptions options);

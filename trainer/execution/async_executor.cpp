@@ -45,6 +45,8 @@ class AsyncThreadedExecutor final : public Executor {
             ctx.rank_devices.at(static_cast<size_t>(r)), StreamPolicy::kPerMicrobatch, options_.priority);
       }
     }
+    // GPU clock zero first: every action of the step comes after it on its device.
+    const auto gpu_marks = record_gpu_step_marks(ctx);
     // The optimizer step ran on each device's current stream on this thread: the pool streams
     // wait for it before this step's actions use the weights.
     for (auto& s : streams_) {
@@ -53,7 +55,7 @@ class AsyncThreadedExecutor final : public Executor {
     std::vector<std::unique_ptr<ActionRunner>> runners(ranks);
     for (int r : here) {
       runners[static_cast<size_t>(r)] =
-          std::make_unique<ActionRunner>(ctx, r, *streams_[static_cast<size_t>(r)], options_);
+          std::make_unique<ActionRunner>(ctx, r, *streams_[static_cast<size_t>(r)], options_, gpu_marks[static_cast<size_t>(r)]);
     }
 
     std::mutex error_mu;
@@ -79,7 +81,8 @@ class AsyncThreadedExecutor final : public Executor {
           const ProfileThisThread profile_here;  // joins training.profile_iteration's Kineto trace
           // One AutocastScope per action (as in the naive executor), not per step: autocast's
           // per-thread cache of bf16 weight copies made by F(mb0) on its stream would otherwise
-          // be reused by F(mbk) on another stream with no ordering between them.
+          // be reused by F(mbk) on another stream with no ordering between them. split_linear's
+          // weights are cast once per step anyway (ActionRunner's WeightCastCache, ordered).
           run_program(schedule.per_rank[r], [&](const Action& action) {
             AutocastScope autocast(device, options_.bf16_autocast);
             runners[r]->run(action);
@@ -94,6 +97,13 @@ class AsyncThreadedExecutor final : public Executor {
     }
     for (auto& t : threads) t.join();
     if (first_error) {
+      // The runners die with this frame and with them the step's bf16 weight copies: let the
+      // streams that may still read them finish first (a failing device may refuse; the first
+      // error is what the caller needs).
+      try {
+        synchronize_devices(ctx.rank_devices);
+      } catch (const std::exception&) {
+      }
       const size_t dropped = ctx.transport->reset();
       throw std::runtime_error(*first_error + (dropped ? fmt::format(" ({} undelivered message(s) dropped)", dropped) : ""));
     }

@@ -1,7 +1,10 @@
 // ActionRunner: the per-action methods both executors share, and the executor factory.
 #include <fmt/format.h>
 
+#include <map>
+#include <optional>
 #include <stdexcept>
+#include <utility>
 
 #include "action_runner.h"
 #include "trainer/config/config.h"
@@ -23,8 +26,47 @@ std::vector<int> StepContext::ranks_here() const {
   return all;
 }
 
-ActionRunner::ActionRunner(const StepContext& ctx, int rank, RankStreams& streams, const ExecutorOptions& options)
-    : ctx_(ctx), rank_(rank), streams_(streams), options_(options) {}
+namespace {
+// An action's GPU span: its two events against the step's mark on the same device.
+class EventSpanTimes final : public GpuSpanTimes {
+ public:
+  EventSpanTimes(std::shared_ptr<const TimingEvent> mark, std::shared_ptr<const TimingEvent> start,
+                 std::shared_ptr<const TimingEvent> end)
+      : mark_(std::move(mark)), start_(std::move(start)), end_(std::move(end)) {}
+  std::pair<double, double> start_end_us() const override {
+    return {1e3 * start_->ms_since(*mark_), 1e3 * end_->ms_since(*mark_)};
+  }
+
+ private:
+  std::shared_ptr<const TimingEvent> mark_, start_, end_;
+};
+}  // namespace
+
+std::vector<std::shared_ptr<const TimingEvent>> record_gpu_step_marks(const StepContext& ctx) {
+  std::vector<std::shared_ptr<const TimingEvent>> marks(ctx.rank_devices.size());
+  if (ctx.recorder == nullptr) return marks;
+  std::map<c10::DeviceIndex, std::shared_ptr<const TimingEvent>> per_device;
+  for (int r : ctx.ranks_here()) {
+    const c10::Device device = ctx.rank_devices.at(static_cast<size_t>(r));
+    if (!device.is_cuda()) continue;
+    auto& mark = per_device[device.index()];
+    if (!mark) mark = record_timing_event(device);
+    marks[static_cast<size_t>(r)] = mark;
+  }
+  return marks;
+}
+
+ActionRunner::ActionRunner(const StepContext& ctx, int rank, RankStreams& streams, const ExecutorOptions& options,
+                           std::shared_ptr<const TimingEvent> gpu_step_mark)
+    : ctx_(ctx), rank_(rank), streams_(streams), options_(options), gpu_step_mark_(std::move(gpu_step_mark)) {}
+
+void ActionRunner::gpu_span_begin() {
+  if (gpu_step_mark_) gpu_start_ = record_timing_event(ctx_.rank_devices.at(static_cast<size_t>(rank_)));
+}
+
+void ActionRunner::gpu_span_end() {
+  if (gpu_step_mark_) gpu_end_ = record_timing_event(ctx_.rank_devices.at(static_cast<size_t>(rank_)));
+}
 
 StageRuntime& ActionRunner::stage(int s) const {
   if (s < 0 || s >= static_cast<int>(ctx_.stages.size()) || ctx_.stages[static_cast<size_t>(s)] == nullptr) {
@@ -36,12 +78,22 @@ StageRuntime& ActionRunner::stage(int s) const {
 
 void ActionRunner::run(const Action& action) {
   const auto start = ActionRecorder::Clock::now();
+  gpu_start_ = gpu_end_ = nullptr;
+  const bool compute = is_compute(action.type);
+  if (!compute) gpu_span_begin();
   try {
     dispatch(action);
   } catch (const std::exception& e) {
     throw std::runtime_error(fmt::format("rank {} action {}: {}", rank_, to_string(action), e.what()));
   }
-  if (ctx_.recorder != nullptr) ctx_.recorder->record(rank_, action, start, ActionRecorder::Clock::now());
+  if (!compute) gpu_span_end();
+  if (ctx_.recorder == nullptr) return;
+  std::shared_ptr<const GpuSpanTimes> gpu;
+  if (gpu_step_mark_) {
+    if (!gpu_start_ || !gpu_end_) throw std::logic_error(fmt::format("action {} recorded no GPU span", to_string(action)));
+    gpu = std::make_shared<EventSpanTimes>(gpu_step_mark_, gpu_start_, gpu_end_);
+  }
+  ctx_.recorder->record(rank_, action, start, ActionRecorder::Clock::now(), std::move(gpu));
 }
 
 void ActionRunner::dispatch(const Action& a) {
@@ -94,8 +146,19 @@ void ActionRunner::forward(const Action& a) {
                             "activation");
     activation = ready_tensor(in);
   }
-  at::Tensor out = st.forward(a.microbatch, ctx_.microbatches[static_cast<size_t>(a.microbatch)], activation);
+  const bool cast_once = options_.bf16_autocast;
+  auto cast_by = weights_cast_.find(a.stage);
+  if (cast_once && cast_by != weights_cast_.end()) RankStreams::wait(cast_by->second);
+  gpu_span_begin();
+  at::Tensor out;
+  {
+    std::optional<WeightCastCache::Use> use_casts;
+    if (cast_once) use_casts.emplace(weight_casts_);
+    out = st.forward(a.microbatch, ctx_.microbatches[static_cast<size_t>(a.microbatch)], activation);
+  }
+  gpu_span_end();
   auto done = streams_.record_ready();
+  if (cast_once && cast_by == weights_cast_.end()) weights_cast_[a.stage] = done;
   forward_done_[{a.stage, a.microbatch}] = done;
   if (!st.spec().is_last()) activations_out_[{a.stage, a.microbatch}] = Message{out, done};
 }
@@ -119,8 +182,10 @@ void ActionRunner::backward(const Action& a) {
   // with an event; autograd's stream syncs carry the order from this stream to the accumulation
   // streams.
   RankStreams::wait(grads_accumulated_);
+  gpu_span_begin();
   at::Tensor input_grad = a.type == ActionType::kBackward ? st.backward(a.microbatch, output_grad)
                                                           : st.backward_input(a.microbatch, output_grad);
+  gpu_span_end();  // autograd made this stream wait for the backward kernels it ran on F(mb)'s stream
   grads_accumulated_ = streams_.record_ready();
   if (!st.spec().is_first()) grads_out_[{a.stage, a.microbatch}] = Message{input_grad, streams_.record_ready()};
 }
@@ -132,7 +197,9 @@ void ActionRunner::backward_weight(const Action& a) {
   // the g.add_ into .grad of different micro-batches is ordered.
   auto scope = streams_.enter(a.type, a.microbatch);
   RankStreams::wait(grads_accumulated_);
+  gpu_span_begin();
   stage(a.stage).backward_weight(a.microbatch);
+  gpu_span_end();
   grads_accumulated_ = streams_.record_ready();
 }
 

@@ -63,6 +63,7 @@ class NaiveExecutor final : public Executor {
     });
 
     if (ctx.recorder != nullptr) ctx.recorder->begin_step(schedule.num_ranks);
+    const auto gpu_marks = record_gpu_step_marks(ctx);
     std::vector<std::unique_ptr<RankStreams>> streams;
     std::vector<std::unique_ptr<ActionRunner>> runners;
     // One thread runs everything, so a receive from a rank of this process must never wait: the
@@ -75,7 +76,8 @@ class NaiveExecutor final : public Executor {
     for (int r : here) {
       streams[static_cast<size_t>(r)] = std::make_unique<RankStreams>(ctx.rank_devices.at(static_cast<size_t>(r)),
                                                                       StreamPolicy::kSingle, options_.priority);
-      runners[static_cast<size_t>(r)] = std::make_unique<ActionRunner>(ctx, r, *streams[static_cast<size_t>(r)], no_wait);
+      runners[static_cast<size_t>(r)] =
+          std::make_unique<ActionRunner>(ctx, r, *streams[static_cast<size_t>(r)], no_wait, gpu_marks[static_cast<size_t>(r)]);
     }
     const BackwardOnCallingThread backward_here;
     for (const Item& item : order) {

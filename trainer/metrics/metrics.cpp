@@ -57,6 +57,7 @@ nlohmann::json to_json(const IterationMetrics& m) {
           {"step_time_ms", m.step_time_ms},
           {"tokens_per_s", m.tokens_per_s},
           {"bubble_fraction", m.bubble_fraction},
+          {"bubble_clock", m.bubble_clock},
           {"mfu", m.mfu ? nlohmann::json(*m.mfu) : nlohmann::json(nullptr)},
           {"peak_memory_bytes", m.peak_memory_bytes}};
 }
@@ -108,6 +109,7 @@ nlohmann::json MetricsLog::summary() const {
   return {{"tokens_per_s", tokens_per_s},
           {"mfu", null_or(mfu_value)},
           {"bubble_fraction", mean_of(its, &IterationMetrics::bubble_fraction)},
+          {"bubble_clock", iterations_.empty() ? std::string("host") : iterations_.back().bubble_clock},
           {"peak_memory_bytes", peak_memory},
           {"step_time_ms_mean", step_ms},
           {"step_time_ms_first", iterations_.empty() ? 0.0 : iterations_.front().step_time_ms},
@@ -158,8 +160,8 @@ std::string MetricsLog::summary_text() const {
   text += fmt::format("step time {:.1f} ms (mean, first step {:.1f} ms) | throughput {:.1f} tokens/s\n",
                       s["step_time_ms_mean"].get<double>(), s["step_time_ms_first"].get<double>(),
                       s["tokens_per_s"].get<double>());
-  text += fmt::format("MFU {} | bubble {:.1f}% | peak memory {:.1f} MiB\n", mfu_text,
-                      100.0 * s["bubble_fraction"].get<double>(),
+  text += fmt::format("MFU {} | bubble {:.1f}% ({} clock) | peak memory {:.1f} MiB\n", mfu_text,
+                      100.0 * s["bubble_fraction"].get<double>(), s["bubble_clock"].get<std::string>(),
                       static_cast<double>(s["peak_memory_bytes"].get<int64_t>()) / (1024.0 * 1024.0));
   text += "==========================================================";
   return text;

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
 
 namespace gpipe {
@@ -22,24 +24,54 @@ bool is_compute(ActionType type) {
   }
 }
 
-ActionRecorder::ActionRecorder(int num_ranks) : per_rank_(static_cast<size_t>(std::max(0, num_ranks))) {}
+const char* to_string(SpanClock clock) { return clock == SpanClock::kCudaEvents ? "cuda_events" : "host"; }
+
+ActionRecorder::ActionRecorder(int num_ranks)
+    : per_rank_(static_cast<size_t>(std::max(0, num_ranks))),
+      gpu_per_rank_(static_cast<size_t>(std::max(0, num_ranks))) {}
 
 void ActionRecorder::begin_step(int num_ranks) {
   per_rank_.assign(static_cast<size_t>(std::max(0, num_ranks)), {});
+  gpu_per_rank_.assign(static_cast<size_t>(std::max(0, num_ranks)), {});
   for (auto& spans : per_rank_) spans.reserve(64);
   wall_us_ = 0;
+  clock_ = SpanClock::kHost;
   step_start_ = Clock::now();
 }
 
-void ActionRecorder::record(int rank, const Action& action, Clock::time_point start, Clock::time_point end) {
+void ActionRecorder::record(int rank, const Action& action, Clock::time_point start, Clock::time_point end,
+                            std::shared_ptr<const GpuSpanTimes> gpu) {
   auto us = [&](Clock::time_point t) {
     return std::chrono::duration<double, std::micro>(t - step_start_).count();
   };
   per_rank_.at(static_cast<size_t>(rank)).push_back(ActionSpan{action, rank, us(start), us(end)});
+  gpu_per_rank_.at(static_cast<size_t>(rank)).push_back(std::move(gpu));
 }
 
 void ActionRecorder::end_step() {
   wall_us_ = std::chrono::duration<double, std::micro>(Clock::now() - step_start_).count();
+  size_t with_gpu = 0, total = 0;
+  for (const auto& times : gpu_per_rank_) {
+    total += times.size();
+    with_gpu += static_cast<size_t>(std::count_if(times.begin(), times.end(), [](const auto& t) { return t != nullptr; }));
+  }
+  if (with_gpu == 0) return;
+  if (with_gpu != total) {
+    throw std::logic_error(fmt::format("{} of the step's {} action spans have GPU times: one step's timeline cannot "
+                                       "mix the host and the GPU clock", with_gpu, total));
+  }
+  clock_ = SpanClock::kCudaEvents;
+  double wall = 0;
+  for (size_t r = 0; r < per_rank_.size(); ++r) {
+    for (size_t i = 0; i < per_rank_[r].size(); ++i) {
+      const auto [start, end] = gpu_per_rank_[r][i]->start_end_us();
+      per_rank_[r][i].start_us = start;
+      per_rank_[r][i].end_us = end;
+      wall = std::max(wall, end);
+    }
+    gpu_per_rank_[r].clear();  // the events may go back to their pool now
+  }
+  wall_us_ = wall;
 }
 
 std::vector<ActionSpan> ActionRecorder::all_spans() const {
@@ -102,6 +134,7 @@ nlohmann::json to_chrome_trace(const ActionRecorder& recorder, int step) {
            {{"step", step},
             {"ranks", recorder.num_ranks()},
             {"wall_us", recorder.wall_us()},
+            {"clock", to_string(recorder.clock())},
             {"bubble_fraction", recorder.bubble_fraction()}}}};
 }
 

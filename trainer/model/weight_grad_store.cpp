@@ -11,6 +11,7 @@ namespace gpipe {
 namespace {
 
 thread_local WeightGradStore* t_deferred = nullptr;
+thread_local WeightCastCache* t_weight_casts = nullptr;
 
 // grad_output^T @ input over the flattened leading dimensions: [out, in].
 at::Tensor weight_grad(const at::Tensor& input, const at::Tensor& grad_output) {
@@ -38,8 +39,13 @@ struct SplitLinear : torch::autograd::Function<SplitLinear> {
       const auto dtype = at::autocast::get_autocast_dtype(device);
       auto cast = [&](const at::Tensor& t) { return t.defined() && t.is_floating_point() ? t.to(dtype) : t; };
       x = cast(input);
-      w = cast(weight);
-      b = cast(bias);
+      if (t_weight_casts != nullptr) {
+        w = t_weight_casts->get(weight, dtype);
+        b = bias.defined() ? t_weight_casts->get(bias, dtype) : bias;
+      } else {
+        w = cast(weight);
+        b = cast(bias);
+      }
     }
     ctx->save_for_backward({x, w, weight, bias});
     return at::linear(x, w, b.defined() ? std::optional<at::Tensor>(b) : std::nullopt);
@@ -70,16 +76,44 @@ struct SplitLinear : torch::autograd::Function<SplitLinear> {
   }
 };
 
+// Adds a gradient into param's .grad. A low-precision gradient adds into an fp32 .grad in one
+// kernel (type promotion), without first making an fp32 copy of it.
 void accumulate(const at::Tensor& param, const at::Tensor& grad) {
   at::Tensor& g = param.mutable_grad();
   if (g.defined()) {
     g.add_(grad);
   } else {
-    g = grad.detach().clone();
+    g = grad.detach().to(param.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
   }
 }
 
 }  // namespace
+
+WeightCastCache::Use::Use(WeightCastCache& cache) : previous_(t_weight_casts) { t_weight_casts = &cache; }
+WeightCastCache::Use::~Use() { t_weight_casts = previous_; }
+
+at::Tensor WeightCastCache::get(const at::Tensor& param, at::ScalarType dtype) {
+  if (!param.is_floating_point() || param.scalar_type() == dtype) return param;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& entry = copies_[param.unsafeGetTensorImpl()];
+  if (entry.second.defined() && entry.second.scalar_type() == dtype) {
+    ++hits_;
+    return entry.second;
+  }
+  at::NoGradGuard no_grad;  // split_linear routes the gradient to the parameter itself
+  entry = {param, param.to(dtype)};
+  return entry.second;
+}
+
+std::size_t WeightCastCache::casts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return copies_.size();
+}
+
+std::size_t WeightCastCache::hits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return hits_;
+}
 
 WeightGradStore::Defer::Defer(WeightGradStore& store) : previous_(t_deferred) { t_deferred = &store; }
 WeightGradStore::Defer::~Defer() { t_deferred = previous_; }
@@ -101,8 +135,8 @@ void WeightGradStore::flush(const std::function<void(const at::Tensor&)>& on_use
       on_use(e.input);
       on_use(e.grad_output);
     }
-    if (e.weight.defined()) accumulate(e.weight, like_param(weight_grad(e.input, e.grad_output), e.weight));
-    if (e.bias.defined()) accumulate(e.bias, like_param(bias_grad(e.grad_output), e.bias));
+    if (e.weight.defined()) accumulate(e.weight, weight_grad(e.input, e.grad_output));
+    if (e.bias.defined()) accumulate(e.bias, bias_grad(e.grad_output));
   }
 }
 

@@ -473,6 +473,7 @@ nlohmann::json PipelineTrainer::train() {
       it.step_time_ms = ms;
       it.tokens_per_s = static_cast<double>(info.tokens_per_step) / (ms / 1e3);
       it.bubble_fraction = recorder.bubble_fraction();
+      it.bubble_clock = to_string(recorder.clock());
       it.peak_memory_bytes = peak_memory_bytes(rank_devices_);
       if (metrics) {
         it.mfu = metrics->mfu(it.tokens_per_s);

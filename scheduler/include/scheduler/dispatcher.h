@@ -3,10 +3,13 @@
 // submit() from the program's own thread).
 //
 // Rules it keeps:
+//  - An op's class is its stream's, unless the op carries its own (Op::requested_class: the
+//    shim's per-thread class). A communication stream keeps its class.
 //  - Per-stream FIFO order always holds; a stream-wait-event op is not submitted before the
 //    event's latest record was submitted (cross-stream order through events).
 //  - High-priority, communication and unmanaged ops are never deferred: submitted inline in the
-//    caller's thread. If such an op depends on a queued best-effort event record, that producer
+//    caller's thread. Best-effort work still queued on the op's own stream is submitted first
+//    (promoted: it ignores the policy), since the op cannot pass it. If such an op depends on a queued best-effort event record, that producer
 //    stream is drained first (so high priority never waits behind another stream's queued work
 //    except what it explicitly depends on).
 //  - Best-effort ops are admitted by the policy, from the caller's thread or the background thread.
@@ -51,6 +54,8 @@ struct DispatcherStats {
   uint64_t caller_waits = 0;       // ops whose payload could not be cloned
   uint64_t queued_now = 0;
   uint64_t backend_errors = 0;
+  uint64_t promoted = 0;       // queued best-effort ops submitted early: a non-deferred op arrived behind them
+  uint64_t op_classed = 0;     // ops scheduled with their own class (Op::requested_class), not their stream's
 };
 
 // What a query (cuStreamQuery, cuEventQuery) must say about the work the dispatcher still holds:

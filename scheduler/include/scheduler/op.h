@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace sched {
@@ -86,6 +87,10 @@ struct Op {
   const OpPayload* borrowed = nullptr;
   std::unique_ptr<OpPayload> owned;
   PayloadCloner clone = nullptr;
+  // The class the program asked for this op itself (the shim: the calling thread's phase, set
+  // with orion_set_thread_class), or nullopt: the class of its stream. A communication stream
+  // keeps its class whatever is asked (its NCCL kernels spin until their peers arrive).
+  std::optional<StreamClass> requested_class;
 
   const OpPayload* payload() const { return owned ? owned.get() : borrowed; }
   // Whether the op records `event` (an event record, or a launch recording one implicitly).
@@ -97,7 +102,7 @@ struct Op {
   uint64_t seq = 0;           // global arrival order
   int64_t arrival_ns = 0;     // device clock at submit()
   int64_t submitted_ns = 0;   // device clock when handed to the backend
-  StreamClass cls = StreamClass::kUnmanaged;
+  StreamClass cls = StreamClass::kUnmanaged;  // the class it was scheduled with
 };
 
 }  // namespace sched

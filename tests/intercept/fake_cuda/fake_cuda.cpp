@@ -385,9 +385,15 @@ CUresult launch_ex(const char* name, const CUlaunchConfig* c, CUfunction f, void
     State& s = st();
     std::lock_guard lock(s.mu);
     const uint64_t seq = record_event_now(s, reinterpret_cast<uint64_t>(ev), sid(c->hStream, per_thread));
-    if (s.logging && !s.log.empty()) {
-      s.log.back().event = reinterpret_cast<uint64_t>(ev);
-      s.log.back().value = seq;
+    // The launch's own entry: another thread (the shim's helper polling its events) may have
+    // logged calls since launch() returned, so it is not necessarily the last one.
+    for (auto it = s.log.rbegin(); s.logging && it != s.log.rend(); ++it) {
+      if (std::strcmp(it->name, name) == 0 && it->function == reinterpret_cast<uint64_t>(f) &&
+          it->stream == reinterpret_cast<uint64_t>(c->hStream) && it->event == 0) {
+        it->event = reinterpret_cast<uint64_t>(ev);
+        it->value = seq;
+        break;
+      }
     }
   }
   return rc;

@@ -45,6 +45,17 @@ class ReadyEvent {
   virtual void block_current_stream() const = 0;
 };
 
+// A CUDA event with timing, recorded on a stream: the GPU clock of the action timeline.
+class TimingEvent {
+ public:
+  virtual ~TimingEvent() = default;
+  // Milliseconds of GPU time from `earlier` to this event. Both on one device, both complete
+  // (read after the device was synchronised).
+  virtual double ms_since(const TimingEvent& earlier) const = 0;
+};
+// Records a timing event on `device`'s current stream of the calling thread; null on CPU.
+std::shared_ptr<const TimingEvent> record_timing_event(c10::Device device);
+
 enum class StreamPolicy {
   kSingle,         // the device's current (default) stream: the naive executor
   kPerMicrobatch,  // each micro-batch's forward and backward on streams of their own (per rank)

@@ -33,6 +33,8 @@ struct IterationMetrics {
   double step_time_ms = 0;
   double tokens_per_s = 0;
   double bubble_fraction = 0;
+  // The clock busy time and bubble were measured with: "host" (CPU) or "cuda_events" (GPU).
+  std::string bubble_clock = "host";
   std::optional<double> mfu;
   int64_t peak_memory_bytes = 0;
 };
@@ -58,7 +60,7 @@ class MetricsLog {
   std::optional<double> mfu(double tokens_per_s) const;
   void add(const IterationMetrics& m);
   const std::vector<IterationMetrics>& iterations() const { return iterations_; }
-  // Summary keys: tokens_per_s, mfu (null when n/a), bubble_fraction, peak_memory_bytes,
+  // Summary keys: tokens_per_s, mfu (null when n/a), bubble_fraction, bubble_clock, peak_memory_bytes,
   // step_time_ms_mean, final_loss, first_loss, steps, schedule, executor, stages, microbatches,
   // plus ranks, device, device_name, dtype, priority, parameters, tokens_per_step,
   // flops_per_token, peak_flops_per_gpu, use_orion_scheduler, orion_env, step_time_ms_first.

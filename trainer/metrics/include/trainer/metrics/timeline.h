@@ -1,10 +1,17 @@
 // What each rank did during one step: an ActionRecorder the executors feed (one vector per rank,
 // so rank threads never share a lock), and its Chrome-trace / Perfetto export (one track per
 // rank, one event per action named like "F3 s1").
+//
+// Two clocks. On CPU a span is host time: the action's work is done when its method returns. On
+// a GPU the method returns once its kernels are queued, so host spans would say little: there
+// each span also carries GPU times (CUDA events on the action's stream), read at end_step() once
+// the devices are synchronised, and busy time, bubble and the timeline use those.
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -20,6 +27,20 @@ struct ActionSpan {
   double end_us = 0;
 };
 
+// The GPU-clock ends of one action span, in microseconds since its device's step mark. Read only
+// after the step's device work is complete.
+class GpuSpanTimes {
+ public:
+  virtual ~GpuSpanTimes() = default;
+  virtual std::pair<double, double> start_end_us() const = 0;
+};
+
+enum class SpanClock {
+  kHost,        // steady_clock around each action's method (CPU)
+  kCudaEvents,  // CUDA events on each action's stream (GPU)
+};
+const char* to_string(SpanClock clock);  // "host" | "cuda_events"
+
 // Busy actions are the compute ones (F, B, I, W); sends and receives are communication/waiting.
 bool is_compute(ActionType type);
 
@@ -29,13 +50,18 @@ class ActionRecorder {
   explicit ActionRecorder(int num_ranks = 0);
   // Clears the spans and starts the step clock. Not thread-safe: call between steps.
   void begin_step(int num_ranks);
-  // Rank `rank` only touches its own vector, so concurrent ranks need no lock.
-  void record(int rank, const Action& action, Clock::time_point start, Clock::time_point end);
-  // Stops the step clock.
+  // Rank `rank` only touches its own vector, so concurrent ranks need no lock. `gpu` (GPU ranks):
+  // the span's GPU times, resolved by end_step().
+  void record(int rank, const Action& action, Clock::time_point start, Clock::time_point end,
+              std::shared_ptr<const GpuSpanTimes> gpu = nullptr);
+  // Stops the step clock. When spans carry GPU times (call only after the devices were
+  // synchronised), they replace the host times, and the wall time is the latest span end on
+  // the GPU clock. Spans of one step use one clock: all of them have GPU times, or none.
   void end_step();
 
   int num_ranks() const { return static_cast<int>(per_rank_.size()); }
   double wall_us() const { return wall_us_; }
+  SpanClock clock() const { return clock_; }
   const std::vector<ActionSpan>& spans(int rank) const { return per_rank_.at(rank); }
   std::vector<ActionSpan> all_spans() const;
   // Sum of compute-span durations of one rank.
@@ -47,13 +73,17 @@ class ActionRecorder {
  private:
   Clock::time_point step_start_{};
   double wall_us_ = 0;
+  SpanClock clock_ = SpanClock::kHost;
   std::vector<std::vector<ActionSpan>> per_rank_;
+  // Parallel to per_rank_: each span's GPU times (null on CPU).
+  std::vector<std::vector<std::shared_ptr<const GpuSpanTimes>>> gpu_per_rank_;
 };
 
 // Event name used in the trace: "<type><microbatch> s<stage>", e.g. "F3 s1", "SB0 s2".
 std::string span_name(const Action& action);
 // {"traceEvents": [...], "displayTimeUnit": "ms", "metadata": {...}}: a thread-name event per
-// rank ("rank r") and one complete ("X") event per action, args {stage, microbatch, action}.
+// rank ("rank r") and one complete ("X") event per action, args {stage, microbatch, action};
+// metadata says which clock the spans use ("clock": "host" | "cuda_events").
 nlohmann::json to_chrome_trace(const ActionRecorder& recorder, int step);
 // Writes to_chrome_trace to `path` (creating its folder); throws std::runtime_error naming it.
 void write_chrome_trace(const ActionRecorder& recorder, int step, const std::string& path);

@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <functional>
 #include <mutex>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace gpipe {
@@ -50,8 +52,40 @@ class WeightGradStore {
   std::vector<Entry> entries_;
 };
 
+// Low-precision copies of parameters made once per step. Under bf16 autocast split_linear casts
+// its weight and bias at every forward; with a cache active on the calling thread (a Use), a
+// parameter is cast at its first forward of the step and that copy serves every later
+// micro-batch. The copies live as long as the cache: keep it until the device work that reads them
+// is done, and make a new one per step (the optimizer changes the weights in place). On CUDA the
+// first forward casts on its own stream: later forwards on other streams must wait for it (the
+// executor orders every forward of a stage after the step's first one).
+class WeightCastCache {
+ public:
+  class Use {
+   public:
+    explicit Use(WeightCastCache& cache);
+    ~Use();
+    Use(const Use&) = delete;
+    Use& operator=(const Use&) = delete;
+
+   private:
+    WeightCastCache* previous_;
+  };
+  // `param` in `dtype`: the cached copy, or a new one (kept).
+  at::Tensor get(const at::Tensor& param, at::ScalarType dtype);
+  std::size_t casts() const;  // copies made
+  std::size_t hits() const;   // copies reused
+
+ private:
+  mutable std::mutex mu_;
+  // Parameter identity -> (parameter, copy); the parameter is held so its address is not reused.
+  std::unordered_map<const c10::TensorImpl*, std::pair<at::Tensor, at::Tensor>> copies_;
+  std::size_t hits_ = 0;
+};
+
 // y = input @ weight^T + bias (bias may be undefined), as at::linear, bf16 autocast included; its
-// backward defers the weight GEMMs to the active WeightGradStore (see above).
+// backward defers the weight GEMMs to the active WeightGradStore (see above). Deferred weight
+// gradients add into the parameters' .grad in their low precision (one add kernel, no fp32 copy).
 at::Tensor split_linear(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias);
 
 }  // namespace gpipe
