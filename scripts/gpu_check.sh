@@ -6,11 +6,16 @@
 #   d  gpipe_runner on configs/gpt_350m_gpu.yaml vs PyTorch eager, async vs naive, shim on/off
 #   e  the pipeline across processes: one process on cuda, 2 processes over NCCL (>= 2 GPUs) or a
 #      one-rank NCCL self-test (1 GPU)
+#   f  the driver rules of issue 11, with and without the shim (ORION_POLICY=priority):
+#      gpu_driver_rules contexts (two threads on two contexts: results, each thread's current
+#      context kept), gpu_driver_rules capture (a global-mode capture while best-effort work is
+#      queued: not invalidated, results), tests/gpu/nccl_under_shim.py (a one-rank NCCL
+#      all-reduce from a priority-0 stream beside high-priority matmuls must not wait)
 # Each writes a log under OUTDIR/logs and a row to OUTDIR/results.md; a failed check does not stop
 # the others; the exit status is non-zero if any check failed or could not run.
 #
 #   scripts/gpu_check.sh OUTDIR
-# Environment: GPU_CHECK_ONLY ("build ctest a b c d e", a subset to run), GPU_CHECK_SKIP_BUILD=1 (reuse
+# Environment: GPU_CHECK_ONLY ("build ctest a b c d e f", a subset to run), GPU_CHECK_SKIP_BUILD=1 (reuse
 # build-gpu), GPU_CHECK_BUDGET_S (540: checks that no longer fit are recorded as not run),
 # GPU_CHECK_PYTHON (python3), GPU_CHECK_BUILD_DIR (build-gpu), GPU_CHECK_TRAINER_STEPS (6).
 # Needs .deps/ (../shared/device/stage-debs.sh python3-yaml libgloo-dev on the dev machine: Gloo's
@@ -24,7 +29,14 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=scripts/gpu/common.sh
 source "$here/gpu/common.sh"
 budget=${GPU_CHECK_BUDGET_S:-540}
-only=" ${GPU_CHECK_ONLY:-build ctest a b c d e} "
+only=" ${GPU_CHECK_ONLY:-build ctest a b c d e f} "
+known=" build ctest a b c d e f "
+for name in $only; do
+  case "$known" in
+    *" $name "*) ;;
+    *) echo "GPU_CHECK_ONLY: unknown check '$name' (known:${known% })" >&2; exit 2 ;;
+  esac
+done
 [ "${GPU_CHECK_SKIP_BUILD:-0}" = 1 ] && only=${only/ build / }
 
 gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)
@@ -66,6 +78,7 @@ step b check_torch_shim.sh 150
 step c check_memcheck.sh 60
 step d check_trainer.sh 330
 step e check_distributed.sh 90
+step f check_driver_rules.sh 120
 
 failed=$(grep -c '| FAIL |' "$OUTDIR/results.md")
 echo "[gpu_check] done in ${SECONDS}s: $failed failed; table in $OUTDIR/results.md"

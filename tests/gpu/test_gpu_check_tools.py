@@ -1,5 +1,6 @@
 """The GPU check's logic, tested on CPU: the HP/BE log parser, torch_under_shim's comparison of a
-run with and without the shim, and its CPU phases (deterministic digests, graph phase skipped)."""
+run with and without the shim, and its CPU phases (deterministic digests, graph phase skipped),
+nccl_under_shim's latency verdict."""
 import json
 import subprocess
 import sys
@@ -109,6 +110,52 @@ class TorchUnderShimTest(unittest.TestCase):
         self.assertFalse(shim_counters.shim_is_loaded())
         self.assertIsNone(shim_counters.ShimCounters.if_loaded())
         self.assertEqual(shim_counters.delta({"kernel": 12, "copy": 3}, {"kernel": 2, "copy": 3}), {"kernel": 10})
+
+
+def nccl_result(shim: bool, hp_load_ms: float, be_max_wait_us=None, active=None):
+    """A nccl_under_shim.py result with the same medians for both ops."""
+    phases = {}
+    for op in ("sum", "avg"):
+        phases[f"{op}/no_load"] = {"n": 20, "median_ms": 0.05}
+        phases[f"{op}/hp_load"] = {"n": 20, "median_ms": hp_load_ms}
+        if shim:
+            phases[f"{op}/hp_load"]["shim"] = {"deferred": 3, "forced_by_starvation": 1, "communication_streams": 0}
+    return {"shim_loaded": shim, "shim_active": shim if active is None else active,
+            "be_max_wait_us": be_max_wait_us, "phases": phases}
+
+
+class NcclUnderShimCompareTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = Path(self.tmp.name)
+        (self.dir / "no_shim.json").write_text(json.dumps(nccl_result(False, 0.5)))
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def compare(self, shim_doc):
+        (self.dir / "shim.json").write_text(json.dumps(shim_doc))
+        return run(HERE / "nccl_under_shim.py", "--compare", self.dir / "no_shim.json", self.dir / "shim.json")
+
+    def test_within_the_bound_passes(self):
+        out = self.compare(nccl_result(True, 5.9, be_max_wait_us=200000))  # bound 10 x 0.5 + 1 = 6 ms
+        self.assertEqual(out.returncode, 0, out.stdout)
+        self.assertIn("sum with HP load: median 5.900 ms shim vs 0.500 ms no shim (bound 6.000", out.stdout)
+
+    def test_an_all_reduce_held_back_by_the_policy_fails(self):
+        out = self.compare(nccl_result(True, 201.0, be_max_wait_us=200000))
+        self.assertEqual(out.returncode, 1, out.stdout)
+        self.assertIn("waited: avg", out.stdout)
+
+    def test_a_bound_above_the_starvation_bound_is_inconclusive(self):
+        out = self.compare(nccl_result(True, 0.6, be_max_wait_us=5000))
+        self.assertEqual(out.returncode, 1, out.stdout)
+        self.assertIn("inconclusive", out.stdout)
+
+    def test_runs_without_the_shim_scheduling_are_unusable(self):
+        out = self.compare(nccl_result(True, 0.6, be_max_wait_us=200000, active=False))
+        self.assertEqual(out.returncode, 2, out.stdout)
+        self.assertIn("without the shim scheduling", out.stdout)
 
 
 def kineto_trace(kernels):
