@@ -45,6 +45,9 @@ struct ProfileStore::Impl {
   double alpha;
   mutable std::shared_mutex mu;
   std::unordered_map<KernelId, std::unique_ptr<Entry>> by_id;
+  // Entries whose handle now names another kernel (a module was unloaded and the address
+  // reused): kept, so the name pointers handed out for them stay valid.
+  std::vector<std::unique_ptr<Entry>> retired;
   std::unordered_map<std::string, detail::ProfileRow> imported;  // by kernel name
 
   // Exclusive lock held.
@@ -87,11 +90,18 @@ const char* ProfileStore::register_kernel(KernelId id, std::string_view name) {
   {
     std::shared_lock lock(impl_->mu);
     auto it = impl_->by_id.find(id);
-    if (it != impl_->by_id.end() && (!it->second->name.empty() || name.empty())) {
+    if (it != impl_->by_id.end() && (name.empty() || it->second->name == name)) {
       return it->second->name.empty() ? nullptr : it->second->name.c_str();
     }
   }
   std::unique_lock lock(impl_->mu);
+  auto it = impl_->by_id.find(id);
+  if (it != impl_->by_id.end() && !it->second->name.empty() && it->second->name != name) {
+    // The handle now names another kernel: what was learned (duration, profile, SMs per launch
+    // shape) belongs to the old one.
+    impl_->retired.push_back(std::move(it->second));
+    impl_->by_id.erase(it);
+  }
   Entry& e = impl_->get_or_create(id);
   impl_->name_entry(e, name);
   return e.name.empty() ? nullptr : e.name.c_str();

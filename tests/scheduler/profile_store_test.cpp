@@ -84,6 +84,37 @@ const char* kCsv =
     "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>(int),0,4096,20,3500.5\n"
     "\"quoted, name \"\"x\"\"\",-1,0,1,7\n";
 
+// Issue 11: a CUfunction address reused by another kernel after its module was unloaded (NVRTC,
+// cuDNN runtime-compiled engines, Triton) must not inherit the old kernel's learned duration,
+// profile or SMs per launch shape.
+TEST(ProfileStore, AHandleRegisteredUnderAnotherNameStartsAfresh) {
+  FakeDevice dev(/*sm_count=*/50, /*blocks_per_sm=*/4);
+  ProfileStore store(/*ewma_alpha=*/1.0);
+  std::istringstream in("Name,Profile,Memory_footprint,SM_usage,Duration\nnew_kernel,0,0,7,900\n");
+  store.import_orion_csv(in, "t.csv");
+  const char* old_name = store.register_kernel(5, "old_kernel");
+  store.set_profile(5, KernelProfile::kComputeBound);
+  EXPECT_EQ(store.estimate(shape(5, 8, 128), dev).sms_needed, 2);
+  store.record_completion(5, 0, 50'000);
+  ASSERT_DOUBLE_EQ(store.find(5)->duration_ns, 50'000);
+  EXPECT_EQ(store.register_kernel(5, "old_kernel"), old_name) << "the same kernel again keeps what was learned";
+  EXPECT_DOUBLE_EQ(store.find(5)->duration_ns, 50'000);
+
+  const int occupancy_queries = dev.occupancy_queries();
+  const char* new_name = store.register_kernel(5, "new_kernel");
+  ASSERT_NE(new_name, nullptr);
+  EXPECT_STREQ(new_name, "new_kernel");
+  EXPECT_STREQ(old_name, "old_kernel") << "a name handed out earlier stays valid";
+  const auto e = store.find(5);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->samples, 0u);
+  EXPECT_DOUBLE_EQ(e->duration_ns, 900) << "the new kernel's imported row, not the old kernel's learned time";
+  EXPECT_EQ(e->profile, KernelProfile::kMemoryBound);
+  store.estimate(shape(5, 8, 128), dev);
+  EXPECT_EQ(dev.occupancy_queries(), occupancy_queries + 1) << "SMs per shape asked again for the new kernel";
+  EXPECT_EQ(store.size(), 1u);
+}
+
 TEST(ProfileStore, ImportMatchesByNameOnFirstSight) {
   FakeDevice dev;
   ProfileStore store;

@@ -38,7 +38,9 @@ class ProfileStore {
   ProfileStore& operator=(const ProfileStore&) = delete;
 
   // Registers a kernel's name (first sight applies an imported row of that name) and returns a
-  // pointer to the name that stays valid for the store's lifetime (for KernelInfo::name).
+  // pointer to the name that stays valid for the store's lifetime (for KernelInfo::name). A known
+  // id registered under another name is a reused handle (its module was unloaded): it starts
+  // afresh, learning nothing from the kernel that had the address before.
   const char* register_kernel(KernelId id, std::string_view name);
 
   // Estimate for one launch: learned/imported duration and profile (a known profile_hint wins),
