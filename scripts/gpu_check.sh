@@ -76,7 +76,7 @@ step ctest ctest.sh 90
 step a check_hp_be.sh 45
 step b check_torch_shim.sh 150
 step c check_memcheck.sh 60
-step d check_trainer.sh 330
+step d check_trainer.sh 450
 step e check_distributed.sh 90
 step f check_driver_rules.sh 120
 
