@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include "trainer/cli/cli.h"
+#include "trainer/schedule/schedule.h"
+#include "trainer/schedule/schedule_csv.h"
 
 namespace gpipe {
 namespace {
@@ -152,6 +154,61 @@ TEST(Cli, InfoActions) {
 
   o = parse({});
   EXPECT_EQ(run_info_actions(o, out), std::nullopt);
+}
+
+TEST(Cli, PrintScheduleAsCsvAndRunAScheduleFile) {
+  std::ostringstream out;
+  RunOptions o = parse({"--print-schedule", "--format", "csv", "--stages", "2", "--microbatches", "2"});
+  EXPECT_EQ(run_info_actions(o, out), 0);
+  const std::string csv = out.str();
+  EXPECT_EQ(csv, schedule_to_csv(with_communication(make_schedule(ScheduleKind::kOneFOneB, 2, 2)),
+                                 ScheduleCsvFormat::kComputeComms));
+  out.str("");
+  o = parse({"--print-schedule", "--format", "csv_compute_only", "--stages", "2", "--microbatches", "2"});
+  EXPECT_EQ(run_info_actions(o, out), 0);
+  EXPECT_EQ(out.str(), "0F0,0F1,,0B0,,0B1\n,1F0,1B0,1F1,1B1\n");
+
+  // The printed file, given back with --schedule-file, is the schedule that runs.
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("ourgpipe_cli_schedule_" + std::to_string(::getpid()) + ".csv");
+  std::ofstream(path) << csv;
+  const std::vector<std::string> file = {"--schedule-file", path.string(), "--stages", "2", "--microbatches", "2"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), file.begin(), file.end());
+    return parse(more);
+  };
+  o = with({"--print-schedule", "--format", "csv"});
+  EXPECT_EQ(o.config.parallel.schedule_file, path.string());
+  out.str("");
+  EXPECT_EQ(run_info_actions(o, out), 0);
+  EXPECT_EQ(out.str(), csv);
+  out.str("");
+  EXPECT_EQ(run_info_actions(with({"--print-schedule"}), out), 0);
+  EXPECT_THAT(out.str(), HasSubstr("schedule file " + path.string() + ": 2 rank(s)"));
+  EXPECT_THAT(out.str(), HasSubstr("simulated bubble 33.3%"));
+  out.str("");
+  EXPECT_EQ(run_info_actions(with({"--validate-only"}), out), 0);
+  EXPECT_THAT(out.str(), HasSubstr("ok"));
+
+  // A file that does not fit the config: exit code 2, naming the file and the field.
+  o = parse({"--schedule-file", path.string(), "--stages", "4", "--microbatches", "2", "--print-schedule"});
+  try {
+    run_info_actions(o, out);
+    ADD_FAILURE() << "a 2-rank file ran with --stages 4";
+  } catch (const std::exception& e) {
+    std::ostringstream o2, err;
+    EXPECT_EQ(report_error(e, o2, err), 2);
+    EXPECT_THAT(err.str(), HasSubstr(path.string()));
+    EXPECT_THAT(err.str(), HasSubstr("parallel.model_parallel_size 4"));
+  }
+  std::filesystem::remove(path);
+
+  auto [code, line] = failure({"--format", "csv"});  // needs --print-schedule
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(line, HasSubstr("--print-schedule"));
+  std::tie(code, line) = failure({"--print-schedule", "--format", "xml"});
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(line, HasSubstr("xml"));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "trainer/schedule/schedule.h"
+#include "trainer/schedule/schedule_csv.h"
 #include "trainer/launch/world.h"
 
 namespace gpipe {
@@ -18,13 +19,16 @@ RunOptions parse_cli(int argc, const char* const* argv) {
   RunOptions opts;
   std::vector<std::string> sets;
   std::string scheduler, schedule, microbatches, stages, virtual_stages, steps, device, output_dir, seed, dtype,
-      partition, lr, checkpoint_interval, checkpoint_dir, transport, placement, peer_timeout;
+      partition, lr, checkpoint_interval, checkpoint_dir, transport, placement, peer_timeout, schedule_file;
   int nproc_per_node = 0, nnodes = 1, node_rank = 0, master_port = 29500;
   std::string master_addr = "127.0.0.1";
   app.add_option("--config", opts.config_path, "YAML config (sections model, dataset, training, parallel)");
   app.add_option("--set", sets, "Override any field: section.field=value (repeatable), e.g. training.learning_rate=3e-4");
   app.add_option("--scheduler", scheduler, "Executor: naive | async_threaded (parallel.scheduler)");
   app.add_option("--schedule", schedule, "gpipe | 1f1b | interleaved_1f1b | zb_h1 (parallel.schedule)");
+  app.add_option("--schedule-file", schedule_file,
+                 "Run this schedule CSV (torch.distributed.pipelining's format, with or without communication) "
+                 "instead of generating --schedule (parallel.schedule_file)");
   app.add_option("--microbatches", microbatches, "Micro-batches per step (training.num_microbatches)");
   app.add_option("--stages", stages, "Pipeline ranks (parallel.model_parallel_size)");
   app.add_option("--virtual-stages", virtual_stages, "Model chunks per rank (parallel.virtual_stages)");
@@ -51,7 +55,11 @@ RunOptions parse_cli(int argc, const char* const* argv) {
   app.add_option("--master-addr", master_addr, "Rendezvous host of a --nproc-per-node launch (rank 0's node)");
   app.add_option("--master-port", master_port, "Rendezvous port of a --nproc-per-node launch")->check(CLI::Range(1, 65535));
   app.add_flag("--print-config", opts.print_config, "Print the effective config as YAML and exit");
-  app.add_flag("--print-schedule", opts.print_schedule, "Print the schedule's step x rank grid and exit");
+  auto* print_schedule = app.add_flag("--print-schedule", opts.print_schedule, "Print the schedule's step x rank grid and exit");
+  app.add_option("--format", opts.print_format,
+                 "With --print-schedule: grid (default), csv (torch's compute_comms CSV) or csv_compute_only")
+      ->check(CLI::IsMember({"grid", "csv", "csv_compute_only"}))
+      ->needs(print_schedule);
   app.add_flag("--validate-only", opts.validate_only, "Check the config and the schedule, then exit");
   try {
     app.parse(argc, argv);
@@ -73,6 +81,7 @@ RunOptions parse_cli(int argc, const char* const* argv) {
   };
   direct(scheduler, "parallel.scheduler");
   direct(schedule, "parallel.schedule");
+  direct(schedule_file, "parallel.schedule_file");
   direct(microbatches, "training.num_microbatches");
   direct(stages, "parallel.model_parallel_size");
   direct(virtual_stages, "parallel.virtual_stages");
@@ -139,12 +148,24 @@ int report_error(const std::exception& e, std::ostream& out, std::ostream& err) 
   return code;
 }
 
+namespace {
+
+// What the executors would run: the schedule file's (read and validated) or the generated one.
+Schedule schedule_to_run(const PipelineConfig& config) {
+  if (!config.parallel.schedule_file.empty()) return schedule_from_file(config.parallel, config.training);
+  return with_communication(make_schedule(config));
+}
+
+}  // namespace
+
 std::string schedule_report(const PipelineConfig& config) {
-  const Schedule schedule = with_communication(make_schedule(config));
+  const Schedule schedule = schedule_to_run(config);
   const ValidationResult result = validate(schedule);
   std::ostringstream out;
   const int p = schedule.num_ranks, m = schedule.num_microbatches, v = schedule.stages_per_rank;
-  out << "schedule " << to_string(schedule.kind) << ": " << p << " rank(s) x " << v << " stage(s) per rank, " << m
+  out << "schedule " << (schedule.kind == ScheduleKind::kFromFile ? "file " + config.parallel.schedule_file
+                                                                  : std::string(to_string(schedule.kind)))
+      << ": " << p << " rank(s) x " << v << " stage(s) per rank, " << m
       << " micro-batch(es)\n";
   out << render_grid(schedule, result);
   if (result.ok) {
@@ -167,9 +188,16 @@ std::optional<int> run_info_actions(const RunOptions& options, std::ostream& out
     return 0;
   }
   if (options.print_schedule || options.validate_only) {
-    const Schedule schedule = with_communication(make_schedule(options.config));
+    const Schedule schedule = schedule_to_run(options.config);
     const ValidationResult result = validate(schedule);
-    if (options.print_schedule) {
+    if (options.print_schedule && options.print_format != "grid") {
+      if (!result.ok) {
+        out << render_grid(schedule, result);  // no CSV of a schedule that cannot run
+      } else {
+        out << schedule_to_csv(schedule, options.print_format == "csv" ? ScheduleCsvFormat::kComputeComms
+                                                                       : ScheduleCsvFormat::kComputeOnly);
+      }
+    } else if (options.print_schedule) {
       out << schedule_report(options.config);
     } else if (result.ok) {
       out << "config ok; schedule " << to_string(schedule.kind) << " ok: " << result.num_steps

@@ -190,6 +190,8 @@ const std::vector<Field>& field_table() {
                   "true or false"),
       field<std::string>("parallel", "schedule", [](C& c) -> auto& { return c.parallel.schedule; },
                          "gpipe, 1f1b, interleaved_1f1b, zb_h1", one_of({"gpipe", "1f1b", "interleaved_1f1b", "zb_h1"})),
+      field<std::string>("parallel", "schedule_file", [](C& c) -> auto& { return c.parallel.schedule_file; },
+                         "a schedule CSV path (empty: generate parallel.schedule)"),
       field<int>("parallel", "virtual_stages", [](C& c) -> auto& { return c.parallel.virtual_stages; },
                  "an integer >= 1", [](int v) { return v >= 1; }),
       field<std::string>("parallel", "priority", [](C& c) -> auto& { return c.parallel.priority; },
@@ -313,7 +315,10 @@ void check_cross_fields(const PipelineConfig& c) {
     throw ConfigError("training.num_microbatches " + std::to_string(c.training.num_microbatches) +
                       " does not divide dataset.batch_size " + std::to_string(c.dataset.batch_size) +
                       "; micro-batches must be equal (pick a divisor of the batch size)");
-  if (par.schedule == "interleaved_1f1b") {
+  if (!par.schedule_file.empty()) {
+    // The file says the order and placement; its shape is checked against the config when it is
+    // read (schedule_from_file), not against the generators' rules below.
+  } else if (par.schedule == "interleaved_1f1b") {
     if (par.virtual_stages < 2)
       throw ConfigError("parallel.schedule interleaved_1f1b needs parallel.virtual_stages >= 2 (got " +
                         std::to_string(par.virtual_stages) + "); use 1f1b for one stage per rank");

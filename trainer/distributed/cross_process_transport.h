@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "distributed_internal.h"
 #include "trainer/partition/placement.h"
@@ -19,7 +20,8 @@ class CrossProcessTransport : public Transport {
  public:
   CrossProcessTransport(Distributed::Impl& dist, const Placement& placement, const Schedule& schedule)
       : dist_(dist), placement_(placement), num_ranks_(schedule.num_ranks), num_stages_(schedule.num_stages()),
-        num_microbatches_(schedule.num_microbatches), local_(make_inprocess_transport(schedule.num_ranks)) {}
+        num_microbatches_(schedule.num_microbatches), stage_to_rank_(schedule.stage_to_rank),
+        local_(make_inprocess_transport(schedule.num_ranks)) {}
 
   void send(const TransferKey& key, Message message) final {
     const int to = rank_of(key.stage);
@@ -54,8 +56,12 @@ class CrossProcessTransport : public Transport {
   // Wakes whatever waits on other processes; aborted() already holds the reason.
   virtual void abort_remote() = 0;
 
-  // Virtual stage -> pipeline rank, as Schedule::rank_of_stage.
-  int rank_of(int stage) const { return stage % num_ranks_; }
+  // Virtual stage -> pipeline rank, as Schedule::rank_of_stage (a schedule file's placement, or
+  // round robin).
+  int rank_of(int stage) const {
+    if (stage_to_rank_.empty()) return stage % num_ranks_;
+    return stage >= 0 && stage < static_cast<int>(stage_to_rank_.size()) ? stage_to_rank_[static_cast<size_t>(stage)] : -1;
+  }
   bool is_local(int rank) const { return placement_.process_of(rank) == dist_.world.rank; }
   // The abort reason, empty while none.
   std::string aborted() const {
@@ -73,6 +79,7 @@ class CrossProcessTransport : public Transport {
   Distributed::Impl& dist_;
   const Placement placement_;
   const int num_ranks_, num_stages_, num_microbatches_;
+  const std::vector<int> stage_to_rank_;  // Schedule::stage_to_rank; empty: round robin
   const std::unique_ptr<Transport> local_;
   std::atomic<uint64_t> bytes_sent_{0};
 

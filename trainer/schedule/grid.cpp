@@ -11,9 +11,16 @@
 namespace gpipe {
 namespace {
 
-std::string cell_label(const Schedule& s, const Action& a) {
-  // With one stage per rank the column already says the stage: "F3" instead of "2F3".
-  if (s.stages_per_rank == 1) return std::string(short_name(a.type)) + std::to_string(a.microbatch);
+// With one stage per rank, stage r on rank r, the column already says the stage.
+bool column_is_stage(const Schedule& s) {
+  if (s.stages_per_rank != 1) return false;
+  for (int stage = 0; stage < s.num_stages(); ++stage)
+    if (s.rank_of_stage(stage) != stage) return false;
+  return true;
+}
+
+std::string cell_label(bool short_labels, const Action& a) {
+  if (short_labels) return std::string(short_name(a.type)) + std::to_string(a.microbatch);  // "F3", not "2F3"
   return to_string(a);
 }
 
@@ -21,6 +28,7 @@ std::string cell_label(const Schedule& s, const Action& a) {
 
 std::string render_grid(const Schedule& schedule, const ValidationResult& result) {
   const int P = schedule.num_ranks;
+  const bool short_labels = column_is_stage(schedule);
   std::set<std::pair<int, int>> marked;
   for (const ValidationIssue& i : result.issues)
     if (i.rank >= 0 && i.step >= 0) marked.insert({i.rank, i.step});
@@ -42,7 +50,7 @@ std::string render_grid(const Schedule& schedule, const ValidationResult& result
       if (step < 0 && !mark) continue;
       const int row = (step >= 0 && step < rows_n) ? step : rows_n;
       if (row == rows_n) any_stuck = true;
-      std::string label = cell_label(schedule, schedule.per_rank[r][k]);
+      std::string label = cell_label(short_labels, schedule.per_rank[r][k]);
       if (mark) label = "!" + label + "!";
       row_marked[row] = row_marked[row] || mark;
       std::string& cell = rows[row][r];

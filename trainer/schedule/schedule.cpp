@@ -46,6 +46,7 @@ const char* to_string(ScheduleKind k) {
     case ScheduleKind::kOneFOneB: return "1f1b";
     case ScheduleKind::kInterleavedOneFOneB: return "interleaved_1f1b";
     case ScheduleKind::kZeroBubbleH1: return "zb_h1";
+    case ScheduleKind::kFromFile: return "file";
   }
   return "?";
 }
@@ -59,6 +60,8 @@ void check_schedule_shape(ScheduleKind kind, int num_ranks, int num_microbatches
   if (num_ranks < 1) throw std::invalid_argument(what + "needs at least 1 rank");
   if (num_microbatches < 1) throw std::invalid_argument(what + "needs at least 1 micro-batch");
   if (stages_per_rank < 1) throw std::invalid_argument(what + "needs at least 1 stage per rank");
+  if (kind == ScheduleKind::kFromFile)
+    throw std::invalid_argument(what + "a schedule file is read (load_schedule_csv), not generated");
   if (kind == ScheduleKind::kInterleavedOneFOneB) {
     if (stages_per_rank < 2)
       throw std::invalid_argument(what + "interleaved_1f1b needs virtual_stages >= 2 (use 1f1b for one stage per rank)");
@@ -86,6 +89,7 @@ Schedule make_schedule(ScheduleKind kind, int num_ranks, int num_microbatches, i
       s.per_rank = detail::interleaved_programs(num_ranks, num_microbatches, stages_per_rank);
       break;
     case ScheduleKind::kZeroBubbleH1: s.per_rank = detail::zero_bubble_h1_programs(num_ranks, num_microbatches); break;
+    case ScheduleKind::kFromFile: break;  // refused by check_schedule_shape()
   }
   return s;
 }

@@ -9,14 +9,97 @@
 // nothing, or the first backward waits on a send the pairing holds back). Without it, two ranks each
 // send a gradient to the other in separate groups and rendezvous sends deadlock. (The pairing
 // is wrong for the others: GPipe's first backward depends on its last forward's send.)
-// Neighbouring stages on the same rank (only possible with one rank) exchange nothing.
+// Neighbouring stages on the same rank exchange nothing.
+// A schedule read from a file (kind kFromFile: any order, any placement) is lowered the way
+// torch.distributed.pipelining lowers a compute_only file instead (see torch_order_lowering).
+#include <set>
 #include <stdexcept>
+#include <tuple>
 
 #include "schedule_internal.h"
 
 namespace gpipe {
+namespace {
+
+// torch 2.11's _add_send_recv (schedules.py): sweep the ranks in order, each taking its next
+// compute action once its input is there (the receive, or the producing action on the same
+// rank); a taken action that feeds another rank appends its send to its own program and the
+// matching receive to the receiving rank's program at once. So a receive is posted as early as
+// the sender has produced the tensor, which is what lets schedules whose compute order the
+// Megatron pairing above cannot serve (torch's interleaved 1F1B, ZBV, DualPipeV orders) run with
+// rendezvous sends as well. Throws std::invalid_argument where torch says "Malformed compute
+// schedule, can't schedule sends/recvs".
+Schedule torch_order_lowering(const Schedule& compute_only) {
+  Schedule out = compute_only;
+  const int P = compute_only.num_ranks;
+  const int last_stage = compute_only.num_stages() - 1;
+  using Key = std::tuple<int, int, int>;  // (type, stage, micro-batch)
+  auto key = [](ActionType t, int stage, int mb) { return Key{static_cast<int>(t), stage, mb}; };
+  std::vector<std::set<Key>> seen(static_cast<size_t>(P));
+  std::vector<std::vector<Action>> program(static_cast<size_t>(P));
+  std::vector<size_t> next(static_cast<size_t>(P), 0);
+  auto rank_of = [&](int stage) { return compute_only.rank_of_stage(stage); };
+  auto ready = [&](const Action& a, const std::set<Key>& done) {
+    if (a.type == ActionType::kForward && a.stage != 0)
+      return done.count(key(ActionType::kRecvForward, a.stage, a.microbatch)) > 0 ||
+             done.count(key(ActionType::kForward, a.stage - 1, a.microbatch)) > 0;
+    if (detail::is_backward_compute(a.type) && a.stage != last_stage)
+      return done.count(key(ActionType::kRecvBackward, a.stage, a.microbatch)) > 0 ||
+             done.count(key(ActionType::kBackwardInput, a.stage + 1, a.microbatch)) > 0 ||
+             done.count(key(ActionType::kBackward, a.stage + 1, a.microbatch)) > 0;
+    return true;
+  };
+  auto take = [&](int rank, const Action& a) {
+    program[static_cast<size_t>(rank)].push_back(a);
+    seen[static_cast<size_t>(rank)].insert(key(a.type, a.stage, a.microbatch));
+  };
+  for (;;) {
+    bool progress = false, left = false;
+    for (int r = 0; r < P; ++r) {
+      const auto& compute = compute_only.per_rank[static_cast<size_t>(r)];
+      if (next[static_cast<size_t>(r)] >= compute.size()) continue;
+      left = true;
+      const Action& a = compute[next[static_cast<size_t>(r)]];
+      if (!ready(a, seen[static_cast<size_t>(r)])) continue;
+      take(r, a);
+      if (a.type == ActionType::kForward && a.stage != last_stage && rank_of(a.stage + 1) != r) {
+        take(r, {ActionType::kSendForward, a.stage, a.microbatch});
+        take(rank_of(a.stage + 1), {ActionType::kRecvForward, a.stage + 1, a.microbatch});
+      } else if (detail::is_backward_compute(a.type) && a.stage != 0 && rank_of(a.stage - 1) != r) {
+        take(r, {ActionType::kSendBackward, a.stage, a.microbatch});
+        take(rank_of(a.stage - 1), {ActionType::kRecvBackward, a.stage - 1, a.microbatch});
+      }
+      ++next[static_cast<size_t>(r)];
+      progress = true;
+    }
+    if (!left) break;
+    if (!progress) {
+      std::string stuck;
+      for (int r = 0; r < P; ++r) {
+        const auto& compute = compute_only.per_rank[static_cast<size_t>(r)];
+        if (next[static_cast<size_t>(r)] < compute.size())
+          stuck += " rank " + std::to_string(r) + " at " + to_string(compute[next[static_cast<size_t>(r)]]) + ";";
+      }
+      throw std::invalid_argument("with_communication: the compute order cannot run (each rank waits for an input "
+                                  "no rank produces):" + stuck + " run validate() on the compute-only schedule");
+    }
+  }
+  out.per_rank = std::move(program);
+  return out;
+}
+
+}  // namespace
 
 Schedule with_communication(const Schedule& compute_only) {
+  if (static_cast<int>(compute_only.per_rank.size()) != compute_only.num_ranks)
+    throw std::invalid_argument("with_communication: " + std::to_string(compute_only.per_rank.size()) +
+                                " programs for " + std::to_string(compute_only.num_ranks) + " ranks");
+  for (int rank = 0; rank < compute_only.num_ranks; ++rank)
+    for (const Action& a : compute_only.per_rank[static_cast<size_t>(rank)])
+      if (is_communication(a.type))
+        throw std::invalid_argument("with_communication: rank " + std::to_string(rank) + " already has " +
+                                    to_string(a) + "; pass a compute-only schedule");
+  if (compute_only.kind == ScheduleKind::kFromFile) return torch_order_lowering(compute_only);
   Schedule out = compute_only;
   const int last_stage = compute_only.num_stages() - 1;
   auto crosses = [&](int from_stage, int to_stage) {
@@ -37,10 +120,6 @@ Schedule with_communication(const Schedule& compute_only) {
 
   for (int rank = 0; rank < compute_only.num_ranks; ++rank) {
     const std::vector<Action>& compute = compute_only.per_rank[rank];
-    for (const Action& a : compute)
-      if (is_communication(a.type))
-        throw std::invalid_argument("with_communication: rank " + std::to_string(rank) + " already has " +
-                                    to_string(a) + "; pass a compute-only schedule");
     const bool interleaved = compute_only.kind == ScheduleKind::kInterleavedOneFOneB;
     const int warmup = interleaved ? detail::interleaved_warmup(compute_only.num_ranks, compute_only.num_microbatches,
                                                                 compute_only.stages_per_rank, rank)

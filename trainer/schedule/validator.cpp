@@ -322,6 +322,30 @@ ValidationResult validate(const Schedule& schedule) {
                                  std::to_string(schedule.stages_per_rank) + " stages per rank"});
     return result;
   }
+  if (!schedule.stage_to_rank.empty()) {
+    // An explicit placement: every stage on a real rank, the same number of stages on each.
+    std::vector<int> held(static_cast<size_t>(schedule.num_ranks), 0);
+    bool placed = static_cast<int>(schedule.stage_to_rank.size()) == schedule.num_ranks * schedule.stages_per_rank;
+    for (int r : schedule.stage_to_rank) {
+      if (r < 0 || r >= schedule.num_ranks) {
+        placed = false;
+        break;
+      }
+      ++held[static_cast<size_t>(r)];
+    }
+    for (int n : held) placed = placed && n == schedule.stages_per_rank;
+    if (!placed) {
+      std::string map;
+      for (size_t s = 0; s < schedule.stage_to_rank.size(); ++s)
+        map += (s == 0 ? "" : ", ") + std::to_string(s) + "->" + std::to_string(schedule.stage_to_rank[s]);
+      result.ok = false;
+      result.issues.push_back({-1, -1,
+                               "malformed placement: stage -> rank {" + map + "} must put " +
+                                   std::to_string(schedule.stages_per_rank) + " stage(s) on each of " +
+                                   std::to_string(schedule.num_ranks) + " ranks"});
+      return result;
+    }
+  }
   DryRun(schedule, result).run();
   return result;
 }

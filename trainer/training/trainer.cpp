@@ -22,6 +22,7 @@
 #include "trainer/launch/orion_preload.h"
 #include "trainer/log/engine_log.h"
 #include "trainer/execution/executor.h"
+#include "trainer/schedule/schedule_csv.h"
 #include "trainer/training/fused_adamw.h"
 #include "trainer/training/layer_profiler.h"
 #include "trainer/training/lr_schedule.h"
@@ -35,6 +36,14 @@
 namespace gpipe {
 
 Schedule build_schedule(const ParallelConfig& parallel, const TrainingConfig& training) {
+  if (!parallel.schedule_file.empty()) {
+    // Read, checked against the config's shape, lowered if compute-only, and validated.
+    try {
+      return schedule_from_file(parallel, training);
+    } catch (const ScheduleCsvError& e) {
+      throw ConfigError(std::string("parallel.schedule_file: ") + e.what());
+    }
+  }
   ScheduleKind kind;
   try {
     kind = parse_schedule_kind(parallel.schedule);

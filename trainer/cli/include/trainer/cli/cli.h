@@ -20,6 +20,10 @@ struct RunOptions {
   PipelineConfig config;               // the effective configuration, validated
   bool print_config = false;           // --print-config: print the effective YAML and stop
   bool print_schedule = false;         // --print-schedule: print the step x rank grid and stop
+  // --format with --print-schedule: grid (the step x rank grid and metrics), csv (torch's
+  // compute_comms CSV: the programs with communication, as executors run them) or
+  // csv_compute_only (torch's compute_only CSV).
+  std::string print_format = "grid";
   bool validate_only = false;          // --validate-only: check config and schedule, then stop
   bool resume = false;                 // --resume / --resume-from: continue from a checkpoint
   std::string resume_from;             // --resume-from FOLDER; empty: the newest under the checkpoint dir
@@ -41,7 +45,8 @@ struct CliHelp : std::runtime_error {
 //   --schedule NAME  --microbatches N  --stages N (parallel.model_parallel_size)
 //   --virtual-stages N  --steps N (training.max_steps)  --device auto|cpu|cuda  --output-dir DIR
 //   --seed N  --dtype auto|fp32|bf16  --partition NAME|"[12,13,13,11]"  --lr X
-//   --print-config  --print-schedule  --validate-only
+//   --schedule-file FILE (parallel.schedule_file: a torch-format schedule CSV instead of --schedule)
+//   --print-config  --print-schedule [--format grid|csv|csv_compute_only]  --validate-only
 //   --resume  --resume-from DIR  --checkpoint-interval N  --checkpoint-dir DIR
 //   --transport auto|inprocess|gloo|nccl  --placement "[0,0,1,1]"  --peer-timeout SECONDS
 //   --nproc-per-node N  --nnodes N  --node-rank K  --master-addr HOST  --master-port PORT
@@ -61,7 +66,8 @@ int report_error(const std::exception& e, std::ostream& out, std::ostream& err);
 std::optional<int> run_info_actions(const RunOptions& options, std::ostream& out);
 
 // The --print-schedule text: the validated schedule's step x rank grid, then its simulated
-// bubble (next to the (p-1)/(m+p-1) formula) and peak activations per rank.
+// bubble (next to the (p-1)/(m+p-1) formula) and peak activations per rank. The schedule is
+// parallel.schedule_file's when set (ScheduleCsvError if it is not usable), else generated.
 std::string schedule_report(const PipelineConfig& config);
 
 }  // namespace gpipe

@@ -32,21 +32,34 @@ struct Action {
 };
 std::string to_string(const Action& a);  // e.g. "2F5" = stage 2, forward, micro-batch 5
 
-enum class ScheduleKind : uint8_t { kGPipe, kOneFOneB, kInterleavedOneFOneB, kZeroBubbleH1 };
+// kFromFile: read from a schedule file (schedule_csv.h); it has no generator, so
+// parse_schedule_kind() does not accept its name ("file") and make_schedule() refuses it.
+enum class ScheduleKind : uint8_t { kGPipe, kOneFOneB, kInterleavedOneFOneB, kZeroBubbleH1, kFromFile };
 // "gpipe", "1f1b", "interleaved_1f1b", "zb_h1"; throws std::invalid_argument listing the allowed names.
 ScheduleKind parse_schedule_kind(const std::string& name);
-const char* to_string(ScheduleKind k);
+const char* to_string(ScheduleKind k);  // also "file" for kFromFile
 
 struct Schedule {
   ScheduleKind kind;
   int num_ranks = 0;         // pipeline ranks (physical stages)
   int stages_per_rank = 1;   // virtual stages (model chunks) per rank; >1 only for interleaved
   int num_microbatches = 0;
-  // per_rank[r] is rank r's program, in order. Virtual stage s lives on rank s % num_ranks.
+  // per_rank[r] is rank r's program, in order.
   std::vector<std::vector<Action>> per_rank;
+  // Which rank holds each virtual stage. Empty (every generator): the round-robin placement,
+  // stage s on rank s % num_ranks. Otherwise stage_to_rank[s] is the rank of stage s, any
+  // placement (a schedule file's, e.g. the V shape of torch's ZBVZeroBubble: 0 and 3 on rank 0,
+  // 1 and 2 on rank 1), with num_ranks * stages_per_rank entries, stages_per_rank per rank.
+  std::vector<int> stage_to_rank;
 
-  int num_stages() const { return num_ranks * stages_per_rank; }
-  int rank_of_stage(int stage) const { return stage % num_ranks; }
+  int num_stages() const {
+    return stage_to_rank.empty() ? num_ranks * stages_per_rank : static_cast<int>(stage_to_rank.size());
+  }
+  // -1 for a stage outside [0, num_stages()) of an explicit placement.
+  int rank_of_stage(int stage) const {
+    if (stage_to_rank.empty()) return stage % num_ranks;
+    return stage >= 0 && stage < static_cast<int>(stage_to_rank.size()) ? stage_to_rank[static_cast<size_t>(stage)] : -1;
+  }
 };
 
 // Compute-only programs (F/B/I/W) for each family. Throws std::invalid_argument for impossible
@@ -60,7 +73,11 @@ Schedule make_schedule(const PipelineConfig& config);
 // sends right after the compute that produces them; the sends after one compute and the
 // receives before the next form one group, see below). Interleaved 1F1B uses Megatron's steady
 // state pairing: both receives of a forward+backward pair before the forward, both sends after
-// the backward. Validated clean for every kind over p in 1..8, m in 1..16.
+// the backward. Validated clean for every kind over p in 1..8, m in 1..16. A schedule read from
+// a file (kFromFile) is lowered as torch.distributed.pipelining lowers a compute_only file
+// (its _add_send_recv: each receive posted on the receiving rank as soon as the sender has
+// produced the tensor), which serves any placement and compute order that can run.
+// Throws std::invalid_argument for a schedule that already communicates.
 Schedule with_communication(const Schedule& compute_only);
 
 struct ValidationIssue {
@@ -78,10 +95,12 @@ struct ValidationResult {
 // Dry-runs every rank's program against blocking sends/receives and compute dependencies
 // (F of stage s needs F of s-1; B/I needs F of the same stage and the gradient from s+1;
 // W needs I), and checks completeness (every F and backward exactly once per stage and
-// micro-batch). Reports deadlocks (with each blocked rank's action) and mismatches.
+// micro-batch). Reports deadlocks (with each blocked rank's action) and mismatches. An explicit
+// stage_to_rank must name a rank in [0, num_ranks) for each of num_ranks * stages_per_rank
+// stages, stages_per_rank on every rank.
 ValidationResult validate(const Schedule& schedule);
 // Step x rank grid ("step | rank 0 | rank 1 ...", cells like "F3", "RF3", "SF1+RB0" for a group,
-// "2F3" when ranks hold several stages), marking the actions named in `result`'s issues as
+// "2F3" unless every rank r holds just stage r), marking the actions named in `result`'s issues as
 // "!B1!" with a trailing " <" on the row; actions a deadlock left unrun go in a last "stuck"
 // row. The issue messages follow the grid.
 std::string render_grid(const Schedule& schedule, const ValidationResult& result);
