@@ -46,6 +46,41 @@ if [ -f "$shim" ]; then
 else
   echo "skip orion_restart: $shim is not built (it needs the CUDA toolkit)"
 fi
+# Schedules as torch's CSV, both ways: the printed 1F1B schedule, loaded back with
+# --schedule-file, trains to the same losses as the generated one; a broken file is refused
+# naming the cell.
+"$runner" --config "$cfg" --print-schedule --format csv >"$tmp/1f1b.csv" 2>"$tmp/print.err" \
+  || { echo "FAIL schedule_csv: --print-schedule --format csv failed: $(tail -n 2 "$tmp/print.err")"; failures=$((failures + 1)); }
+expect schedule_file_run 0 "Training summary" -- --config "$cfg" --steps 2 --schedule-file "$tmp/1f1b.csv" --output-dir "$tmp/run_csv"
+losses() { grep -o '"loss":[^,]*' "$1/metrics.jsonl"; }
+if [ "$(losses "$tmp/run")" != "$(losses "$tmp/run_csv")" ]; then
+  echo "FAIL schedule_file_run: losses differ from the generated schedule's:"; paste <(losses "$tmp/run") <(losses "$tmp/run_csv") | sed 's/^/  | /'
+  failures=$((failures + 1))
+fi
+sed '1s/^0F0/0Z0/' "$tmp/1f1b.csv" >"$tmp/bad.csv"
+expect schedule_file_bad_cell 2 "bad.csv.*0Z0" -- --config "$cfg" --steps 1 --schedule-file "$tmp/bad.csv" --output-dir "$tmp/run_bad"
+# torch's own LoopedBFS / InterleavedZeroBubble / ZBV / DualPipeV orders (4 ranks x 2 stages, V
+# placement for the last two) run through gpipe_runner and give the generated interleaved 1F1B's
+# losses (same model, same data: the order changes nothing but rounding).
+python=${OURGPIPE_PYTHON:-$repo/.venv/bin/python}
+if [ -x "$python" ] && "$python" -c "import torch" 2>/dev/null; then
+  expect interleaved_run 0 "Training summary" -- --config "$cfg" --steps 2 --virtual-stages 2 \
+    --schedule interleaved_1f1b --output-dir "$tmp/run_i1f1b"
+  for s in looped_bfs interleaved_zb zbv dualpipev; do
+    "$python" "$repo/tests/trainer/torch_schedule_to_csv.py" $s 4 8 "$tmp/torch_$s.csv" \
+      || { echo "FAIL torch_$s: torch did not write its schedule"; failures=$((failures + 1)); continue; }
+    expect "torch_$s" 0 "Training summary" -- --config "$cfg" --steps 2 --virtual-stages 2 \
+      --schedule-file "$tmp/torch_$s.csv" --output-dir "$tmp/run_$s"
+    "$python" - "$tmp/run_i1f1b/metrics.jsonl" "$tmp/run_$s/metrics.jsonl" <<'PY' \
+      || { echo "FAIL torch_$s: losses differ from interleaved 1F1B's"; failures=$((failures + 1)); }
+import json, math, sys
+a, b = ([json.loads(l)["loss"] for l in open(f)] for f in sys.argv[1:])
+sys.exit(0 if len(a) == len(b) and all(math.isclose(x, y, rel_tol=1e-6) for x, y in zip(a, b)) else 1)
+PY
+  done
+else
+  echo "skip torch_schedules: no python with torch at $python (scripts/install-deps.sh installs it)"
+fi
 ORION_SCHEDULER_LIB=/no/such.so expect orion_library_missing 2 "ORION_SCHEDULER_LIB=/no/such.so is not a file" -- \
   --config "$cfg" --steps 1 --device auto --set parallel.use_orion_scheduler=true --output-dir "$tmp/run_orion2"
 echo "runner_cli_test: $failures failure(s)"
