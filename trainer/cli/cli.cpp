@@ -25,7 +25,8 @@ RunOptions parse_cli(int argc, const char* const* argv) {
   app.add_option("--config", opts.config_path, "YAML config (sections model, dataset, training, parallel)");
   app.add_option("--set", sets, "Override any field: section.field=value (repeatable), e.g. training.learning_rate=3e-4");
   app.add_option("--scheduler", scheduler, "Executor: naive | async_threaded (parallel.scheduler)");
-  app.add_option("--schedule", schedule, "gpipe | 1f1b | interleaved_1f1b | zb_h1 (parallel.schedule)");
+  app.add_option("--schedule", schedule,
+                 "gpipe | 1f1b | interleaved_1f1b | zb_h1 | looped_bfs | interleaved_zb | zbv | dualpipev (parallel.schedule)");
   app.add_option("--schedule-file", schedule_file,
                  "Run this schedule CSV (torch.distributed.pipelining's format, with or without communication) "
                  "instead of generating --schedule (parallel.schedule_file)");

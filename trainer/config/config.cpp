@@ -189,7 +189,9 @@ const std::vector<Field>& field_table() {
       field<bool>("parallel", "use_orion_scheduler", [](C& c) -> auto& { return c.parallel.use_orion_scheduler; },
                   "true or false"),
       field<std::string>("parallel", "schedule", [](C& c) -> auto& { return c.parallel.schedule; },
-                         "gpipe, 1f1b, interleaved_1f1b, zb_h1", one_of({"gpipe", "1f1b", "interleaved_1f1b", "zb_h1"})),
+                         "gpipe, 1f1b, interleaved_1f1b, zb_h1, looped_bfs, interleaved_zb, zbv, dualpipev",
+                         one_of({"gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "looped_bfs", "interleaved_zb", "zbv",
+                                 "dualpipev"})),
       field<std::string>("parallel", "schedule_file", [](C& c) -> auto& { return c.parallel.schedule_file; },
                          "a schedule CSV path (empty: generate parallel.schedule)"),
       field<int>("parallel", "virtual_stages", [](C& c) -> auto& { return c.parallel.virtual_stages; },
@@ -318,17 +320,34 @@ void check_cross_fields(const PipelineConfig& c) {
   if (!par.schedule_file.empty()) {
     // The file says the order and placement; its shape is checked against the config when it is
     // read (schedule_from_file), not against the generators' rules below.
-  } else if (par.schedule == "interleaved_1f1b") {
+  } else if (par.schedule == "interleaved_1f1b" || par.schedule == "interleaved_zb" || par.schedule == "looped_bfs") {
+    // Round-robin multi-stage schedules (trainer/schedule/schedule.h has the full rules).
     if (par.virtual_stages < 2)
-      throw ConfigError("parallel.schedule interleaved_1f1b needs parallel.virtual_stages >= 2 (got " +
-                        std::to_string(par.virtual_stages) + "); use 1f1b for one stage per rank");
-    if (c.training.num_microbatches % par.model_parallel_size != 0)
-      throw ConfigError("parallel.schedule interleaved_1f1b needs training.num_microbatches (" +
-                        std::to_string(c.training.num_microbatches) + ") to be a multiple of parallel.model_parallel_size (" +
+      throw ConfigError("parallel.schedule " + par.schedule + " needs parallel.virtual_stages >= 2 (got " +
+                        std::to_string(par.virtual_stages) + "); use " +
+                        (par.schedule == "interleaved_zb" ? "zb_h1" : "1f1b") + " for one stage per rank");
+    // torch's rule for the interleaved ones: the micro-batches go in max(1, m / p) equal rounds.
+    const int m = c.training.num_microbatches;
+    const int rounds = std::max(1, m / par.model_parallel_size);
+    if (par.schedule != "looped_bfs" && m % rounds != 0)
+      throw ConfigError("parallel.schedule " + par.schedule + " needs training.num_microbatches (" + std::to_string(m) +
+                        ") to split into max(1, num_microbatches / model_parallel_size) = " + std::to_string(rounds) +
+                        " equal rounds: use at most " + std::to_string(2 * par.model_parallel_size - 1) +
+                        " micro-batches or a multiple of parallel.model_parallel_size (" +
                         std::to_string(par.model_parallel_size) + ")");
+  } else if (par.schedule == "zbv" || par.schedule == "dualpipev") {
+    if (par.virtual_stages != 2)
+      throw ConfigError("parallel.schedule " + par.schedule + " needs parallel.virtual_stages: 2 (got " +
+                        std::to_string(par.virtual_stages) + "): its V placement puts stages r and " +
+                        "2 x model_parallel_size - 1 - r on rank r");
+    if (par.schedule == "dualpipev" && c.training.num_microbatches < 2 * par.model_parallel_size)
+      throw ConfigError("parallel.schedule dualpipev needs training.num_microbatches (" +
+                        std::to_string(c.training.num_microbatches) + ") >= the stage count 2 x " +
+                        "parallel.model_parallel_size (" + std::to_string(2 * par.model_parallel_size) + ")");
   } else if (par.virtual_stages != 1) {
     throw ConfigError("parallel.virtual_stages is " + std::to_string(par.virtual_stages) + " but parallel.schedule " +
-                      par.schedule + " runs one stage per rank; set virtual_stages: 1 or schedule: interleaved_1f1b");
+                      par.schedule + " runs one stage per rank; set virtual_stages: 1 or schedule: interleaved_1f1b, "
+                      "interleaved_zb, looped_bfs (>= 2 stages per rank), zbv or dualpipev (2 stages per rank)");
   }
   if (par.partition == "explicit") {
     if (par.partition_layers.empty())

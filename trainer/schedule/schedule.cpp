@@ -1,5 +1,7 @@
 // Names of actions and schedule kinds, and make_schedule(): shape checks, then dispatch to the
-// family generators (schedule_gpipe_1f1b.cpp, schedule_interleaved.cpp, schedule_zb.cpp).
+// family generators (schedule_gpipe_1f1b.cpp, schedule_interleaved.cpp, schedule_zb.cpp,
+// schedule_v.cpp).
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -8,6 +10,9 @@
 #include "trainer/schedule/schedule.h"
 
 namespace gpipe {
+namespace {
+constexpr const char* kScheduleNames = "gpipe, 1f1b, interleaved_1f1b, zb_h1, looped_bfs, interleaved_zb, zbv, dualpipev";
+}  // namespace
 
 const char* short_name(ActionType t) {
   switch (t) {
@@ -37,7 +42,11 @@ ScheduleKind parse_schedule_kind(const std::string& name) {
   if (name == "1f1b") return ScheduleKind::kOneFOneB;
   if (name == "interleaved_1f1b") return ScheduleKind::kInterleavedOneFOneB;
   if (name == "zb_h1") return ScheduleKind::kZeroBubbleH1;
-  throw std::invalid_argument("unknown schedule '" + name + "': use one of gpipe, 1f1b, interleaved_1f1b, zb_h1");
+  if (name == "looped_bfs") return ScheduleKind::kLoopedBFS;
+  if (name == "interleaved_zb") return ScheduleKind::kInterleavedZeroBubble;
+  if (name == "zbv") return ScheduleKind::kZeroBubbleV;
+  if (name == "dualpipev") return ScheduleKind::kDualPipeV;
+  throw std::invalid_argument("unknown schedule '" + name + "': use one of " + kScheduleNames);
 }
 
 const char* to_string(ScheduleKind k) {
@@ -46,6 +55,10 @@ const char* to_string(ScheduleKind k) {
     case ScheduleKind::kOneFOneB: return "1f1b";
     case ScheduleKind::kInterleavedOneFOneB: return "interleaved_1f1b";
     case ScheduleKind::kZeroBubbleH1: return "zb_h1";
+    case ScheduleKind::kLoopedBFS: return "looped_bfs";
+    case ScheduleKind::kInterleavedZeroBubble: return "interleaved_zb";
+    case ScheduleKind::kZeroBubbleV: return "zbv";
+    case ScheduleKind::kDualPipeV: return "dualpipev";
     case ScheduleKind::kFromFile: return "file";
   }
   return "?";
@@ -62,14 +75,49 @@ void check_schedule_shape(ScheduleKind kind, int num_ranks, int num_microbatches
   if (stages_per_rank < 1) throw std::invalid_argument(what + "needs at least 1 stage per rank");
   if (kind == ScheduleKind::kFromFile)
     throw std::invalid_argument(what + "a schedule file is read (load_schedule_csv), not generated");
-  if (kind == ScheduleKind::kInterleavedOneFOneB) {
-    if (stages_per_rank < 2)
-      throw std::invalid_argument(what + "interleaved_1f1b needs virtual_stages >= 2 (use 1f1b for one stage per rank)");
-    if (num_microbatches % num_ranks != 0)
-      throw std::invalid_argument(what + "interleaved_1f1b needs the micro-batch count to be a multiple of the rank count");
-  } else if (stages_per_rank != 1) {
-    throw std::invalid_argument(what + std::string(to_string(kind)) +
-                                " runs one stage per rank: set virtual_stages to 1 or use interleaved_1f1b");
+  const std::string name = to_string(kind);
+  switch (kind) {
+    case ScheduleKind::kInterleavedOneFOneB:
+    case ScheduleKind::kInterleavedZeroBubble:
+    case ScheduleKind::kLoopedBFS:
+      if (stages_per_rank < 2)
+        throw std::invalid_argument(what + name + " needs virtual_stages >= 2 (use " +
+                                    (kind == ScheduleKind::kInterleavedZeroBubble ? "zb_h1" : "1f1b") +
+                                    " for one stage per rank)");
+      if (kind != ScheduleKind::kLoopedBFS) {
+        // torch's rule (ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble): the micro-batches
+        // go in max(1, m / p) rounds of equal size.
+        auto whole_rounds = [num_ranks](int m) { return m % std::max(1, m / num_ranks) == 0; };
+        if (!whole_rounds(num_microbatches)) {
+          int below = num_microbatches - 1, above = num_microbatches + 1;
+          while (!whole_rounds(below)) --below;  // stops at 2p-1 at the latest
+          while (!whole_rounds(above)) ++above;
+          throw std::invalid_argument(what + name + " needs the micro-batches to split into max(1, micro-batches / ranks) = " +
+                                      std::to_string(std::max(1, num_microbatches / num_ranks)) +
+                                      " equal rounds (torch's rule): use " + std::to_string(below) + " or " +
+                                      std::to_string(above) + " micro-batches (any count up to " +
+                                      std::to_string(2 * num_ranks - 1) + " works)");
+        }
+      }
+      break;
+    case ScheduleKind::kZeroBubbleV:
+    case ScheduleKind::kDualPipeV:
+      if (stages_per_rank != 2)
+        throw std::invalid_argument(what + name + " needs virtual_stages = 2 (its V placement: rank r holds stages r and " +
+                                    "2 x ranks - 1 - r)");
+      if (kind == ScheduleKind::kDualPipeV && num_microbatches < 2 * num_ranks)
+        throw std::invalid_argument(what + name + " needs at least as many micro-batches as stages (2 x ranks = " +
+                                    std::to_string(2 * num_ranks) + ")");
+      break;
+    case ScheduleKind::kGPipe:
+    case ScheduleKind::kOneFOneB:
+    case ScheduleKind::kZeroBubbleH1:
+      if (stages_per_rank != 1)
+        throw std::invalid_argument(what + name +
+                                    " runs one stage per rank: set virtual_stages to 1 or use interleaved_1f1b, "
+                                    "looped_bfs, interleaved_zb, zbv or dualpipev");
+      break;
+    case ScheduleKind::kFromFile: break;  // refused above
   }
 }
 
@@ -89,6 +137,20 @@ Schedule make_schedule(ScheduleKind kind, int num_ranks, int num_microbatches, i
       s.per_rank = detail::interleaved_programs(num_ranks, num_microbatches, stages_per_rank);
       break;
     case ScheduleKind::kZeroBubbleH1: s.per_rank = detail::zero_bubble_h1_programs(num_ranks, num_microbatches); break;
+    case ScheduleKind::kLoopedBFS:
+      s.per_rank = detail::looped_bfs_programs(num_ranks, num_microbatches, stages_per_rank);
+      break;
+    case ScheduleKind::kInterleavedZeroBubble:
+      s.per_rank = detail::interleaved_zero_bubble_programs(num_ranks, num_microbatches, stages_per_rank);
+      break;
+    case ScheduleKind::kZeroBubbleV:
+      s.per_rank = detail::zero_bubble_v_programs(num_ranks, num_microbatches);
+      s.stage_to_rank = detail::v_stage_to_rank(num_ranks);
+      break;
+    case ScheduleKind::kDualPipeV:
+      s.per_rank = detail::dualpipe_v_programs(num_ranks, num_microbatches);
+      s.stage_to_rank = detail::v_stage_to_rank(num_ranks);
+      break;
     case ScheduleKind::kFromFile: break;  // refused by check_schedule_shape()
   }
   return s;

@@ -10,8 +10,9 @@
 // send a gradient to the other in separate groups and rendezvous sends deadlock. (The pairing
 // is wrong for the others: GPipe's first backward depends on its last forward's send.)
 // Neighbouring stages on the same rank exchange nothing.
-// A schedule read from a file (kind kFromFile: any order, any placement) is lowered the way
-// torch.distributed.pipelining lowers a compute_only file instead (see torch_order_lowering).
+// A schedule read from a file (kind kFromFile: any order, any placement), and the kinds ported
+// from torch's other multi-stage schedules, are lowered the way torch.distributed.pipelining
+// lowers a compute_only file instead (see torch_order_lowering and uses_torch_lowering).
 #include <set>
 #include <stdexcept>
 #include <tuple>
@@ -88,6 +89,27 @@ Schedule torch_order_lowering(const Schedule& compute_only) {
   return out;
 }
 
+// Which lowering a schedule gets. The Megatron pairing below is what GPipe, 1F1B, ZB-H1 and
+// interleaved 1F1B in whole rounds of p micro-batches were built and tested with; torch's
+// lowering serves everything else: files, the orders ported from torch's other multi-stage
+// classes (the V placements in particular: there the pairing's "receive right before the
+// compute" order makes both neighbours of a V fold wait to receive), and interleaved 1F1B with
+// torch's flex rounds (m not a multiple of p), whose warm-up the pairing was not written for.
+bool uses_torch_lowering(const Schedule& s) {
+  switch (s.kind) {
+    case ScheduleKind::kGPipe:
+    case ScheduleKind::kOneFOneB:
+    case ScheduleKind::kZeroBubbleH1: return false;
+    case ScheduleKind::kInterleavedOneFOneB: return s.num_microbatches % s.num_ranks != 0;
+    case ScheduleKind::kLoopedBFS:
+    case ScheduleKind::kInterleavedZeroBubble:
+    case ScheduleKind::kZeroBubbleV:
+    case ScheduleKind::kDualPipeV:
+    case ScheduleKind::kFromFile: return true;
+  }
+  return true;
+}
+
 }  // namespace
 
 Schedule with_communication(const Schedule& compute_only) {
@@ -99,7 +121,7 @@ Schedule with_communication(const Schedule& compute_only) {
       if (is_communication(a.type))
         throw std::invalid_argument("with_communication: rank " + std::to_string(rank) + " already has " +
                                     to_string(a) + "; pass a compute-only schedule");
-  if (compute_only.kind == ScheduleKind::kFromFile) return torch_order_lowering(compute_only);
+  if (uses_torch_lowering(compute_only)) return torch_order_lowering(compute_only);
   Schedule out = compute_only;
   const int last_stage = compute_only.num_stages() - 1;
   auto crosses = [&](int from_stage, int to_stage) {

@@ -61,12 +61,14 @@ struct ParallelConfig {
   int model_parallel_size = 4;              // pipeline ranks
   std::string scheduler = "async_threaded"; // executor: naive | async_threaded
   bool use_orion_scheduler = false;
-  std::string schedule = "1f1b";            // gpipe | 1f1b | interleaved_1f1b | zb_h1
+  // gpipe | 1f1b | zb_h1 (1 stage per rank) | interleaved_1f1b | interleaved_zb | looped_bfs
+  // (>= 2 stages per rank) | zbv | dualpipev (2 stages per rank, V placement)
+  std::string schedule = "1f1b";
   // A schedule in torch.distributed.pipelining's CSV format (trainer/schedule/schedule_csv.h) to
   // run instead of generating `schedule`; its ranks, stages per rank and micro-batches must match
   // model_parallel_size, virtual_stages and training.num_microbatches. Empty: generate.
   std::string schedule_file;
-  int virtual_stages = 1;                   // model chunks per rank (interleaved_1f1b)
+  int virtual_stages = 1;                   // model chunks per rank (the multi-stage schedules)
   std::string priority = "backward_first";  // backward_first | forward_first | none
   std::string partition = "uniform";        // uniform | explicit | parameters | time
   std::vector<int64_t> partition_layers;    // explicit per-stage layer counts, e.g. [12, 13, 13, 11]

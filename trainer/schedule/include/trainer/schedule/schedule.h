@@ -34,22 +34,44 @@ std::string to_string(const Action& a);  // e.g. "2F5" = stage 2, forward, micro
 
 // kFromFile: read from a schedule file (schedule_csv.h); it has no generator, so
 // parse_schedule_kind() does not accept its name ("file") and make_schedule() refuses it.
-enum class ScheduleKind : uint8_t { kGPipe, kOneFOneB, kInterleavedOneFOneB, kZeroBubbleH1, kFromFile };
-// "gpipe", "1f1b", "interleaved_1f1b", "zb_h1"; throws std::invalid_argument listing the allowed names.
+// The generated kinds and what they need (make_schedule() checks it), each with torch 2.11's
+// order (torch.distributed.pipelining; the class in brackets):
+//   gpipe, 1f1b, zb_h1          one stage per rank [ScheduleGPipe, Schedule1F1B, -]
+//   interleaved_1f1b            >= 2 stages per rank, round-robin placement, m % max(1, m/p) == 0
+//                               [ScheduleInterleaved1F1B]
+//   interleaved_zb              as interleaved_1f1b, backward split into I and W
+//                               [ScheduleInterleavedZeroBubble]
+//   looped_bfs                  >= 2 stages per rank, round-robin placement [ScheduleLoopedBFS]
+//   zbv                         2 stages per rank, V placement (rank r: stages r and 2p-1-r)
+//                               [ScheduleZBVZeroBubble]
+//   dualpipev                   2 stages per rank, V placement, m >= 2p [ScheduleDualPipeV]
+enum class ScheduleKind : uint8_t {
+  kGPipe,
+  kOneFOneB,
+  kInterleavedOneFOneB,
+  kZeroBubbleH1,
+  kLoopedBFS,
+  kInterleavedZeroBubble,
+  kZeroBubbleV,
+  kDualPipeV,
+  kFromFile,
+};
+// "gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "looped_bfs", "interleaved_zb", "zbv",
+// "dualpipev"; throws std::invalid_argument listing the allowed names.
 ScheduleKind parse_schedule_kind(const std::string& name);
 const char* to_string(ScheduleKind k);  // also "file" for kFromFile
 
 struct Schedule {
   ScheduleKind kind;
   int num_ranks = 0;         // pipeline ranks (physical stages)
-  int stages_per_rank = 1;   // virtual stages (model chunks) per rank; >1 only for interleaved
+  int stages_per_rank = 1;   // virtual stages (model chunks) per rank; >1 for the multi-stage kinds
   int num_microbatches = 0;
   // per_rank[r] is rank r's program, in order.
   std::vector<std::vector<Action>> per_rank;
-  // Which rank holds each virtual stage. Empty (every generator): the round-robin placement,
-  // stage s on rank s % num_ranks. Otherwise stage_to_rank[s] is the rank of stage s, any
-  // placement (a schedule file's, e.g. the V shape of torch's ZBVZeroBubble: 0 and 3 on rank 0,
-  // 1 and 2 on rank 1), with num_ranks * stages_per_rank entries, stages_per_rank per rank.
+  // Which rank holds each virtual stage. Empty (every generator but zbv and dualpipev): the
+  // round-robin placement, stage s on rank s % num_ranks. Otherwise stage_to_rank[s] is the rank
+  // of stage s, any placement (a schedule file's, or the V shape of zbv and dualpipev: 0 and 3 on
+  // rank 0, 1 and 2 on rank 1), with num_ranks * stages_per_rank entries, stages_per_rank per rank.
   std::vector<int> stage_to_rank;
 
   int num_stages() const {
@@ -63,7 +85,9 @@ struct Schedule {
 };
 
 // Compute-only programs (F/B/I/W) for each family. Throws std::invalid_argument for impossible
-// shapes (e.g. interleaved 1F1B with micro-batches not a multiple of ranks), naming the rule.
+// shapes (e.g. interleaved 1F1B with 9 micro-batches on 4 ranks: not 2 equal rounds), naming the
+// rule. dualpipev's overlapped forward+backward pairs (torch's OVERLAP_F_B) are their two
+// halves in order, forward first: the IR has no overlapped action yet.
 Schedule make_schedule(ScheduleKind kind, int num_ranks, int num_microbatches, int stages_per_rank = 1);
 // The compute-only schedule a config asks for: parallel.schedule over parallel.model_parallel_size
 // ranks with parallel.virtual_stages chunks each and training.num_microbatches micro-batches.
@@ -73,10 +97,13 @@ Schedule make_schedule(const PipelineConfig& config);
 // sends right after the compute that produces them; the sends after one compute and the
 // receives before the next form one group, see below). Interleaved 1F1B uses Megatron's steady
 // state pairing: both receives of a forward+backward pair before the forward, both sends after
-// the backward. Validated clean for every kind over p in 1..8, m in 1..16. A schedule read from
-// a file (kFromFile) is lowered as torch.distributed.pipelining lowers a compute_only file
-// (its _add_send_recv: each receive posted on the receiving rank as soon as the sender has
-// produced the tensor), which serves any placement and compute order that can run.
+// the backward. A schedule read from a file (kFromFile), and the kinds ported from torch's
+// multi-stage classes (looped_bfs, interleaved_zb, zbv, dualpipev), are lowered as
+// torch.distributed.pipelining lowers a compute_only file (its _add_send_recv: each receive
+// posted on the receiving rank as soon as the sender has produced the tensor), which serves any
+// placement and compute order that can run; so is interleaved_1f1b when the micro-batches are
+// not a multiple of the ranks (torch's flex rounds), where the Megatron pairing can deadlock.
+// Validated clean for every kind over p in 1..8, m in 1..16 wherever the shape is legal.
 // Throws std::invalid_argument for a schedule that already communicates.
 Schedule with_communication(const Schedule& compute_only);
 
