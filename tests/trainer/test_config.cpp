@@ -4,6 +4,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <unistd.h>
 
@@ -184,9 +187,20 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{{"parallel.device=tpu"}, {"parallel.device", "auto, cpu, cuda"}},
         BadCase{{"parallel.partition=random"}, {"parallel.partition", "uniform, explicit, parameters, time"}},
         BadCase{{"parallel.schedule=interleaved_1f1b"}, {"interleaved_1f1b needs parallel.virtual_stages >= 2"}},
-        BadCase{{"parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=2", "training.num_microbatches=2",
-                 "dataset.batch_size=4"},
-                {"multiple of parallel.model_parallel_size"}},
+        BadCase{{"parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=2", "training.num_microbatches=9",
+                 "dataset.batch_size=18"},
+                {"training.num_microbatches (9)", "2 equal rounds", "at most 7", "multiple of parallel.model_parallel_size"}},
+        BadCase{{"parallel.schedule=interleaved_zb", "parallel.virtual_stages=2", "training.num_microbatches=9",
+                 "dataset.batch_size=18"},
+                {"interleaved_zb", "2 equal rounds"}},
+        BadCase{{"parallel.schedule=interleaved_zb"}, {"interleaved_zb needs parallel.virtual_stages >= 2", "zb_h1"}},
+        BadCase{{"parallel.schedule=looped_bfs"}, {"looped_bfs needs parallel.virtual_stages >= 2"}},
+        BadCase{{"parallel.schedule=zbv", "parallel.virtual_stages=3", "model.num_layers=12"},
+                {"zbv needs parallel.virtual_stages: 2", "got 3", "V placement"}},
+        BadCase{{"parallel.schedule=dualpipev"}, {"dualpipev needs parallel.virtual_stages: 2", "got 1"}},
+        BadCase{{"parallel.schedule=dualpipev", "parallel.virtual_stages=2", "training.num_microbatches=4",
+                 "dataset.batch_size=8"},
+                {"dualpipev needs training.num_microbatches (4) >= the stage count", "(8)"}},
         BadCase{{"parallel.schedule=zb_h1", "parallel.virtual_stages=2"}, {"virtual_stages is 2", "zb_h1"}},
         BadCase{{"dataset.tokenizer=sentencepiece"}, {"tokenizer_model is empty"}},
         BadCase{{"parallel.use_orion_scheduler=true", "parallel.device=cpu"}, {"use_orion_scheduler", "cpu"}},
@@ -210,6 +224,25 @@ TEST(Config, OverridesSetScalarsListsAndStrings) {
   c.apply_override("parallel.partition_layers=[]");
   EXPECT_TRUE(c.parallel.partition_layers.empty());
   EXPECT_NO_THROW(c.apply_override("parallel.partition=uniform"));
+  EXPECT_NO_THROW(c.validate());
+}
+
+TEST(Config, MultiStageSchedulesWithTheStagesPerRankTheyNeed) {
+  // 4 ranks, 8 micro-batches (batch 8): each name with the virtual stages it needs validates.
+  for (const auto& [schedule, v] : std::vector<std::pair<std::string, int>>{
+           {"interleaved_1f1b", 2}, {"interleaved_zb", 3}, {"looped_bfs", 2}, {"zbv", 2}, {"dualpipev", 2}}) {
+    PipelineConfig c;
+    c.apply_override("parallel.schedule=" + schedule);
+    c.apply_override("parallel.virtual_stages=" + std::to_string(v));
+    c.apply_override("training.num_microbatches=8");
+    c.apply_override("dataset.batch_size=8");
+    EXPECT_NO_THROW(c.validate()) << schedule;
+  }
+  PipelineConfig c;  // torch's flex rounds: 5 micro-batches on 4 ranks is one round
+  c.apply_override("parallel.schedule=interleaved_1f1b");
+  c.apply_override("parallel.virtual_stages=2");
+  c.apply_override("training.num_microbatches=5");
+  c.apply_override("dataset.batch_size=5");
   EXPECT_NO_THROW(c.validate());
 }
 

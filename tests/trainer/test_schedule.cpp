@@ -128,7 +128,7 @@ TEST(Schedule, ImpossibleShapesAreRejectedWithTheRule) {
     return "(no error)";
   };
   EXPECT_THAT(error(ScheduleKind::kInterleavedOneFOneB, 4, 8, 1), HasSubstr("virtual_stages >= 2"));
-  EXPECT_THAT(error(ScheduleKind::kInterleavedOneFOneB, 4, 6, 2), HasSubstr("multiple of the rank count"));
+  EXPECT_THAT(error(ScheduleKind::kInterleavedOneFOneB, 4, 9, 2), HasSubstr("2 equal rounds"));  // torch's rule
   EXPECT_THAT(error(ScheduleKind::kZeroBubbleH1, 4, 8, 2), HasSubstr("one stage per rank"));
   EXPECT_THAT(error(ScheduleKind::kOneFOneB, 0, 8, 1), HasSubstr("at least 1 rank"));
   EXPECT_THAT(error(ScheduleKind::kGPipe, 2, 0, 1), HasSubstr("at least 1 micro-batch"));
