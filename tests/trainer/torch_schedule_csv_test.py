@@ -10,6 +10,11 @@ Ours -> torch: for every generated kind and a range of shapes, the files schedul
     and the lowered schedule, less the UNSHARD/RESHARD/REDUCE_GRAD that torch's own simulator
     does not accept, simulates to the end; our lowering of the same file (schedule_csv_tool lower)
     is exactly torch's _add_send_recv on the file's actions.
+Same order as torch: for looped_bfs, interleaved_zb, zbv, dualpipev and interleaved_1f1b, every
+  shape torch 2.11's class accepts (p = 2..4, m = 1..16, v = 2..4 where the class takes it) gives
+  our generator's compute order (schedule_csv_tool write ... compute_only, bubbles dropped) equal
+  to the class's pipeline_order (None dropped, OVERLAP_F_B expanded), and every shape torch
+  refuses is refused by ours.
 Torch -> ours: files torch's schedule classes dump (Interleaved1F1B, LoopedBFS,
   InterleavedZeroBubble, ZBVZeroBubble with its V-shaped placement, DualPipeV with OVERLAP_F_B;
   GPipe and 1F1B through _get_pipeline_order), compute_only and compute_comms, are read and
@@ -115,6 +120,25 @@ def shapes():
         for v in (2, 3):
             for m in (p, 2 * p, 3 * p):
                 yield "interleaved_1f1b", p, m, v
+    # The kinds ported from torch's multi-stage classes, and interleaved 1F1B's flex rounds.
+    for p in (2, 3, 4):
+        yield "interleaved_1f1b", p, p + 1, 2
+        for m in (p + 1, 2 * p):
+            yield "looped_bfs", p, m, 2
+            yield "interleaved_zb", p, m, 2
+            yield "zbv", p, m, 2
+        yield "dualpipev", p, 2 * p, 2
+        yield "dualpipev", p, 3 * p, 2
+
+
+V_KINDS = ("zbv", "dualpipev")
+
+
+def generated_placement(kind, p, v):
+    """Stage -> rank of our generators: round robin, or the V of zbv and dualpipev."""
+    if kind in V_KINDS:
+        return [s if s < p else 2 * p - 1 - s for s in range(2 * p)]
+    return [s % p for s in range(p * v)]
 
 
 def ours_to_torch(tmp):
@@ -122,7 +146,7 @@ def ours_to_torch(tmp):
     for kind, p, m, v in shapes():
         what = f"ours {kind} p={p} m={m} v={v}"
         n = p * v
-        placement = [s % p for s in range(n)]  # what our generators use
+        placement = generated_placement(kind, p, v)
 
         # With communication.
         r = tool("write", kind, str(p), str(m), str(v), "compute_comms")
@@ -175,6 +199,54 @@ def ours_to_torch(tmp):
         except Exception as e:  # noqa: BLE001
             fail(what + " compute_only", f"torch refused our file: {type(e).__name__}: {e}\n{r.stdout}")
         checks += 1
+
+
+# --- our generators' orders == torch's classes' orders ---------------------------------------
+
+TORCH_CLASS = {
+    "interleaved_1f1b": S.ScheduleInterleaved1F1B,
+    "looped_bfs": S.ScheduleLoopedBFS,
+    "interleaved_zb": S.ScheduleInterleavedZeroBubble,
+    "zbv": S.ScheduleZBVZeroBubble,
+    "dualpipev": S.ScheduleDualPipeV,
+}
+
+
+def same_order_as_torch():
+    """Returns how many shapes torch accepts that were compared."""
+    global checks
+    compared = 0
+    for kind, cls in TORCH_CLASS.items():
+        for p in (2, 3, 4):
+            for v in ((2,) if kind in V_KINDS else (2, 3, 4)):
+                n = p * v
+                placement = generated_placement(kind, p, v)
+                local = [s for s in range(n) if placement[s] == 0]  # rank 0's stages, as torch builds them
+                for m in range(1, 17):
+                    what = f"order {kind} p={p} m={m} v={v}"
+                    try:
+                        sched = cls(stage_objects(p, n, local), m, loss_fn=lambda out, target: out)
+                    except ValueError as e:
+                        checks += 1
+                        r = tool("write", kind, str(p), str(m), str(v), "compute_only")
+                        if r.returncode == 0:
+                            fail(what, f"torch refuses the shape ({e}) but ours generates it")
+                        continue
+                    checks += 1
+                    compared += 1
+                    r = tool("write", kind, str(p), str(m), str(v), "compute_only")
+                    if r.returncode != 0:
+                        fail(what, f"torch accepts the shape but ours refuses it: {r.stderr}")
+                        continue
+                    ours = [[cell for cell in row.split(",") if cell] for row in r.stdout.splitlines()]
+                    if sched.stage_index_to_group_rank != dict(enumerate(placement)):
+                        fail(what, f"torch's placement {sched.stage_index_to_group_rank}, ours {placement}")
+                    for rank in range(p):
+                        want = leaves(sched.pipeline_order[rank])
+                        have = ours[rank] if rank < len(ours) else []
+                        if have != want:
+                            fail(what, f"rank {rank}:\n  ours  {have}\n  torch {want}")
+    return compared
 
 
 # --- torch -> ours ----------------------------------------------------------------------------
@@ -263,6 +335,8 @@ def main():
     print(f"torch {torch.__version__}, tool {TOOL}")
     with tempfile.TemporaryDirectory(prefix="ourgpipe_torch_csv_") as tmp:
         ours_to_torch(tmp)
+        compared = same_order_as_torch()
+        print(f"our generators' orders compared with torch's on {compared} shapes torch accepts")
         torch_to_ours(tmp)
     if failures:
         print(f"{len(failures)} of {checks} checks failed")
