@@ -2,7 +2,8 @@
 // (looped_bfs, interleaved_zb, zbv, dualpipev, and interleaved_1f1b's flex rounds): torch's
 // order on small shapes (copied from torch's pipeline_order; the full comparison against torch
 // over every shape it accepts is tests/trainer/torch_schedule_csv_test.py), the V placement,
-// shape rules, validation over a grid, the grid printer, and the bubble / activation metrics.
+// validation over every legal shape, the grid printer, and the bubble / activation metrics (the
+// shape rules are in test_schedule.cpp, ImpossibleShapesAreRejectedWithTheRule).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -107,28 +108,6 @@ TEST(TorchPorts, VPlacement) {
     for (int r = 0; r < 4; ++r)
       for (const Action& a : s.per_rank[static_cast<size_t>(r)]) EXPECT_EQ(s.rank_of_stage(a.stage), r) << to_string(a);
   }
-}
-
-TEST(TorchPorts, ImpossibleShapesNameTheRule) {
-  auto error = [](ScheduleKind k, int p, int m, int v) -> std::string {
-    try {
-      make_schedule(k, p, m, v);
-    } catch (const std::invalid_argument& e) {
-      return e.what();
-    }
-    return "(no error)";
-  };
-  // 9 micro-batches on 4 ranks: 2 rounds, not equal.
-  EXPECT_THAT(error(ScheduleKind::kInterleavedOneFOneB, 4, 9, 2), HasSubstr("= 2 equal rounds"));
-  EXPECT_THAT(error(ScheduleKind::kInterleavedOneFOneB, 4, 9, 2), HasSubstr("use 8 or 10 micro-batches"));
-  EXPECT_THAT(error(ScheduleKind::kInterleavedZeroBubble, 3, 7, 2), HasSubstr("use 6 or 8 micro-batches"));
-  EXPECT_THAT(error(ScheduleKind::kInterleavedZeroBubble, 4, 8, 1), HasSubstr("virtual_stages >= 2 (use zb_h1"));
-  EXPECT_THAT(error(ScheduleKind::kLoopedBFS, 4, 8, 1), HasSubstr("virtual_stages >= 2 (use 1f1b"));
-  EXPECT_EQ(error(ScheduleKind::kLoopedBFS, 4, 9, 2), "(no error)");  // any micro-batch count
-  EXPECT_THAT(error(ScheduleKind::kZeroBubbleV, 4, 8, 3), HasSubstr("zbv needs virtual_stages = 2"));
-  EXPECT_THAT(error(ScheduleKind::kDualPipeV, 4, 8, 1), HasSubstr("dualpipev needs virtual_stages = 2"));
-  EXPECT_THAT(error(ScheduleKind::kDualPipeV, 4, 7, 2), HasSubstr("at least as many micro-batches as stages (2 x ranks = 8)"));
-  EXPECT_THAT(error(ScheduleKind::kOneFOneB, 4, 8, 2), HasSubstr("zbv or dualpipev"));
 }
 
 // Exactly torch's shapes are accepted, and every one validates clean, compute-only and lowered
