@@ -59,6 +59,19 @@ if [ "$(losses "$tmp/run")" != "$(losses "$tmp/run_csv")" ]; then
 fi
 sed '1s/^0F0/0Z0/' "$tmp/1f1b.csv" >"$tmp/bad.csv"
 expect schedule_file_bad_cell 2 "bad.csv.*0Z0" -- --config "$cfg" --steps 1 --schedule-file "$tmp/bad.csv" --output-dir "$tmp/run_bad"
+# The same four schedules generated natively (parallel.schedule): the same losses as interleaved
+# 1F1B's run of the same steps.
+expect interleaved_native 0 "Training summary" -- --config "$cfg" --steps 2 --virtual-stages 2 \
+  --schedule interleaved_1f1b --output-dir "$tmp/run_i1f1b_native"
+for s in looped_bfs interleaved_zb zbv dualpipev; do
+  expect "native_$s" 0 "Training summary" -- --config "$cfg" --steps 2 --virtual-stages 2 --schedule $s \
+    --output-dir "$tmp/run_native_$s"
+  paste -d' ' <(grep -o '"loss":[^,]*' "$tmp/run_i1f1b_native/metrics.jsonl") \
+              <(grep -o '"loss":[^,]*' "$tmp/run_native_$s/metrics.jsonl") |
+    awk '{split($1, a, ":"); split($2, b, ":"); d = a[2] - b[2]; if (d < 0) d = -d; if (NF != 2 || d > 1e-6 * a[2]) bad = 1}
+         END {exit bad}' \
+    || { echo "FAIL native_$s: losses differ from interleaved 1F1B's"; failures=$((failures + 1)); }
+done
 # torch's own LoopedBFS / InterleavedZeroBubble / ZBV / DualPipeV orders (4 ranks x 2 stages, V
 # placement for the last two) run through gpipe_runner and give the generated interleaved 1F1B's
 # losses (same model, same data: the order changes nothing but rounding).
