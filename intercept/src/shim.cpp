@@ -217,7 +217,6 @@ void Shim::stream_created(CUstream s, unsigned flags, sched::StreamClass cls) {
 }
 
 CUresult Shim::submit(sched::Op&& op) {
-  if (!op.requested_class) op.requested_class = thread_class(op.stream);
   if (int rc = drain_for_legacy_stream(op.stream); rc != 0) return static_cast<CUresult>(rc);
   const auto rc = static_cast<CUresult>(dispatcher_->submit(std::move(op), /*may_defer=*/!capturing()));
   if (pump_idle_.load(std::memory_order_seq_cst) &&

@@ -70,7 +70,8 @@ class Shim {
   void stream_created(CUstream s, unsigned flags, sched::StreamClass cls);
 
   // Submits an op through the dispatcher. `call` is the borrowed payload; `clone` may be null
-  // (the caller then waits until the op reached the driver).
+  // (the caller then waits until the op reached the driver). The caller fills
+  // op.requested_class from thread_class() (submit_call, launch).
   CUresult submit(sched::Op&& op);
   // A kernel launch: kernel facts for the policy, communication detection, then submit(). A
   // launch that may be deferred records its caller's context (a borrowed one whose arguments

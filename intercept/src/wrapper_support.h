@@ -33,6 +33,7 @@ CUresult submit_call(Shim* shim, sched::OpKind kind, sched::StreamId stream, con
   op.bytes = bytes;
   op.borrowed = &call;
   op.clone = clonable ? &Call::clone : nullptr;
+  op.requested_class = Shim::thread_class(stream);
   return shim->submit(std::move(op));
 }
 
