@@ -9,21 +9,16 @@ OUTDIR=${1:?usage: scripts/gpu/check_trainer.sh OUTDIR}
 # shellcheck source=scripts/gpu/common.sh
 source "$(dirname "$0")/common.sh"
 cd "$GPU_ROOT" || exit 1
-config=configs/gpt_350m_gpu.yaml
+config=$GPU_CONFIG
 steps=${GPU_CHECK_TRAINER_STEPS:-6}
 warmup=2
-for f in "$RUNNER" "$config" "$SHIM"; do
-  need "$f" "gpipe_runner, the GPU config and the shim" || { record "d: trainer" FAIL "missing $f"; exit 1; }
-done
+need_trainer "d: trainer" || exit 1
 dir=$OUTDIR/trainer
 mkdir -p "$dir"
 failed=0
 run_ours() {  # variant, then extra arguments
   local variant=$1; shift
-  timeout 150 "$RUNNER" --config "$config" --output-dir "$dir/$variant" \
-    --set "training.max_steps=$steps" --set training.exit_after_profile=false \
-    --set "training.profile_iteration=$warmup" --set parallel.device=cuda "$@" \
-    >"$OUTDIR/logs/trainer_$variant.log" 2>&1 \
+  gpu_runner "trainer_$variant" "$dir/$variant" "$steps" "$warmup" "$@" \
     || { echo "gpipe_runner $variant failed: logs/trainer_$variant.log"; failed=1; }
 }
 run_ours async --set parallel.scheduler=async_threaded
@@ -64,11 +59,5 @@ for variant in async async_shim_priority async_shim; do
     failed=1
   fi
 done
-rows=$("$PYTHON" scripts/gpu/trainer_summary.py "$dir" --warmup "$warmup"); rc=$?
-printf '%s\n' "$rows" >>"$OUTDIR/results.md"
-printf '%s\n' "$rows"
-if [ $rc -ne 0 ] || [ $failed -ne 0 ]; then
-  record "d: trainer" FAIL "a run failed or a loss is not finite (rows above; logs/trainer_*.log)"
-  exit 1
-fi
-record "d: trainer" PASS "7 runs completed, losses finite; numbers in the rows above"
+report_runs "d: trainer" "$failed" "7 runs completed, losses finite; numbers in the rows above" \
+  "logs/trainer_*.log" scripts/gpu/trainer_summary.py "$dir" --warmup "$warmup"

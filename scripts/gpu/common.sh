@@ -26,6 +26,42 @@ need() {
   fi
 }
 
+# The trainer checks (d, g) run gpipe_runner on this config: 4 ranks on the one GPU, bf16.
+GPU_CONFIG=configs/gpt_350m_gpu.yaml
+
+# need_trainer CHECK: the runner, the GPU config and the shim are there, or CHECK gets a FAIL row.
+need_trainer() {
+  local f
+  for f in "$RUNNER" "$GPU_ROOT/$GPU_CONFIG" "$SHIM"; do
+    need "$f" "gpipe_runner, the GPU config and the shim" || { record "$1" FAIL "missing $f"; return 1; }
+  done
+}
+
+# gpu_runner LOG DIR STEPS PROFILED_STEP [ARGS...]: gpipe_runner on GPU_CONFIG on cuda for STEPS
+# steps, the Kineto trace of PROFILED_STEP kept, output in DIR, log in OUTDIR/logs/LOG.log, at
+# most GPU_RUNNER_TIMEOUT (150) seconds.
+gpu_runner() {
+  local log=$1 out=$2 steps=$3 profiled=$4
+  shift 4
+  timeout "${GPU_RUNNER_TIMEOUT:-150}" "$RUNNER" --config "$GPU_ROOT/$GPU_CONFIG" --output-dir "$out" \
+    --set "training.max_steps=$steps" --set training.exit_after_profile=false \
+    --set "training.profile_iteration=$profiled" --set parallel.device=cuda "$@" >"$OUTDIR/logs/$log.log" 2>&1
+}
+
+# report_runs CHECK FAILED PASS_DETAIL LOGS SUMMARY_SCRIPT [ARGS...]: the summary script's rows go to
+# results.md; CHECK fails if a run failed (FAILED non-zero) or the summary exits non-zero.
+report_runs() {
+  local check=$1 failed=$2 pass_detail=$3 logs=$4 rows rc
+  shift 4
+  rows=$("$PYTHON" "$@"); rc=$?
+  printf '%s\n' "$rows" | tee -a "$OUTDIR/results.md"
+  if [ $rc -ne 0 ] || [ "$failed" -ne 0 ]; then
+    record "$check" FAIL "a run failed or a loss is not finite (rows above; $logs)"
+    return 1
+  fi
+  record "$check" PASS "$pass_detail"
+}
+
 # json_get FILE KEY: one top-level key of a JSON object file (empty if absent).
 json_get() {
   "$PYTHON" -c 'import json,sys; v=json.load(open(sys.argv[1])).get(sys.argv[2]); print("" if v is None else v)' "$1" "$2"

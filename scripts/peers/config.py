@@ -33,7 +33,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "model_parallel_size": 4, "scheduler": "async_threaded", "use_orion_scheduler": False,
         "schedule": "1f1b", "virtual_stages": 1, "priority": "backward_first", "partition": "uniform",
         "partition_layers": [], "recompute_ratio": [], "device": "auto", "transport": "auto",
-        "placement": [], "peer_timeout_s": 120.0, "schedule_file": "",
+        "placement": [], "peer_timeout_s": 120.0, "schedule_file": "", "overlap_f_b": "auto",
     },
 }
 

@@ -72,6 +72,22 @@ for s in looped_bfs interleaved_zb zbv dualpipev; do
          END {exit bad}' \
     || { echo "FAIL native_$s: losses differ from interleaved 1F1B's"; failures=$((failures + 1)); }
 done
+# Overlapped forward+backward pairs (parallel.overlap_f_b): printed as one grid cell, refused
+# when misspelt, and trained to the same losses as without them (they change when the halves run,
+# not what they compute): 1F1B with pairs against the plain 1F1B run above, and dualpipev without
+# its own pairs against the native dualpipev run.
+expect overlap_grid 0 "\(F[0-9]+;B[0-9]+\)" -- --config "$cfg" --overlap-f-b true --print-schedule
+expect overlap_bad_value 2 "parallel.overlap_f_b" -- --config "$cfg" --overlap-f-b maybe --validate-only
+expect overlap_run 0 "Training summary" -- --config "$cfg" --steps 2 --overlap-f-b true --output-dir "$tmp/run_overlap"
+expect dualpipev_no_overlap 0 "Training summary" -- --config "$cfg" --steps 2 --virtual-stages 2 --schedule dualpipev \
+  --overlap-f-b false --output-dir "$tmp/run_dualpipev_plain"
+for pair in "run run_overlap" "run_native_dualpipev run_dualpipev_plain"; do
+  set -- $pair
+  paste -d' ' <(losses "$tmp/$1") <(losses "$tmp/$2") |
+    awk '{split($1, a, ":"); split($2, b, ":"); d = a[2] - b[2]; if (d < 0) d = -d; if (NF != 2 || d > 1e-6 * a[2]) bad = 1}
+         END {exit bad}' \
+    || { echo "FAIL overlap: losses of $2 differ from $1's"; failures=$((failures + 1)); }
+done
 # torch's own LoopedBFS / InterleavedZeroBubble / ZBV / DualPipeV orders (4 ranks x 2 stages, V
 # placement for the last two) run through gpipe_runner and give the generated interleaved 1F1B's
 # losses (same model, same data: the order changes nothing but rounding).

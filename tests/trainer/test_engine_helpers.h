@@ -15,6 +15,7 @@ namespace gpipe::testing {
 struct TinySetup {
   std::string schedule = "1f1b";
   std::string executor = "async_threaded";
+  std::string overlap_f_b = "auto";
   int ranks = 2;
   int virtual_stages = 1;
   int microbatches = 4;
@@ -43,6 +44,7 @@ inline PipelineConfig tiny_config(const TinySetup& s) {
   c.parallel.virtual_stages = s.virtual_stages;
   c.parallel.schedule = s.schedule;
   c.parallel.scheduler = s.executor;
+  c.parallel.overlap_f_b = s.overlap_f_b;
   c.parallel.device = s.device;
   return c;
 }

@@ -14,6 +14,7 @@
 #include "trainer/device/device.h"
 #include "trainer/execution/executor.h"
 #include "trainer/execution/stage_runtime.h"
+#include "trainer/metrics/timeline.h"
 
 namespace gpipe::testing {
 namespace {
@@ -41,7 +42,7 @@ Reference unpipelined(const TinySetup& s, const Batch& batch) {
   return ref;
 }
 
-using Param = std::tuple<std::string, std::string>;  // schedule, executor
+using Param = std::tuple<std::string, std::string, std::string>;  // schedule, executor, overlap_f_b
 
 class EquivalenceTest : public ::testing::TestWithParam<Param> {};
 
@@ -49,12 +50,23 @@ TEST_P(EquivalenceTest, OneStepMatchesUnpipelinedLossAndGradients) {
   TinySetup s;
   s.schedule = std::get<0>(GetParam());
   s.executor = std::get<1>(GetParam());
-  if (s.schedule == "interleaved_1f1b") s.virtual_stages = 2;
+  s.overlap_f_b = std::get<2>(GetParam());
+  const bool multi_stage = s.schedule == "interleaved_1f1b" || s.schedule == "looped_bfs" ||
+                           s.schedule == "interleaved_zb" || s.schedule == "zbv" || s.schedule == "dualpipev";
+  if (multi_stage) s.virtual_stages = 2;
   const Batch batch = tiny_batch(s.batch, s.seq, s.vocab, 7);
   const Reference ref = unpipelined(s, batch);
 
   auto trainer = make_tiny_trainer(s);
   ASSERT_EQ(trainer->schedule().num_stages(), s.ranks * s.virtual_stages);
+  // overlap_f_b=true pairs every kind's steady state (these shapes have one); auto keeps
+  // dualpipev's own pairs; false has none.
+  const int pairs = count_overlapped_pairs(trainer->schedule());
+  if (s.overlap_f_b == "true" || (s.overlap_f_b == "auto" && s.schedule == "dualpipev")) {
+    EXPECT_GT(pairs, 0) << "the schedule has no overlapped pair to test";
+  } else {
+    EXPECT_EQ(pairs, 0);
+  }
   const double loss = trainer->forward_backward(batch);
   EXPECT_NEAR(loss, ref.loss, kAtol + kRtol * std::abs(ref.loss));
 
@@ -76,12 +88,82 @@ TEST_P(EquivalenceTest, OneStepMatchesUnpipelinedLossAndGradients) {
   EXPECT_DOUBLE_EQ(again, loss);
 }
 
+auto param_name = [](const ::testing::TestParamInfo<Param>& info) {
+  return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_overlap_" + std::get<2>(info.param);
+};
+
 INSTANTIATE_TEST_SUITE_P(AllSchedulesBothExecutors, EquivalenceTest,
-                         ::testing::Combine(::testing::Values("gpipe", "1f1b", "interleaved_1f1b", "zb_h1"),
-                                            ::testing::Values("naive", "async_threaded")),
-                         [](const ::testing::TestParamInfo<Param>& info) {
-                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
-                         });
+                         ::testing::Combine(::testing::Values("gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "looped_bfs",
+                                                              "interleaved_zb", "zbv", "dualpipev"),
+                                            ::testing::Values("naive", "async_threaded"),
+                                            ::testing::Values("auto")),
+                         param_name);
+// Overlapped pairs: added to the kinds with a steady state (gpipe and looped_bfs run all
+// forwards, then all backwards: no forward is followed by another micro-batch's backward), taken
+// out of dualpipev.
+INSTANTIATE_TEST_SUITE_P(OverlappedPairsBothExecutors, EquivalenceTest,
+                         ::testing::Combine(::testing::Values("1f1b", "interleaved_1f1b", "zb_h1",
+                                                              "interleaved_zb", "zbv", "dualpipev"),
+                                            ::testing::Values("naive", "async_threaded"),
+                                            ::testing::Values("true")),
+                         param_name);
+INSTANTIATE_TEST_SUITE_P(DualPipeVWithoutPairs, EquivalenceTest,
+                         ::testing::Combine(::testing::Values("dualpipev"), ::testing::Values("naive", "async_threaded"),
+                                            ::testing::Values("false")),
+                         param_name);
+
+// The async executor really runs an overlapped pair's halves at once: blocks that sleep in
+// forward and in backward (no CPU contention), 1F1B with overlap_f_b=true; on rank 0 each paired
+// forward runs on the forward lane while its backward runs on the rank's thread, so their spans
+// intersect. The naive executor runs the same pairs one after the other.
+TEST(OverlappedPairTest, AsyncRunsTheForwardOnTheLaneAtTheSameTimeAsTheBackward) {
+  for (const std::string executor : {"async_threaded", "naive"}) {
+    TinySetup s;
+    s.executor = executor;
+    s.overlap_f_b = "true";
+    s.costs.forward_sleep_ms = 20;
+    s.costs.backward_sleep_ms = 20;
+    auto trainer = make_tiny_trainer(s);
+    ActionRecorder recorder;
+    trainer->forward_backward(tiny_batch(s.batch, s.seq, s.vocab, 3), &recorder);
+    const auto& spans = recorder.spans(0);
+    int pairs = 0, on_lane = 0;
+    double overlapped_us = 0;
+    const auto& program = trainer->schedule().per_rank[0];
+    for (size_t k = 0; k + 1 < program.size(); ++k) {
+      if (!program[k].overlaps_next) continue;
+      ++pairs;
+      auto span_of = [&](const Action& a) {
+        auto plain = a;
+        plain.overlaps_next = false;
+        auto it = std::find_if(spans.begin(), spans.end(), [&](const ActionSpan& sp) {
+          auto b = sp.action;
+          b.overlaps_next = false;
+          return b == plain;
+        });
+        EXPECT_NE(it, spans.end()) << to_string(a) << " recorded no span";
+        return it == spans.end() ? ActionSpan{} : *it;
+      };
+      const ActionSpan f = span_of(program[k]), b = span_of(program[k + 1]);
+      on_lane += f.lane == ActionLane::kForwardLane;
+      EXPECT_EQ(b.lane, ActionLane::kRank);
+      overlapped_us += std::max(0.0, std::min(f.end_us, b.end_us) - std::max(f.start_us, b.start_us));
+    }
+    ASSERT_GT(pairs, 0) << "1F1B with overlap_f_b=true has no pair on rank 0";
+    if (executor == "async_threaded") {
+      EXPECT_EQ(on_lane, pairs) << "every paired forward runs on the rank's forward lane";
+      EXPECT_GT(overlapped_us, 0.0) << "the halves of the pairs never ran at the same time";
+      // Busy time counts the overlapped stretches once: less than the sum of the compute spans.
+      double summed_us = 0;
+      for (const auto& sp : spans)
+        if (is_compute(sp.action.type)) summed_us += sp.end_us - sp.start_us;
+      EXPECT_LT(recorder.busy_us(0), summed_us - 0.5 * overlapped_us);
+    } else {
+      EXPECT_EQ(on_lane, 0);
+      EXPECT_EQ(overlapped_us, 0.0) << "the naive executor runs a pair in order";
+    }
+  }
+}
 
 TEST(EquivalenceTest, FourRanksEightMicrobatchesOneFOneB) {
   TinySetup s;

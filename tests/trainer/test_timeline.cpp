@@ -1,6 +1,7 @@
 // The Chrome-trace timeline: one track per rank and one event per action of the schedule.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <set>
@@ -47,6 +48,59 @@ TEST(TimelineTest, OneFOneBAsyncHasEveryActionOnItsRank) { expect_every_action_o
 TEST(TimelineTest, ZeroBubbleNaiveHasEveryActionOnItsRank) { expect_every_action_on_its_track("zb_h1", "naive", 1); }
 TEST(TimelineTest, InterleavedHasEveryActionOnItsRank) {
   expect_every_action_on_its_track("interleaved_1f1b", "async_threaded", 2);
+}
+
+// With overlapped pairs the async executor runs each paired forward on the rank's forward lane:
+// its event goes on the lane's own track (tid ranks + r, named and sorted below its rank).
+TEST(TimelineTest, OverlappedForwardsGoOnTheRanksForwardLaneTrack) {
+  TinySetup s;
+  s.overlap_f_b = "true";
+  auto trainer = make_tiny_trainer(s);
+  ActionRecorder recorder;
+  trainer->forward_backward(tiny_batch(s.batch, s.seq, s.vocab, 5), &recorder);
+  const nlohmann::json trace = to_chrome_trace(recorder, 0);
+  const int ranks = trainer->schedule().num_ranks;
+  std::map<int, std::string> track_names;
+  std::map<int, int> sort_index;
+  std::multiset<std::pair<int, std::string>> events, expected;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") == "M" && e.at("name") == "thread_name") track_names[e.at("tid")] = e.at("args").at("name");
+    if (e.at("ph") == "M" && e.at("name") == "thread_sort_index") sort_index[e.at("tid")] = e.at("args").at("sort_index");
+    if (e.at("ph") == "X") events.insert({e.at("tid").get<int>(), e.at("name").get<std::string>()});
+  }
+  std::set<int> lanes;
+  for (int r = 0; r < ranks; ++r) {
+    const auto& prog = trainer->schedule().per_rank[static_cast<size_t>(r)];
+    for (size_t k = 0; k < prog.size(); ++k) {
+      const bool paired_forward = prog[k].type == ActionType::kForward &&
+                                  (prog[k].overlaps_next || (k > 0 && prog[k - 1].overlaps_next));
+      if (paired_forward) lanes.insert(r);
+      expected.insert({paired_forward ? ranks + r : r, span_name(prog[k])});
+    }
+  }
+  ASSERT_FALSE(lanes.empty()) << "1F1B with overlap_f_b=true has no pair";
+  EXPECT_EQ(events, expected);
+  for (int r : lanes) {
+    EXPECT_EQ(track_names[ranks + r], "rank " + std::to_string(r) + " forward lane");
+    EXPECT_EQ(sort_index[ranks + r], sort_index[r] + 1);
+  }
+  EXPECT_EQ(track_names.size(), static_cast<size_t>(ranks) + lanes.size()) << "a lane track for a rank without pairs";
+}
+
+// Busy time is the union of a rank's compute spans: an overlapped pair's stretch counts once,
+// communication not at all.
+TEST(TimelineTest, BusyTimeCountsOverlappingSpansOnce) {
+  ActionRecorder recorder;
+  recorder.begin_step(1);
+  const auto t0 = ActionRecorder::Clock::now();
+  auto at = [&](int us) { return t0 + std::chrono::microseconds(us); };
+  recorder.record(0, {ActionType::kBackward, 0, 0}, at(0), at(100));
+  recorder.record(0, {ActionType::kForward, 0, 1}, at(40), at(160), nullptr, ActionLane::kForwardLane);
+  recorder.record(0, {ActionType::kSendBackward, 0, 0}, at(160), at(400));
+  recorder.record(0, {ActionType::kForward, 0, 2}, at(500), at(600));
+  EXPECT_NEAR(recorder.busy_us(0), 160.0 + 100.0, 1e-6);
+  EXPECT_EQ(recorder.spans(0)[1].lane, ActionLane::kForwardLane);
+  EXPECT_EQ(recorder.spans(0)[0].lane, ActionLane::kRank);
 }
 
 TEST(TimelineTest, SpanNamesSayActionMicrobatchAndStage) {

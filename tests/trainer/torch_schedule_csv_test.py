@@ -2,7 +2,8 @@
 """Schedules between our CSV reader/writer (trainer/schedule/schedule_csv.h) and
 torch.distributed.pipelining (2.11) itself, both ways.
 
-Ours -> torch: for every generated kind and a range of shapes, the files schedule_csv_tool writes
+Ours -> torch: for every generated kind and a range of shapes (also with overlapped pairs,
+parallel.overlap_f_b=true, and dualpipev without them), the files schedule_csv_tool writes
   * with communication: torch's _PipelineScheduleRuntime._load_csv(format="compute_comms") takes
     them (its _validate_schedule: every stage's F/B/I/W counts, one rank per stage), parses every
     cell back to the same text, and its simulator _simulate_comms_compute runs them to the end;
@@ -11,15 +12,15 @@ Ours -> torch: for every generated kind and a range of shapes, the files schedul
     does not accept, simulates to the end; our lowering of the same file (schedule_csv_tool lower)
     is exactly torch's _add_send_recv on the file's actions.
 Same order as torch: for looped_bfs, interleaved_zb, zbv, dualpipev and interleaved_1f1b, every
-  shape torch 2.11's class accepts (p = 2..4, m = 1..16, v = 2..4 where the class takes it) gives
+  shape torch 2.11's class accepts (p = 2..4, m = 1..16, v = 1..4 where the class takes it) gives
   our generator's compute order (schedule_csv_tool write ... compute_only, bubbles dropped) equal
-  to the class's pipeline_order (None dropped, OVERLAP_F_B expanded), and every shape torch
+  to the class's pipeline_order (None dropped, OVERLAP_F_B pairs kept), and every shape torch
   refuses is refused by ours.
 Torch -> ours: files torch's schedule classes dump (Interleaved1F1B, LoopedBFS,
   InterleavedZeroBubble, ZBVZeroBubble with its V-shaped placement, DualPipeV with OVERLAP_F_B;
   GPipe and 1F1B through _get_pipeline_order), compute_only and compute_comms, are read and
   validated by ours, with the same programs (UNSHARD/RESHARD/REDUCE_GRAD dropped, OVERLAP_F_B
-  expanded) and torch's stage -> rank mapping; compute-only ones also lower to a valid schedule.
+  kept as one overlapped pair) and torch's stage -> rank mapping; compute-only ones also lower to a valid schedule.
 
 No process group is needed: the schedule classes only read a few attributes of their stages, so
 plain objects stand in for them. Usage: torch_schedule_csv_test.py SCHEDULE_CSV_TOOL
@@ -79,15 +80,22 @@ DROPPED = {"UNSHARD", "RESHARD", "REDUCE_GRAD"}
 
 
 def leaves(actions):
-    """Actions as our IR keeps them: None gone, UNSHARD/RESHARD/REDUCE_GRAD dropped, OVERLAP_F_B expanded."""
-    out = []
-    for a in actions:
-        if a is None:
-            continue
-        if a.sub_actions is not None:
-            out.extend(str(x) for x in a.sub_actions)
-        elif a.computation_type.value not in DROPPED:
-            out.append(str(a))
+    """Actions as our IR keeps them: None gone, UNSHARD/RESHARD/REDUCE_GRAD dropped, an OVERLAP_F_B
+    one pair written as torch writes it, "(0F3;3B1)OVERLAP_F_B"."""
+    return [str(a) for a in actions
+            if a is not None and (a.sub_actions is not None or a.computation_type.value not in DROPPED)]
+
+
+def expand_overlaps(order):
+    """OVERLAP_F_B actions as their sub-actions in order, for torch 2.11's _simulate_comms_compute,
+    which does not know them (it looks up the placeholder stage -1 of the container and raises
+    KeyError, on torch's own DualPipeV too); its runtime runs them in this order when no overlap
+    callback is registered."""
+    out = {}
+    for rank, actions in order.items():
+        out[rank] = []
+        for a in actions:
+            out[rank].extend(a.sub_actions if a is not None and a.sub_actions is not None else [a])
     return out
 
 
@@ -112,23 +120,32 @@ def write_csv(path, order):
 # --- ours -> torch ----------------------------------------------------------------------------
 
 def shapes():
+    """(kind, ranks, micro-batches, stages per rank, parallel.overlap_f_b)."""
     for kind in ("gpipe", "1f1b", "zb_h1"):
         for p in (1, 2, 3, 4):
             for m in (1, 2, 3, 4, 6, 8):
-                yield kind, p, m, 1
+                yield kind, p, m, 1, "auto"
     for p in (2, 3, 4):
         for v in (2, 3):
             for m in (p, 2 * p, 3 * p):
-                yield "interleaved_1f1b", p, m, v
+                yield "interleaved_1f1b", p, m, v, "auto"
     # The kinds ported from torch's multi-stage classes, and interleaved 1F1B's flex rounds.
     for p in (2, 3, 4):
-        yield "interleaved_1f1b", p, p + 1, 2
+        yield "interleaved_1f1b", p, p + 1, 2, "auto"
         for m in (p + 1, 2 * p):
-            yield "looped_bfs", p, m, 2
-            yield "interleaved_zb", p, m, 2
-            yield "zbv", p, m, 2
-        yield "dualpipev", p, 2 * p, 2
-        yield "dualpipev", p, 3 * p, 2
+            yield "looped_bfs", p, m, 2, "auto"
+            yield "interleaved_zb", p, m, 2, "auto"
+            yield "zbv", p, m, 2, "auto"
+        yield "dualpipev", p, 2 * p, 2, "auto"
+        yield "dualpipev", p, 3 * p, 2, "auto"
+    # Overlapped pairs (OVERLAP_F_B cells) added to the others, and taken out of dualpipev.
+    for p in (2, 3, 4):
+        for m in (p, 2 * p):
+            for kind in ("1f1b", "zb_h1"):
+                yield kind, p, m, 1, "true"
+            for kind in ("interleaved_1f1b", "looped_bfs", "interleaved_zb", "zbv"):
+                yield kind, p, m, 2, "true"
+        yield "dualpipev", p, 2 * p, 2, "false"
 
 
 V_KINDS = ("zbv", "dualpipev")
@@ -143,13 +160,13 @@ def generated_placement(kind, p, v):
 
 def ours_to_torch(tmp):
     global checks
-    for kind, p, m, v in shapes():
-        what = f"ours {kind} p={p} m={m} v={v}"
+    for kind, p, m, v, overlap in shapes():
+        what = f"ours {kind} p={p} m={m} v={v} overlap_f_b={overlap}"
         n = p * v
         placement = generated_placement(kind, p, v)
 
         # With communication.
-        r = tool("write", kind, str(p), str(m), str(v), "compute_comms")
+        r = tool("write", kind, str(p), str(m), str(v), "compute_comms", overlap)
         if r.returncode != 0:
             fail(what, f"schedule_csv_tool write failed: {r.stderr}")
             continue
@@ -166,13 +183,14 @@ def ours_to_torch(tmp):
                     fail(what, f"torch parses rank {rank}'s row differently:\n  file  {row}\n  torch {parsed}")
             if sched.stage_index_to_group_rank != dict(enumerate(placement)):
                 fail(what, f"torch infers placement {sched.stage_index_to_group_rank}, we wrote {placement}")
-            S._simulate_comms_compute(sched.pipeline_order_with_comms, lambda s: sched.stage_index_to_group_rank[s], n)
+            S._simulate_comms_compute(expand_overlaps(sched.pipeline_order_with_comms),
+                                      lambda s: sched.stage_index_to_group_rank[s], n)
         except Exception as e:  # noqa: BLE001
             fail(what + " compute_comms", f"torch refused our file: {type(e).__name__}: {e}\n{r.stdout}")
         checks += 1
 
         # Compute-only.
-        r = tool("write", kind, str(p), str(m), str(v), "compute_only")
+        r = tool("write", kind, str(p), str(m), str(v), "compute_only", overlap)
         path = os.path.join(tmp, "ours_compute.csv")
         with open(path, "w") as f:
             f.write(r.stdout)
@@ -182,7 +200,7 @@ def ours_to_torch(tmp):
             lowered = {rank: [a for a in acts if a.computation_type.value not in DROPPED]
                        for rank, acts in sched.pipeline_order_with_comms.items()}
             # torch's _simulate() would raise on its own UNSHARD: simulate without them.
-            S._simulate_comms_compute(lowered, lambda s: sched.stage_index_to_group_rank[s], n)
+            S._simulate_comms_compute(expand_overlaps(lowered), lambda s: sched.stage_index_to_group_rank[s], n)
             # Our lowering of a compute-only file is torch's _add_send_recv on its actions.
             compute = {rank: [a for a in acts if a is not None] for rank, acts in sched.pipeline_order.items()}
             expected = S._add_send_recv(compute, stage_to_rank=lambda s: placement[s], num_stages=n)
@@ -218,7 +236,7 @@ def same_order_as_torch():
     compared = 0
     for kind, cls in TORCH_CLASS.items():
         for p in (2, 3, 4):
-            for v in ((2,) if kind in V_KINDS else (2, 3, 4)):
+            for v in ((2,) if kind in V_KINDS else (1, 2, 3, 4)):
                 n = p * v
                 placement = generated_placement(kind, p, v)
                 local = [s for s in range(n) if placement[s] == 0]  # rank 0's stages, as torch builds them

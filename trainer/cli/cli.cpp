@@ -19,7 +19,8 @@ RunOptions parse_cli(int argc, const char* const* argv) {
   RunOptions opts;
   std::vector<std::string> sets;
   std::string scheduler, schedule, microbatches, stages, virtual_stages, steps, device, output_dir, seed, dtype,
-      partition, lr, checkpoint_interval, checkpoint_dir, transport, placement, peer_timeout, schedule_file;
+      partition, lr, checkpoint_interval, checkpoint_dir, transport, placement, peer_timeout, schedule_file,
+      overlap_f_b;
   int nproc_per_node = 0, nnodes = 1, node_rank = 0, master_port = 29500;
   std::string master_addr = "127.0.0.1";
   app.add_option("--config", opts.config_path, "YAML config (sections model, dataset, training, parallel)");
@@ -30,6 +31,9 @@ RunOptions parse_cli(int argc, const char* const* argv) {
   app.add_option("--schedule-file", schedule_file,
                  "Run this schedule CSV (torch.distributed.pipelining's format, with or without communication) "
                  "instead of generating --schedule (parallel.schedule_file)");
+  app.add_option("--overlap-f-b", overlap_f_b,
+                 "auto | true | false: run a rank's forward / backward pairs at the same time (parallel.overlap_f_b; "
+                 "auto: the schedule's own pairs, dualpipev's)");
   app.add_option("--microbatches", microbatches, "Micro-batches per step (training.num_microbatches)");
   app.add_option("--stages", stages, "Pipeline ranks (parallel.model_parallel_size)");
   app.add_option("--virtual-stages", virtual_stages, "Model chunks per rank (parallel.virtual_stages)");
@@ -83,6 +87,7 @@ RunOptions parse_cli(int argc, const char* const* argv) {
   direct(scheduler, "parallel.scheduler");
   direct(schedule, "parallel.schedule");
   direct(schedule_file, "parallel.schedule_file");
+  direct(overlap_f_b, "parallel.overlap_f_b");
   direct(microbatches, "training.num_microbatches");
   direct(stages, "parallel.model_parallel_size");
   direct(virtual_stages, "parallel.virtual_stages");

@@ -196,6 +196,8 @@ const std::vector<Field>& field_table() {
                          "a schedule CSV path (empty: generate parallel.schedule)"),
       field<int>("parallel", "virtual_stages", [](C& c) -> auto& { return c.parallel.virtual_stages; },
                  "an integer >= 1", [](int v) { return v >= 1; }),
+      field<std::string>("parallel", "overlap_f_b", [](C& c) -> auto& { return c.parallel.overlap_f_b; },
+                         "auto, true, false", one_of({"auto", "true", "false"})),
       field<std::string>("parallel", "priority", [](C& c) -> auto& { return c.parallel.priority; },
                          "backward_first, forward_first, none", one_of({"backward_first", "forward_first", "none"})),
       field<std::string>("parallel", "partition", [](C& c) -> auto& { return c.parallel.partition; },
@@ -321,11 +323,8 @@ void check_cross_fields(const PipelineConfig& c) {
     // The file says the order and placement; its shape is checked against the config when it is
     // read (schedule_from_file), not against the generators' rules below.
   } else if (par.schedule == "interleaved_1f1b" || par.schedule == "interleaved_zb" || par.schedule == "looped_bfs") {
-    // Round-robin multi-stage schedules (trainer/schedule/schedule.h has the full rules).
-    if (par.virtual_stages < 2)
-      throw ConfigError("parallel.schedule " + par.schedule + " needs parallel.virtual_stages >= 2 (got " +
-                        std::to_string(par.virtual_stages) + "); use " +
-                        (par.schedule == "interleaved_zb" ? "zb_h1" : "1f1b") + " for one stage per rank");
+    // Round-robin multi-stage schedules, any parallel.virtual_stages as torch's classes take it
+    // (trainer/schedule/schedule.h has the full rules).
     // torch's rule for the interleaved ones: the micro-batches go in max(1, m / p) equal rounds.
     const int m = c.training.num_microbatches;
     const int rounds = std::max(1, m / par.model_parallel_size);

@@ -5,6 +5,7 @@
 #include <ATen/autocast_mode.h>
 
 #include <map>
+#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <utility>
@@ -200,6 +201,8 @@ struct RankStreams::Impl {
   StreamPolicy policy = StreamPolicy::kSingle;
   std::string priority;
 #ifdef OURGPIPE_HAVE_TORCH_CUDA
+  // enter() runs on the rank's thread and, for an overlapped pair's forward, on its forward lane.
+  std::mutex mu;  // guards streams, step_start, waited_step_start
   // (is_backward, micro-batch) -> this rank's own stream, created on first use.
   // Micro-batch kAllWeights keys the one stream every W of the rank runs on.
   std::map<std::pair<bool, int>, c10::cuda::CUDAStream> streams;
@@ -227,6 +230,7 @@ void RankStreams::begin_step() {
   // the next step's forwards on the rank streams could read weights mid-update (train() happens to
   // synchronize, but nothing here relied on it).
   if (impl_->device.is_cuda() && impl_->policy == StreamPolicy::kPerMicrobatch) {
+    std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->step_start = std::make_shared<CudaReadyEvent>(c10::cuda::getCurrentCUDAStream(impl_->device.index()));
     impl_->waited_step_start.clear();
   }
@@ -241,6 +245,7 @@ std::shared_ptr<void> RankStreams::enter(ActionType type, int microbatch) {
     // Every W of the rank on one stream: W's of different micro-batches add into the same .grad
     // (StageRuntime::backward_weight), which on per-micro-batch streams would race.
     auto key = std::make_pair(backward, type == ActionType::kBackwardWeight ? kAllWeights : microbatch);
+    std::lock_guard<std::mutex> lock(impl_->mu);
     auto it = impl_->streams.find(key);
     if (it == impl_->streams.end()) {
       const bool high = impl_->priority == "backward_first"  ? backward

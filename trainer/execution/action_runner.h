@@ -6,12 +6,14 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
 #include "trainer/device/device.h"
 #include "trainer/execution/executor.h"
 #include "trainer/distributed/transport.h"
+#include "trainer/metrics/timeline.h"
 #include "trainer/model/weight_grad_store.h"
 
 namespace gpipe {
@@ -22,48 +24,60 @@ class ActionRunner {
   // recorded before any of the step's work; each action's span is then also timed on the GPU.
   ActionRunner(const StepContext& ctx, int rank, RankStreams& streams, const ExecutorOptions& options,
                std::shared_ptr<const TimingEvent> gpu_step_mark = nullptr);
-  // Runs one action of this rank's program and records its span. Exceptions carry the rank and
-  // the action.
-  void run(const Action& action);
+  // Runs one action of this rank's program and records its span (on `lane`'s track). Exceptions
+  // carry the rank and the action. The two halves of an overlapped pair may run at once, the
+  // forward on the rank's forward lane and the backward on the rank's thread: they share only the
+  // tensor maps below (under mu_) and no (stage, micro-batch); everything else runs on one thread.
+  void run(const Action& action, ActionLane lane = ActionLane::kRank);
   // Throws std::logic_error if tensors were produced but never consumed (a schedule bug).
   void check_drained() const;
 
  private:
   using Key = std::pair<int, int>;  // (virtual stage, micro-batch)
-  void forward(const Action& a);
-  void backward(const Action& a);
-  void backward_input(const Action& a);
-  void backward_weight(const Action& a);
+  // One action's GPU-clock span (its two timing events), per call: two actions may be in flight.
+  struct GpuSpan {
+    std::shared_ptr<const TimingEvent> start, end;
+  };
+  void forward(const Action& a, GpuSpan& span);
+  void backward(const Action& a, GpuSpan& span);  // B and I
+  void backward_weight(const Action& a, GpuSpan& span);
   void send_forward(const Action& a);
   void recv_forward(const Action& a);
   void send_backward(const Action& a);
   void recv_backward(const Action& a);
-  void dispatch(const Action& a);
+  void dispatch(const Action& a, GpuSpan& span);
   // The received tensor for (stage, mb); when the neighbour stage lives on this rank and the
-  // schedule has no send/receive for it, takes the neighbour's output directly.
+  // schedule has no send/receive for it, takes the neighbour's output directly. Locks mu_.
   Message take_input(std::map<Key, Message>& inbox, std::map<Key, Message>& neighbour_outbox, Key key,
                      Key neighbour_key, const char* what);
+  // Removes and returns what a send ships: F's activation or B/I's input gradient. Locks mu_.
+  Message take_output(std::map<Key, Message>& outbox, Key key, const char* producer);
+  std::shared_ptr<const ReadyEvent> grads_accumulated() const;  // locks mu_
   at::Tensor ready_tensor(const Message& m);
   StageRuntime& stage(int s) const;
   // GPU clock: a compute action marks its span on its own stream, after its input waits (so the
   // span starts when its stream may run it) and after its last kernel; run() marks a send or a
   // receive on the current stream around it. No-ops without a step mark.
-  void gpu_span_begin();
-  void gpu_span_end();
+  void gpu_span_begin(GpuSpan& span);
+  void gpu_span_end(GpuSpan& span);
 
   const StepContext& ctx_;
   int rank_;
   RankStreams& streams_;
   const ExecutorOptions& options_;
+  // Guards the maps below and grads_accumulated_ (held only to look up and store, never across
+  // compute or communication).
+  mutable std::mutex mu_;
   std::map<Key, Message> activations_in_, activations_out_, grads_in_, grads_out_;
   std::map<Key, std::shared_ptr<const ReadyEvent>> forward_done_;
   // Recorded after each action that adds into parameter .grad (B, W); the next such action's
   // stream waits on it, so accumulation across micro-batch streams is ordered (see backward()).
   std::shared_ptr<const ReadyEvent> grads_accumulated_;
-  std::shared_ptr<const TimingEvent> gpu_step_mark_, gpu_start_, gpu_end_;
+  std::shared_ptr<const TimingEvent> gpu_step_mark_;
   // bf16: split_linear's weight copies, made once per step (the runner lives one step) by each
   // stage's first forward; every later forward of the stage waits for that one's event. The copies
-  // die with the runner, after the executor synchronised the devices.
+  // die with the runner, after the executor synchronised the devices. Only forwards touch them,
+  // and a rank runs one forward at a time (a pair has one).
   WeightCastCache weight_casts_;
   std::map<int, std::shared_ptr<const ReadyEvent>> weights_cast_;  // stage -> its first forward's end
 };

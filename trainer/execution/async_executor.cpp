@@ -2,15 +2,20 @@
 // On CUDA each micro-batch's forward and backward get streams of their own (priority per
 // parallel.priority; autograd still runs backward kernels on the forward's stream, see
 // RankStreams), all W's of a rank share one stream, and events order them; on CPU there are no
-// streams. The first failing rank
-// aborts the transport so its peers stop waiting, and its error is the one reported.
+// streams. An overlapped pair (Action::overlaps_next) runs its forward on the rank's forward lane
+// and its backward on the rank's thread at the same time (run_overlapped). The first failing
+// rank aborts the transport so its peers stop waiting, and its error is the one reported.
+#include <exception>
+#include <future>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "action_runner.h"
+#include "forward_lane.h"
 #include "trainer/execution/stage_runtime.h"
 #include "trainer/metrics/kineto_profile.h"
 #include "trainer/metrics/timeline.h"
@@ -83,10 +88,17 @@ class AsyncThreadedExecutor final : public Executor {
           // per-thread cache of bf16 weight copies made by F(mb0) on its stream would otherwise
           // be reused by F(mbk) on another stream with no ordering between them. split_linear's
           // weights are cast once per step anyway (ActionRunner's WeightCastCache, ordered).
-          run_program(schedule.per_rank[r], [&](const Action& action) {
-            AutocastScope autocast(device, options_.bf16_autocast);
-            runners[r]->run(action);
-          });
+          std::optional<ForwardLane> lane;  // started at the rank's first overlapped pair
+          run_program(
+              schedule.per_rank[r],
+              [&](const Action& action) {
+                AutocastScope autocast(device, options_.bf16_autocast);
+                runners[r]->run(action);
+              },
+              [&](const Action& first, const Action& second) {
+                if (!lane) lane.emplace(device, static_cast<int>(r));
+                run_overlapped(*runners[r], *lane, device, first, second);
+              });
           runners[r]->check_drained();
         } catch (const std::exception& e) {
           fail(e.what());
@@ -120,12 +132,17 @@ class AsyncThreadedExecutor final : public Executor {
   // A run of consecutive communication actions is one group, posted at once (schedule.h). Sends
   // never block here, so running the group's sends before its receives is equivalent to posting
   // it at once, and cannot deadlock against a peer whose group starts with receives.
-  template <typename Run>
-  static void run_program(const std::vector<Action>& program, const Run& run) {
+  template <typename Run, typename RunPair>
+  static void run_program(const std::vector<Action>& program, const Run& run, const RunPair& run_pair) {
     size_t i = 0;
     while (i < program.size()) {
       if (!is_communication(program[i].type)) {
-        run(program[i++]);
+        if (program[i].overlaps_next && i + 1 < program.size()) {
+          run_pair(program[i], program[i + 1]);
+          i += 2;
+        } else {
+          run(program[i++]);
+        }
         continue;
       }
       size_t end = i;
@@ -140,6 +157,42 @@ class AsyncThreadedExecutor final : public Executor {
     }
   }
   static bool is_receive(ActionType t) { return t == ActionType::kRecvForward || t == ActionType::kRecvBackward; }
+
+  // An overlapped pair: the forward on the lane (best-effort class under backward_first, see
+  // RankStreams::enter), the backward here (high priority), both in flight until both are done.
+  // Their receives ran before and their sends run after (with_communication), so neither half
+  // touches the transport and neither can wait for the other. If either half fails, the other
+  // still finishes before the error leaves (its tensors live in the runner), the backward's error
+  // first.
+  void run_overlapped(ActionRunner& runner, ForwardLane& lane, c10::Device device, const Action& first,
+                      const Action& second) const {
+    const bool first_is_forward = first.type == ActionType::kForward;
+    const Action& forward = first_is_forward ? first : second;
+    const Action& backward = first_is_forward ? second : first;
+    if (forward.type != ActionType::kForward ||
+        !(backward.type == ActionType::kBackward || backward.type == ActionType::kBackwardInput)) {
+      throw std::logic_error(fmt::format("overlapped pair {} is not a forward and a backward (validate() refuses it)",
+                                         to_string_pair(first, second)));
+    }
+    const bool bf16 = options_.bf16_autocast;
+    std::future<void> forward_done = lane.run([&runner, &forward, device, bf16] {
+      AutocastScope autocast(device, bf16);
+      runner.run(forward, ActionLane::kForwardLane);
+    });
+    std::exception_ptr backward_error;
+    try {
+      AutocastScope autocast(device, bf16);
+      runner.run(backward);
+    } catch (...) {
+      backward_error = std::current_exception();
+    }
+    try {
+      forward_done.get();
+    } catch (...) {
+      if (!backward_error) throw;
+    }
+    if (backward_error) std::rethrow_exception(backward_error);
+  }
 
   ExecutorOptions options_;
   std::vector<std::unique_ptr<RankStreams>> streams_;

@@ -60,12 +60,12 @@ ActionRunner::ActionRunner(const StepContext& ctx, int rank, RankStreams& stream
                            std::shared_ptr<const TimingEvent> gpu_step_mark)
     : ctx_(ctx), rank_(rank), streams_(streams), options_(options), gpu_step_mark_(std::move(gpu_step_mark)) {}
 
-void ActionRunner::gpu_span_begin() {
-  if (gpu_step_mark_) gpu_start_ = record_timing_event(ctx_.rank_devices.at(static_cast<size_t>(rank_)));
+void ActionRunner::gpu_span_begin(GpuSpan& span) {
+  if (gpu_step_mark_) span.start = record_timing_event(ctx_.rank_devices.at(static_cast<size_t>(rank_)));
 }
 
-void ActionRunner::gpu_span_end() {
-  if (gpu_step_mark_) gpu_end_ = record_timing_event(ctx_.rank_devices.at(static_cast<size_t>(rank_)));
+void ActionRunner::gpu_span_end(GpuSpan& span) {
+  if (gpu_step_mark_) span.end = record_timing_event(ctx_.rank_devices.at(static_cast<size_t>(rank_)));
 }
 
 StageRuntime& ActionRunner::stage(int s) const {
@@ -76,36 +76,36 @@ StageRuntime& ActionRunner::stage(int s) const {
   return *ctx_.stages[static_cast<size_t>(s)];
 }
 
-void ActionRunner::run(const Action& action) {
+void ActionRunner::run(const Action& action, ActionLane lane) {
   const auto start = ActionRecorder::Clock::now();
-  gpu_start_ = gpu_end_ = nullptr;
+  GpuSpan span;
   const bool compute = is_compute(action.type);
-  if (!compute) gpu_span_begin();
+  if (!compute) gpu_span_begin(span);
   try {
-    dispatch(action);
+    dispatch(action, span);
   } catch (const std::exception& e) {
     throw std::runtime_error(fmt::format("rank {} action {}: {}", rank_, to_string(action), e.what()));
   }
-  if (!compute) gpu_span_end();
+  if (!compute) gpu_span_end(span);
   if (ctx_.recorder == nullptr) return;
   std::shared_ptr<const GpuSpanTimes> gpu;
   if (gpu_step_mark_) {
-    if (!gpu_start_ || !gpu_end_) throw std::logic_error(fmt::format("action {} recorded no GPU span", to_string(action)));
-    gpu = std::make_shared<EventSpanTimes>(gpu_step_mark_, gpu_start_, gpu_end_);
+    if (!span.start || !span.end) throw std::logic_error(fmt::format("action {} recorded no GPU span", to_string(action)));
+    gpu = std::make_shared<EventSpanTimes>(gpu_step_mark_, span.start, span.end);
   }
-  ctx_.recorder->record(rank_, action, start, ActionRecorder::Clock::now(), std::move(gpu));
+  ctx_.recorder->record(rank_, action, start, ActionRecorder::Clock::now(), std::move(gpu), lane);
 }
 
-void ActionRunner::dispatch(const Action& a) {
+void ActionRunner::dispatch(const Action& a, GpuSpan& span) {
   if (a.microbatch < 0 || a.microbatch >= static_cast<int>(ctx_.microbatches.size())) {
     throw std::logic_error(fmt::format("micro-batch {} out of range (the step has {})", a.microbatch,
                                        ctx_.microbatches.size()));
   }
   switch (a.type) {
-    case ActionType::kForward: return forward(a);
-    case ActionType::kBackward: return backward(a);
-    case ActionType::kBackwardInput: return backward_input(a);
-    case ActionType::kBackwardWeight: return backward_weight(a);
+    case ActionType::kForward: return forward(a, span);
+    case ActionType::kBackward:
+    case ActionType::kBackwardInput: return backward(a, span);
+    case ActionType::kBackwardWeight: return backward_weight(a, span);
     case ActionType::kSendForward: return send_forward(a);
     case ActionType::kRecvForward: return recv_forward(a);
     case ActionType::kSendBackward: return send_backward(a);
@@ -116,6 +116,7 @@ void ActionRunner::dispatch(const Action& a) {
 
 Message ActionRunner::take_input(std::map<Key, Message>& inbox, std::map<Key, Message>& neighbour_outbox, Key key,
                                  Key neighbour_key, const char* what) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (auto it = inbox.find(key); it != inbox.end()) {
     Message m = std::move(it->second);
     inbox.erase(it);
@@ -137,7 +138,7 @@ at::Tensor ActionRunner::ready_tensor(const Message& m) {
   return m.tensor;
 }
 
-void ActionRunner::forward(const Action& a) {
+void ActionRunner::forward(const Action& a, GpuSpan& span) {
   auto scope = streams_.enter(a.type, a.microbatch);
   StageRuntime& st = stage(a.stage);
   at::Tensor activation;
@@ -147,29 +148,42 @@ void ActionRunner::forward(const Action& a) {
     activation = ready_tensor(in);
   }
   const bool cast_once = options_.bf16_autocast;
-  auto cast_by = weights_cast_.find(a.stage);
-  if (cast_once && cast_by != weights_cast_.end()) RankStreams::wait(cast_by->second);
-  gpu_span_begin();
+  std::shared_ptr<const ReadyEvent> cast_by;  // the stage's first forward of the step, if it ran
+  bool first_of_stage = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = weights_cast_.find(a.stage);
+    first_of_stage = it == weights_cast_.end();
+    if (!first_of_stage) cast_by = it->second;
+  }
+  if (cast_once) RankStreams::wait(cast_by);
+  gpu_span_begin(span);
   at::Tensor out;
   {
     std::optional<WeightCastCache::Use> use_casts;
     if (cast_once) use_casts.emplace(weight_casts_);
     out = st.forward(a.microbatch, ctx_.microbatches[static_cast<size_t>(a.microbatch)], activation);
   }
-  gpu_span_end();
+  gpu_span_end(span);
   auto done = streams_.record_ready();
-  if (cast_once && cast_by == weights_cast_.end()) weights_cast_[a.stage] = done;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (first_of_stage) weights_cast_[a.stage] = done;
   forward_done_[{a.stage, a.microbatch}] = done;
   if (!st.spec().is_last()) activations_out_[{a.stage, a.microbatch}] = Message{out, done};
 }
 
-void ActionRunner::backward(const Action& a) {
+void ActionRunner::backward(const Action& a, GpuSpan& span) {
   auto scope = streams_.enter(a.type, a.microbatch);
   StageRuntime& st = stage(a.stage);
-  if (auto it = forward_done_.find({a.stage, a.microbatch}); it != forward_done_.end()) {
-    RankStreams::wait(it->second);
-    forward_done_.erase(it);
+  std::shared_ptr<const ReadyEvent> forward_done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = forward_done_.find({a.stage, a.microbatch}); it != forward_done_.end()) {
+      forward_done = it->second;
+      forward_done_.erase(it);
+    }
   }
+  RankStreams::wait(forward_done);
   at::Tensor output_grad;
   if (!st.spec().is_last()) {
     Message in = take_input(grads_in_, grads_out_, {a.stage, a.microbatch}, {a.stage + 1, a.microbatch}, "gradient");
@@ -181,59 +195,74 @@ void ActionRunner::backward(const Action& a) {
   // on different streams with nothing ordering them. Chain every .grad-writing action (B, I, W)
   // with an event; autograd's stream syncs carry the order from this stream to the accumulation
   // streams.
-  RankStreams::wait(grads_accumulated_);
-  gpu_span_begin();
+  RankStreams::wait(grads_accumulated());
+  gpu_span_begin(span);
   at::Tensor input_grad = a.type == ActionType::kBackward ? st.backward(a.microbatch, output_grad)
                                                           : st.backward_input(a.microbatch, output_grad);
-  gpu_span_end();  // autograd made this stream wait for the backward kernels it ran on F(mb)'s stream
-  grads_accumulated_ = streams_.record_ready();
-  if (!st.spec().is_first()) grads_out_[{a.stage, a.microbatch}] = Message{input_grad, streams_.record_ready()};
+  gpu_span_end(span);  // autograd made this stream wait for the backward kernels it ran on F(mb)'s stream
+  auto accumulated = streams_.record_ready();
+  auto sent = st.spec().is_first() ? nullptr : streams_.record_ready();
+  std::lock_guard<std::mutex> lock(mu_);
+  grads_accumulated_ = std::move(accumulated);
+  if (!st.spec().is_first()) grads_out_[{a.stage, a.microbatch}] = Message{input_grad, std::move(sent)};
 }
 
-void ActionRunner::backward_input(const Action& a) { backward(a); }
-
-void ActionRunner::backward_weight(const Action& a) {
+void ActionRunner::backward_weight(const Action& a, GpuSpan& span) {
   // Every W runs on the rank's one W stream (RankStreams::enter), and waits for earlier B's, so
   // the g.add_ into .grad of different micro-batches is ordered.
   auto scope = streams_.enter(a.type, a.microbatch);
-  RankStreams::wait(grads_accumulated_);
-  gpu_span_begin();
+  RankStreams::wait(grads_accumulated());
+  gpu_span_begin(span);
   stage(a.stage).backward_weight(a.microbatch);
-  gpu_span_end();
-  grads_accumulated_ = streams_.record_ready();
+  gpu_span_end(span);
+  auto accumulated = streams_.record_ready();
+  std::lock_guard<std::mutex> lock(mu_);
+  grads_accumulated_ = std::move(accumulated);
 }
 
+std::shared_ptr<const ReadyEvent> ActionRunner::grads_accumulated() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return grads_accumulated_;
+}
+
+// Sends and receives run on the rank's thread only (never inside an overlapped pair); the maps
+// are still locked, since a pair's halves may have been writing them until just before.
 void ActionRunner::send_forward(const Action& a) {
-  auto it = activations_out_.find({a.stage, a.microbatch});
-  if (it == activations_out_.end()) {
-    throw std::logic_error(fmt::format("nothing to send: forward of stage {}, micro-batch {} has not run", a.stage,
-                                       a.microbatch));
-  }
-  ctx_.transport->send({TransferKind::kActivation, a.stage + 1, a.microbatch}, std::move(it->second));
-  activations_out_.erase(it);
+  Message out = take_output(activations_out_, {a.stage, a.microbatch}, "forward");
+  ctx_.transport->send({TransferKind::kActivation, a.stage + 1, a.microbatch}, std::move(out));
 }
 
 void ActionRunner::recv_forward(const Action& a) {
-  activations_in_[{a.stage, a.microbatch}] =
-      ctx_.transport->recv({TransferKind::kActivation, a.stage, a.microbatch}, options_.recv_timeout);
+  Message in = ctx_.transport->recv({TransferKind::kActivation, a.stage, a.microbatch}, options_.recv_timeout);
+  std::lock_guard<std::mutex> lock(mu_);
+  activations_in_[{a.stage, a.microbatch}] = std::move(in);
 }
 
 void ActionRunner::send_backward(const Action& a) {
-  auto it = grads_out_.find({a.stage, a.microbatch});
-  if (it == grads_out_.end()) {
-    throw std::logic_error(fmt::format("nothing to send: backward of stage {}, micro-batch {} has not run", a.stage,
-                                       a.microbatch));
-  }
-  ctx_.transport->send({TransferKind::kGradient, a.stage - 1, a.microbatch}, std::move(it->second));
-  grads_out_.erase(it);
+  Message out = take_output(grads_out_, {a.stage, a.microbatch}, "backward");
+  ctx_.transport->send({TransferKind::kGradient, a.stage - 1, a.microbatch}, std::move(out));
 }
 
 void ActionRunner::recv_backward(const Action& a) {
-  grads_in_[{a.stage, a.microbatch}] =
-      ctx_.transport->recv({TransferKind::kGradient, a.stage, a.microbatch}, options_.recv_timeout);
+  Message in = ctx_.transport->recv({TransferKind::kGradient, a.stage, a.microbatch}, options_.recv_timeout);
+  std::lock_guard<std::mutex> lock(mu_);
+  grads_in_[{a.stage, a.microbatch}] = std::move(in);
+}
+
+Message ActionRunner::take_output(std::map<Key, Message>& outbox, Key key, const char* producer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = outbox.find(key);
+  if (it == outbox.end()) {
+    throw std::logic_error(fmt::format("nothing to send: {} of stage {}, micro-batch {} has not run", producer, key.first,
+                                       key.second));
+  }
+  Message m = std::move(it->second);
+  outbox.erase(it);
+  return m;
 }
 
 void ActionRunner::check_drained() const {
+  std::lock_guard<std::mutex> lock(mu_);
   const size_t left = activations_in_.size() + activations_out_.size() + grads_in_.size() + grads_out_.size();
   if (left != 0) {
     throw std::logic_error(fmt::format("rank {}: {} tensor(s) were produced or received but never used "

@@ -27,6 +27,7 @@ StageRuntime::StageRuntime(StageSpec spec, std::shared_ptr<StageModule> module, 
 std::vector<at::Tensor> StageRuntime::parameters() const { return module_->parameters(); }
 
 StageRuntime::Stash& StageRuntime::stash_for(int microbatch, const char* action) {
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = stash_.find(microbatch);
   if (it == stash_.end()) {
     throw std::logic_error(fmt::format("stage {}: {} of micro-batch {} before its forward (schedule order bug)",
@@ -35,9 +36,17 @@ StageRuntime::Stash& StageRuntime::stash_for(int microbatch, const char* action)
   return it->second;
 }
 
+void StageRuntime::erase_stash(int microbatch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stash_.erase(microbatch);
+}
+
 at::Tensor StageRuntime::forward(int microbatch, const Batch& batch, const at::Tensor& activation) {
-  if (stash_.count(microbatch)) {
-    throw std::logic_error(fmt::format("stage {}: forward of micro-batch {} ran twice", spec_.stage, microbatch));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stash_.count(microbatch)) {
+      throw std::logic_error(fmt::format("stage {}: forward of micro-batch {} ran twice", spec_.stage, microbatch));
+    }
   }
   Stash stash;
   if (spec_.is_first()) {
@@ -55,6 +64,7 @@ at::Tensor StageRuntime::forward(int microbatch, const Batch& batch, const at::T
   if (spec_.is_last()) {
     Batch on_device{batch.input_ids.to(device_), batch.targets.to(device_)};
     at::Tensor loss = stage_interface_.compute_loss(out, on_device);
+    std::lock_guard<std::mutex> lock(mu_);
     losses_.push_back(loss.detach());
     stash.output = loss / static_cast<double>(num_microbatches_);
     result = loss.detach();
@@ -62,6 +72,7 @@ at::Tensor StageRuntime::forward(int microbatch, const Batch& batch, const at::T
     stash.output = out;
     result = out.detach();
   }
+  std::lock_guard<std::mutex> lock(mu_);
   stash_.emplace(microbatch, std::move(stash));
   return result;
 }
@@ -93,7 +104,7 @@ at::Tensor StageRuntime::run_backward(Stash& stash, int microbatch, const at::Te
 
 at::Tensor StageRuntime::backward(int microbatch, const at::Tensor& output_grad) {
   at::Tensor input_grad = run_backward(stash_for(microbatch, "B"), microbatch, output_grad, "B", nullptr);
-  stash_.erase(microbatch);
+  erase_stash(microbatch);
   return input_grad;
 }
 
@@ -117,21 +128,24 @@ void StageRuntime::backward_weight(int microbatch) {
   // The stored tensors were made on F(mb)'s stream (autograd runs each node on its forward's
   // stream) and are read on this one: the allocator must not reuse them before this stream is done.
   stash.weight_grads->flush(record_stream_use);
-  stash_.erase(microbatch);
+  erase_stash(microbatch);
 }
 
 size_t StageRuntime::deferred_weight_grads(int microbatch) const {
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = stash_.find(microbatch);
   return it == stash_.end() || !it->second.weight_grads ? 0 : it->second.weight_grads->size();
 }
 
 double StageRuntime::loss_sum() const {
+  std::lock_guard<std::mutex> lock(mu_);
   double sum = 0;
   for (const auto& l : losses_) sum += l.item<double>();
   return sum;
 }
 
 void StageRuntime::begin_step() {
+  std::lock_guard<std::mutex> lock(mu_);
   if (!stash_.empty()) {
     throw std::logic_error(fmt::format("stage {}: {} micro-batch(es) still stashed from the previous step "
                                        "(a schedule without their backward)", spec_.stage, stash_.size()));
@@ -140,6 +154,7 @@ void StageRuntime::begin_step() {
 }
 
 void StageRuntime::discard_step() {
+  std::lock_guard<std::mutex> lock(mu_);
   stash_.clear();
   losses_.clear();
 }

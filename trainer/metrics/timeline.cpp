@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -28,11 +29,13 @@ const char* to_string(SpanClock clock) { return clock == SpanClock::kCudaEvents 
 
 ActionRecorder::ActionRecorder(int num_ranks)
     : per_rank_(static_cast<size_t>(std::max(0, num_ranks))),
-      gpu_per_rank_(static_cast<size_t>(std::max(0, num_ranks))) {}
+      gpu_per_rank_(static_cast<size_t>(std::max(0, num_ranks))),
+      rank_mu_(static_cast<size_t>(std::max(0, num_ranks))) {}
 
 void ActionRecorder::begin_step(int num_ranks) {
   per_rank_.assign(static_cast<size_t>(std::max(0, num_ranks)), {});
   gpu_per_rank_.assign(static_cast<size_t>(std::max(0, num_ranks)), {});
+  if (rank_mu_.size() != per_rank_.size()) rank_mu_ = std::vector<std::mutex>(per_rank_.size());
   for (auto& spans : per_rank_) spans.reserve(64);
   wall_us_ = 0;
   clock_ = SpanClock::kHost;
@@ -40,11 +43,12 @@ void ActionRecorder::begin_step(int num_ranks) {
 }
 
 void ActionRecorder::record(int rank, const Action& action, Clock::time_point start, Clock::time_point end,
-                            std::shared_ptr<const GpuSpanTimes> gpu) {
+                            std::shared_ptr<const GpuSpanTimes> gpu, ActionLane lane) {
   auto us = [&](Clock::time_point t) {
     return std::chrono::duration<double, std::micro>(t - step_start_).count();
   };
-  per_rank_.at(static_cast<size_t>(rank)).push_back(ActionSpan{action, rank, us(start), us(end)});
+  std::lock_guard<std::mutex> lock(rank_mu_.at(static_cast<size_t>(rank)));
+  per_rank_.at(static_cast<size_t>(rank)).push_back(ActionSpan{action, rank, us(start), us(end), lane});
   gpu_per_rank_.at(static_cast<size_t>(rank)).push_back(std::move(gpu));
 }
 
@@ -81,9 +85,16 @@ std::vector<ActionSpan> ActionRecorder::all_spans() const {
 }
 
 double ActionRecorder::busy_us(int rank) const {
-  double busy = 0;
+  std::vector<std::pair<double, double>> compute;
   for (const auto& span : per_rank_.at(static_cast<size_t>(rank))) {
-    if (is_compute(span.action.type)) busy += span.end_us - span.start_us;
+    if (is_compute(span.action.type)) compute.emplace_back(span.start_us, span.end_us);
+  }
+  std::sort(compute.begin(), compute.end());
+  double busy = 0, covered_to = -std::numeric_limits<double>::infinity();
+  for (const auto& [start, end] : compute) {
+    const double from = std::max(start, covered_to);
+    if (end > from) busy += end - from;
+    covered_to = std::max(covered_to, end);
   }
   return busy;
 }
@@ -109,17 +120,25 @@ std::string span_name(const Action& action) {
 
 nlohmann::json to_chrome_trace(const ActionRecorder& recorder, int step) {
   nlohmann::json events = nlohmann::json::array();
-  for (int r = 0; r < recorder.num_ranks(); ++r) {
+  const int ranks = recorder.num_ranks();
+  for (int r = 0; r < ranks; ++r) {
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", r},
                       {"args", {{"name", "rank " + std::to_string(r)}}}});
     events.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 0}, {"tid", r},
-                      {"args", {{"sort_index", r}}}});
-    for (const auto& span : recorder.spans(r)) {
+                      {"args", {{"sort_index", 2 * r}}}});
+    const auto& spans = recorder.spans(r);
+    if (std::any_of(spans.begin(), spans.end(), [](const ActionSpan& s) { return s.lane == ActionLane::kForwardLane; })) {
+      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", ranks + r},
+                        {"args", {{"name", "rank " + std::to_string(r) + " forward lane"}}}});
+      events.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 0}, {"tid", ranks + r},
+                        {"args", {{"sort_index", 2 * r + 1}}}});
+    }
+    for (const auto& span : spans) {
       events.push_back({{"name", span_name(span.action)},
                         {"cat", is_compute(span.action.type) ? "compute" : "comm"},
                         {"ph", "X"},
                         {"pid", 0},
-                        {"tid", r},
+                        {"tid", span.lane == ActionLane::kForwardLane ? ranks + r : r},
                         {"ts", span.start_us},
                         {"dur", std::max(0.0, span.end_us - span.start_us)},
                         {"args",

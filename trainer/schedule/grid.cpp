@@ -1,5 +1,6 @@
 // Step x rank grid of a validated schedule: row = dry-run step, column = rank, cell = what the
-// rank finished in that step (a communication group shows as "SF3+RB1"). Actions named by an
+// rank finished in that step (a communication group shows as "SF3+RB1", an overlapped pair as
+// "(F3;B1)"). Actions named by an
 // issue are marked "!B1!" and their row ends with " <"; actions that never ran (a deadlock) are
 // shown in a last "stuck" row. The issue messages follow the grid.
 #include <algorithm>
@@ -50,8 +51,19 @@ std::string render_grid(const Schedule& schedule, const ValidationResult& result
       if (step < 0 && !mark) continue;
       const int row = (step >= 0 && step < rows_n) ? step : rows_n;
       if (row == rows_n) any_stuck = true;
-      std::string label = cell_label(short_labels, schedule.per_rank[r][k]);
+      const auto& prog = schedule.per_rank[r];
+      std::string label = cell_label(short_labels, prog[k]);
       if (mark) label = "!" + label + "!";
+      // An overlapped pair that ran in one step is one cell, "(F3;B1)".
+      if (prog[k].overlaps_next && k + 1 < static_cast<int>(prog.size()) && ran_at(r, k + 1) == step && step >= 0) {
+        std::string second = cell_label(short_labels, prog[k + 1]);
+        if (marked.count({r, k + 1}) > 0) {
+          second = "!" + second + "!";
+          row_marked[row] = true;
+        }
+        label = "(" + label + ";" + second + ")";
+        ++k;
+      }
       row_marked[row] = row_marked[row] || mark;
       std::string& cell = rows[row][r];
       cell += (cell.empty() ? "" : "+") + label;

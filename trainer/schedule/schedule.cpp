@@ -80,10 +80,7 @@ void check_schedule_shape(ScheduleKind kind, int num_ranks, int num_microbatches
     case ScheduleKind::kInterleavedOneFOneB:
     case ScheduleKind::kInterleavedZeroBubble:
     case ScheduleKind::kLoopedBFS:
-      if (stages_per_rank < 2)
-        throw std::invalid_argument(what + name + " needs virtual_stages >= 2 (use " +
-                                    (kind == ScheduleKind::kInterleavedZeroBubble ? "zb_h1" : "1f1b") +
-                                    " for one stage per rank)");
+      // Any number of stages per rank, one included, as torch's classes take it.
       if (kind != ScheduleKind::kLoopedBFS) {
         // torch's rule (ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble): the micro-batches
         // go in max(1, m / p) rounds of equal size.
@@ -157,8 +154,9 @@ Schedule make_schedule(ScheduleKind kind, int num_ranks, int num_microbatches, i
 }
 
 Schedule make_schedule(const PipelineConfig& config) {
-  return make_schedule(parse_schedule_kind(config.parallel.schedule), config.parallel.model_parallel_size,
-                       config.training.num_microbatches, config.parallel.virtual_stages);
+  return with_overlap(make_schedule(parse_schedule_kind(config.parallel.schedule), config.parallel.model_parallel_size,
+                                    config.training.num_microbatches, config.parallel.virtual_stages),
+                      parse_overlap_mode(config.parallel.overlap_f_b));
 }
 
 }  // namespace gpipe

@@ -10,9 +10,10 @@
 // send a gradient to the other in separate groups and rendezvous sends deadlock. (The pairing
 // is wrong for the others: GPipe's first backward depends on its last forward's send.)
 // Neighbouring stages on the same rank exchange nothing.
-// A schedule read from a file (kind kFromFile: any order, any placement), and the kinds ported
-// from torch's other multi-stage schedules, are lowered the way torch.distributed.pipelining
-// lowers a compute_only file instead (see torch_order_lowering and uses_torch_lowering).
+// A schedule read from a file (kind kFromFile: any order, any placement), the kinds ported
+// from torch's other multi-stage schedules, and any schedule with overlapped pairs, are lowered
+// the way torch.distributed.pipelining lowers a compute_only file instead (see
+// torch_order_lowering and uses_torch_lowering).
 #include <set>
 #include <stdexcept>
 #include <tuple>
@@ -60,17 +61,25 @@ Schedule torch_order_lowering(const Schedule& compute_only) {
       const auto& compute = compute_only.per_rank[static_cast<size_t>(r)];
       if (next[static_cast<size_t>(r)] >= compute.size()) continue;
       left = true;
-      const Action& a = compute[next[static_cast<size_t>(r)]];
-      if (!ready(a, seen[static_cast<size_t>(r)])) continue;
-      take(r, a);
-      if (a.type == ActionType::kForward && a.stage != last_stage && rank_of(a.stage + 1) != r) {
-        take(r, {ActionType::kSendForward, a.stage, a.microbatch});
-        take(rank_of(a.stage + 1), {ActionType::kRecvForward, a.stage + 1, a.microbatch});
-      } else if (detail::is_backward_compute(a.type) && a.stage != 0 && rank_of(a.stage - 1) != r) {
-        take(r, {ActionType::kSendBackward, a.stage, a.microbatch});
-        take(rank_of(a.stage - 1), {ActionType::kRecvBackward, a.stage - 1, a.microbatch});
+      // An overlapped pair is taken as one unit once both halves' inputs are there (torch's
+      // OVERLAP_F_B sub-actions), their sends after both.
+      const size_t at = next[static_cast<size_t>(r)];
+      const size_t unit = compute[at].overlaps_next && at + 1 < compute.size() ? 2 : 1;
+      bool unit_ready = true;
+      for (size_t k = at; k < at + unit; ++k) unit_ready = unit_ready && ready(compute[k], seen[static_cast<size_t>(r)]);
+      if (!unit_ready) continue;
+      for (size_t k = at; k < at + unit; ++k) take(r, compute[k]);
+      for (size_t k = at; k < at + unit; ++k) {
+        const Action& a = compute[k];
+        if (a.type == ActionType::kForward && a.stage != last_stage && rank_of(a.stage + 1) != r) {
+          take(r, {ActionType::kSendForward, a.stage, a.microbatch});
+          take(rank_of(a.stage + 1), {ActionType::kRecvForward, a.stage + 1, a.microbatch});
+        } else if (detail::is_backward_compute(a.type) && a.stage != 0 && rank_of(a.stage - 1) != r) {
+          take(r, {ActionType::kSendBackward, a.stage, a.microbatch});
+          take(rank_of(a.stage - 1), {ActionType::kRecvBackward, a.stage - 1, a.microbatch});
+        }
       }
-      ++next[static_cast<size_t>(r)];
+      next[static_cast<size_t>(r)] += unit;
       progress = true;
     }
     if (!left) break;
@@ -98,6 +107,7 @@ Schedule torch_order_lowering(const Schedule& compute_only) {
 // flex interleaved 1F1B 16, e.g. p=3 m=8), while torch's lowering validates them all
 // (Communication.EveryKindValidatesOverAGridOfShapes).
 bool uses_torch_lowering(const Schedule& s) {
+  if (count_overlapped_pairs(s) > 0) return true;  // the Megatron pairing knows no OVERLAP_F_B
   switch (s.kind) {
     case ScheduleKind::kGPipe:
     case ScheduleKind::kOneFOneB:

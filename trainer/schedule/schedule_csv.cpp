@@ -127,7 +127,8 @@ std::string trim(const std::string& s) {
   return s.substr(b, s.find_last_not_of(" \t") - b + 1);
 }
 
-// A cell: nothing (a bubble), one action, or OVERLAP_F_B's sub-actions in order.
+// A cell: nothing (a bubble), one action, or OVERLAP_F_B's two sub-actions in order, the first
+// marked as starting an overlapped pair.
 std::vector<CellAction> parse_cell(const std::string& raw, const Where& at) {
   const std::string cell = trim(raw);
   if (cell.empty()) return {};
@@ -151,7 +152,11 @@ std::vector<CellAction> parse_cell(const std::string& raw, const Where& at) {
       fail_cell(at, cell, "has sub-action '" + part + "': OVERLAP_F_B's sub-actions are compute actions (F, B, I, W)");
     out.push_back(sub);
   }
-  if (out.empty()) fail_cell(at, cell, "has no sub-actions: expected (<action>;<action>)OVERLAP_F_B");
+  if (out.size() != 2)
+    fail_cell(at, cell, "has " + std::to_string(out.size()) +
+                            " sub-action(s): an overlapped pair runs two, a forward and a backward, e.g. "
+                            "(0F3;3B1)OVERLAP_F_B");
+  out.front().action->overlaps_next = true;
   return out;
 }
 
@@ -190,6 +195,15 @@ std::string stage_list(const std::set<int>& stages) {
 
 // --- writing -------------------------------------------------------------------------------
 
+// The cell of program[k], "0F3", or "(0F3;3B1)OVERLAP_F_B" for an overlapped pair, in which
+// case k moves to the pair's second action.
+std::string torch_cell(const std::vector<Action>& program, size_t& k) {
+  if (!program[k].overlaps_next || k + 1 >= program.size()) return torch_action_name(program[k]);
+  const std::string cell = "(" + torch_action_name(program[k]) + ";" + torch_action_name(program[k + 1]) + ")OVERLAP_F_B";
+  ++k;
+  return cell;
+}
+
 // Each rank's compute actions at the dry-run step they run in (compute-only semantics), as torch
 // lays out pipeline_order; std::nullopt if the compute order does not run to the end.
 std::optional<std::vector<std::vector<std::string>>> compute_rows_by_step(const Schedule& compute) {
@@ -204,7 +218,7 @@ std::optional<std::vector<std::vector<std::string>>> compute_rows_by_step(const 
       auto& row = rows[static_cast<size_t>(r)];
       if (row.size() > static_cast<size_t>(step)) return std::nullopt;  // two in one step: not a step grid
       row.resize(static_cast<size_t>(step));
-      row.push_back(torch_action_name(prog[k]));
+      row.push_back(torch_cell(prog, k));
     }
   }
   return rows;
@@ -214,6 +228,12 @@ std::optional<std::vector<std::vector<std::string>>> compute_rows_by_step(const 
 
 std::string torch_action_name(const Action& a) {
   return std::to_string(a.stage) + torch_name(a.type) + std::to_string(a.microbatch);
+}
+
+std::vector<std::string> torch_cells(const std::vector<Action>& program) {
+  std::vector<std::string> cells;
+  for (size_t k = 0; k < program.size(); ++k) cells.push_back(torch_cell(program, k));
+  return cells;
 }
 
 std::string schedule_to_csv(const Schedule& schedule, ScheduleCsvFormat format) {
@@ -226,8 +246,10 @@ std::string schedule_to_csv(const Schedule& schedule, ScheduleCsvFormat format) 
     if (auto by_step = compute_rows_by_step(compute)) {
       rows = std::move(*by_step);
     } else {  // does not run to the end: no step grid, just each rank's order
-      for (int r = 0; r < compute.num_ranks && r < static_cast<int>(compute.per_rank.size()); ++r)
-        for (const Action& a : compute.per_rank[static_cast<size_t>(r)]) rows[static_cast<size_t>(r)].push_back(torch_action_name(a));
+      for (int r = 0; r < compute.num_ranks && r < static_cast<int>(compute.per_rank.size()); ++r) {
+        const auto& prog = compute.per_rank[static_cast<size_t>(r)];
+        for (size_t k = 0; k < prog.size(); ++k) rows[static_cast<size_t>(r)].push_back(torch_cell(prog, k));
+      }
     }
   } else {
     const Schedule full = communicates(schedule) ? schedule : with_communication(schedule);
@@ -236,7 +258,8 @@ std::string schedule_to_csv(const Schedule& schedule, ScheduleCsvFormat format) 
       auto& row = rows[static_cast<size_t>(r)];
       for (size_t k = 0; k < prog.size();) {
         if (!is_communication(prog[k].type)) {
-          row.push_back(torch_action_name(prog[k++]));
+          row.push_back(torch_cell(prog, k));
+          ++k;
           continue;
         }
         size_t end = k;
@@ -357,10 +380,19 @@ Schedule schedule_from_file(const ParallelConfig& parallel, const TrainingConfig
                            ", parallel.virtual_stages " + std::to_string(parallel.virtual_stages) +
                            " and training.num_microbatches " + std::to_string(training.num_microbatches) +
                            "; make them agree (--stages, --virtual-stages, --microbatches)");
-  if (communicates(s)) return s;  // validated by load_schedule_csv
+  const OverlapMode overlap = parse_overlap_mode(parallel.overlap_f_b);
+  if (communicates(s)) {
+    // Validated by load_schedule_csv. Without its pairs it still runs: each pair's receives
+    // precede it and its sends follow it either way.
+    if (overlap == OverlapMode::kOn)
+      throw ScheduleCsvError(path + ": parallel.overlap_f_b=true pairs a compute-only schedule, but this file "
+                             "already has its sends and receives; write the pairs into it as "
+                             "(<forward>;<backward>)OVERLAP_F_B cells, or give it compute-only");
+    return with_overlap(s, overlap);
+  }
   Schedule lowered;
   try {
-    lowered = with_communication(s);  // torch's lowering of compute_only files
+    lowered = with_communication(with_overlap(s, overlap));  // torch's lowering of compute_only files
   } catch (const std::invalid_argument& e) {
     throw ScheduleCsvError(path + ": " + e.what());
   }

@@ -82,10 +82,20 @@ std::vector<int> peak_activations(const Schedule& schedule) {
   std::vector<int> peak(schedule.num_ranks, 0);
   for (int r = 0; r < schedule.num_ranks; ++r) {
     int held = 0;
-    for (const Action& a : schedule.per_rank[r]) {
-      if (a.type == ActionType::kForward) ++held;
-      if (detail::is_backward_compute(a.type)) --held;
+    const auto& program = schedule.per_rank[r];
+    for (size_t k = 0; k < program.size(); ++k) {
+      // Both halves of an overlapped pair are live at once: its forward's activation is counted
+      // before its backward frees one, whichever half the program names first.
+      const bool pair = program[k].overlaps_next && k + 1 < program.size();
+      int forwards = 0, backwards = 0;
+      for (size_t i = k; i <= k + (pair ? 1 : 0); ++i) {
+        forwards += program[i].type == ActionType::kForward ? 1 : 0;
+        backwards += detail::is_backward_compute(program[i].type) ? 1 : 0;
+      }
+      held += forwards;
       peak[r] = std::max(peak[r], held);
+      held -= backwards;
+      if (pair) ++k;
     }
   }
   return peak;

@@ -6,7 +6,8 @@
 //    ScheduleZBVZeroBubble): backward split into I and W; with F = I = W in time it has no bubble.
 //  * DualPipeV (DeepSeek-V3's DualPipe folded onto the V, github.com/deepseek-ai/DualPipe;
 //    torch's ScheduleDualPipeV): in the steady state each forward of one chunk is paired with a
-//    full backward of the other, so their computation and communication can overlap.
+//    full backward of the other (an overlapped pair, Action::overlaps_next), so their computation
+//    and communication can overlap.
 // Both are ports of torch 2.11's _calculate_single_rank_operations for these classes, phase by
 // phase, with the orders equal to torch's pipeline_order less its empty slots
 // (tests/trainer/torch_schedule_csv_test.py compares them for every shape torch accepts, p = 2..4).
@@ -111,12 +112,11 @@ std::vector<RankProgram> dualpipe_v_programs(int num_ranks, int num_microbatches
       pending_weights.pop_front();
       prog.push_back({ActionType::kBackwardWeight, stage, mb});
     };
-    // torch emits these as one OVERLAP_F_B action "(F;B)", to run the two with their
-    // communication overlapped. The action IR has no overlapped action yet, so the pair is its
-    // two halves in order, forward first: what torch's runtime runs when no overlap function is
-    // registered, and what our CSV reader makes of torch's cell.
+    // torch's OVERLAP_F_B "(F;B)": the forward of one chunk and the full backward of the other,
+    // run at the same time (Action::overlaps_next).
     auto overlapped_forward_backward = [&](int forward_stage, int backward_stage) {
       add(forward_stage, ActionType::kForward);
+      prog.back().overlaps_next = true;
       add(backward_stage, ActionType::kBackward);
     };
 
@@ -134,9 +134,14 @@ std::vector<RankProgram> dualpipe_v_programs(int num_ranks, int num_microbatches
       add(chunk1, ActionType::kForward);
     }
     // 4. Steady state: F0 with B1, then F1 with B0, each pair overlapped. The last rank's first
-    //    pair is not overlapped (torch: it shortens the bubble); in the IR the two read the same.
+    //    F0 and B1 run one after the other (torch: it shortens the bubble).
     for (int i = 0; i < m - 2 * p + rank + 1; ++i) {
-      overlapped_forward_backward(chunk0, chunk1);
+      if (i == 0 && rank == p - 1) {
+        add(chunk0, ActionType::kForward);
+        add(chunk1, ActionType::kBackward);
+      } else {
+        overlapped_forward_backward(chunk0, chunk1);
+      }
       overlapped_forward_backward(chunk1, chunk0);
     }
     // 5. B1 alone, then F1 with B0.

@@ -78,6 +78,7 @@ class DryRun {
         auto [it, fresh] = first_seen.try_emplace({static_cast<int>(a.type), a.stage, a.microbatch}, r, k);
         if (!fresh)
           issue(r, k, at(r, k) + ": duplicate " + to_string(a) + " (already at " + at(it->second.first, it->second.second) + ")");
+        if (a.overlaps_next) check_pair(r, k);
         if (is_communication(a.type)) {
           const Action peer = counterpart(a);
           if (peer.stage < 0 || peer.stage >= S_ || s_.rank_of_stage(peer.stage) == r)
@@ -87,6 +88,29 @@ class DryRun {
       }
     }
     return all_in_range;
+  }
+
+  // An overlapped pair (Action::overlaps_next on index k): a forward and a backward (B or I) of
+  // another (stage, micro-batch), next to each other, not part of another pair.
+  void check_pair(int r, int k) {
+    const auto& prog = s_.per_rank[r];
+    const Action& a = prog[k];
+    if (k + 1 >= static_cast<int>(prog.size())) {
+      issue(r, k, at(r, k) + ": " + to_string(a) + " starts an overlapped pair but is the rank's last action");
+      return;
+    }
+    const Action& b = prog[k + 1];
+    const std::string pair = to_string_pair(a, b);
+    const int forwards = (a.type == ActionType::kForward) + (b.type == ActionType::kForward);
+    const int backwards = detail::is_backward_compute(a.type) + detail::is_backward_compute(b.type);
+    if (forwards != 1 || backwards != 1)
+      issue(r, k, at(r, k) + ": overlapped pair " + pair + " must be one forward (F) and one backward (B or I)");
+    else if (a.stage == b.stage && a.microbatch == b.microbatch)
+      issue(r, k, at(r, k) + ": overlapped pair " + pair + " runs a micro-batch's backward at the same time as " +
+                      "its own forward; pair it with another micro-batch's");
+    if (b.overlaps_next)
+      issue(r, k + 1, at(r, k + 1) + ": " + to_string(b) + " is already the second half of " + pair +
+                          "; a pair has two actions");
   }
 
   // What compute action `a` needs before it runs, as (action, rank that produces it).
@@ -212,12 +236,23 @@ void DryRun::run_lock_step() {
         }
         group[r] = {pc[r], end};
         progress = true;
-      } else if (remote_deps_met(a, r, step, nullptr)) {
-        check_local_deps(a, r, pc[r], step);
-        done(a.type, a.stage, a.microbatch) = step;
-        res_.step_of_action[r][pc[r]] = step;
-        ++pc[r];
-        progress = true;
+      } else {
+        // An overlapped pair runs in one step, once both halves' inputs are there.
+        const int unit = a.overlaps_next && pc[r] + 1 < static_cast<int>(prog.size()) &&
+                                 !is_communication(prog[pc[r] + 1].type)
+                             ? 2
+                             : 1;
+        bool ready = true;
+        for (int k = pc[r]; k < pc[r] + unit; ++k) ready = ready && remote_deps_met(prog[k], r, step, nullptr);
+        if (ready) {
+          for (int k = pc[r]; k < pc[r] + unit; ++k) {
+            check_local_deps(prog[k], r, k, step);
+            done(prog[k].type, prog[k].stage, prog[k].microbatch) = step;
+            res_.step_of_action[r][k] = step;
+          }
+          pc[r] += unit;
+          progress = true;
+        }
       }
     }
     if (all_done) {

@@ -52,7 +52,9 @@ Schedule build_schedule(const ParallelConfig& parallel, const TrainingConfig& tr
   }
   Schedule compute;
   try {
-    compute = make_schedule(kind, parallel.model_parallel_size, training.num_microbatches, parallel.virtual_stages);
+    compute = with_overlap(make_schedule(kind, parallel.model_parallel_size, training.num_microbatches,
+                                         parallel.virtual_stages),
+                           parse_overlap_mode(parallel.overlap_f_b));
   } catch (const std::invalid_argument& e) {
     throw ConfigError(fmt::format("parallel.schedule={} with parallel.model_parallel_size={}, "
                                   "training.num_microbatches={}, parallel.virtual_stages={}: {}",

@@ -62,13 +62,17 @@ struct ParallelConfig {
   std::string scheduler = "async_threaded"; // executor: naive | async_threaded
   bool use_orion_scheduler = false;
   // gpipe | 1f1b | zb_h1 (1 stage per rank) | interleaved_1f1b | interleaved_zb | looped_bfs
-  // (>= 2 stages per rank) | zbv | dualpipev (2 stages per rank, V placement)
+  // (any stages per rank) | zbv | dualpipev (2 stages per rank, V placement)
   std::string schedule = "1f1b";
   // A schedule in torch.distributed.pipelining's CSV format (trainer/schedule/schedule_csv.h) to
   // run instead of generating `schedule`; its ranks, stages per rank and micro-batches must match
   // model_parallel_size, virtual_stages and training.num_microbatches. Empty: generate.
   std::string schedule_file;
   int virtual_stages = 1;                   // model chunks per rank (the multi-stage schedules)
+  // Forward / backward pairs of a rank run at the same time (torch's OVERLAP_F_B; schedule.h
+  // OverlapMode): auto (the schedule's own pairs: dualpipev's, a file's) | true (also pair each
+  // forward with the rank's next backward of another micro-batch) | false (none).
+  std::string overlap_f_b = "auto";
   std::string priority = "backward_first";  // backward_first | forward_first | none
   std::string partition = "uniform";        // uniform | explicit | parameters | time
   std::vector<int64_t> partition_layers;    // explicit per-stage layer counts, e.g. [12, 13, 13, 11]

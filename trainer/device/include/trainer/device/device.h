@@ -65,8 +65,9 @@ enum class StreamPolicy {
 // streams, forward on low), forward_first (the reverse), none (all at default priority).
 // Caveat: LibTorch autograd runs each backward kernel on the stream its forward op used, so the
 // backward kernels of mb run on F(mb)'s stream; the backward stream mostly carries the engine's
-// synchronisation. Under the Orion shim (found at run time) the F(mb) stream is re-classed
-// before each action so that its backward kernels get the backward class; see describe().
+// synchronisation. Under the Orion shim (found at run time) enter() sets the calling thread's
+// class for the action (orion_set_thread_class), so the backward kernels on F(mb)'s stream get the
+// backward class; see describe(). Thread-safe: an overlapped pair enters from two threads.
 class RankStreams {
  public:
   RankStreams(c10::Device device, StreamPolicy policy, const std::string& priority);

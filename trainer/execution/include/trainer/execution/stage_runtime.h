@@ -1,6 +1,8 @@
 // One virtual stage at run time: its sub-model, what it stashes per micro-batch between forward
 // and backward, and one method per compute action (F, B, I, W). The last stage computes the loss,
 // scaled by 1/num_microbatches so that accumulated gradients equal the full-batch mean's.
+// A forward and a backward of different micro-batches may run at once on two threads (an
+// overlapped pair); they share only the stash map and the losses, which a lock guards.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -8,6 +10,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "trainer/model/interfaces.h"
@@ -46,13 +49,19 @@ class StageRuntime {
 
   // Sum of the unscaled micro-batch losses since begin_step() (last stage only; 0 otherwise).
   double loss_sum() const;
-  int losses_recorded() const { return static_cast<int>(losses_.size()); }
+  int losses_recorded() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int>(losses_.size());
+  }
   // Clears losses; throws std::logic_error if a previous step left micro-batches stashed.
   void begin_step();
   void zero_grad();
   // Drops whatever a failed step left stashed (and its losses), so the next step can run.
   void discard_step();
-  size_t stashed_microbatches() const { return stash_.size(); }
+  size_t stashed_microbatches() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stash_.size();
+  }
 
  private:
   struct Stash {
@@ -62,7 +71,9 @@ class StageRuntime {
     // split_linear's inputs and output gradients, from I until W.
     std::shared_ptr<WeightGradStore> weight_grads;
   };
+  // The micro-batch's stash (a map node: it stays put while other micro-batches come and go).
   Stash& stash_for(int microbatch, const char* action);
+  void erase_stash(int microbatch);
   // B's and I's shared part: backward from the stash's output (with split_linear's weight GEMMs
   // deferred to `defer_to` when given), the input gradient returned and the graph released.
   at::Tensor run_backward(Stash& stash, int microbatch, const at::Tensor& output_grad, const char* action,
@@ -75,6 +86,7 @@ class StageRuntime {
   const StageInterface& stage_interface_;
   c10::Device device_;
   int num_microbatches_;
+  mutable std::mutex mu_;  // guards stash_ (the map, not its entries) and losses_
   std::map<int, Stash> stash_;
   std::vector<at::Tensor> losses_;  // detached, unscaled, one per micro-batch
 };

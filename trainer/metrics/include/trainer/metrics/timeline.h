@@ -1,6 +1,7 @@
-// What each rank did during one step: an ActionRecorder the executors feed (one vector per rank,
-// so rank threads never share a lock), and its Chrome-trace / Perfetto export (one track per
-// rank, one event per action named like "F3 s1").
+// What each rank did during one step: an ActionRecorder the executors feed (one vector and one
+// lock per rank, so rank threads never share a lock), and its Chrome-trace / Perfetto export (one
+// track per rank, plus one for its forward lane when overlapped pairs ran, one event per action
+// named like "F3 s1").
 //
 // Two clocks. On CPU a span is host time: the action's work is done when its method returns. On
 // a GPU the method returns once its kernels are queued, so host spans would say little: there
@@ -10,6 +11,7 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,11 +22,16 @@
 
 namespace gpipe {
 
+// Where a rank's action ran: its own thread, or its forward lane (the forward half of an
+// overlapped pair, async executor; Action::overlaps_next).
+enum class ActionLane : uint8_t { kRank, kForwardLane };
+
 struct ActionSpan {
   Action action;
   int rank = 0;
   double start_us = 0;  // since the step began
   double end_us = 0;
+  ActionLane lane = ActionLane::kRank;
 };
 
 // The GPU-clock ends of one action span, in microseconds since its device's step mark. Read only
@@ -50,10 +57,10 @@ class ActionRecorder {
   explicit ActionRecorder(int num_ranks = 0);
   // Clears the spans and starts the step clock. Not thread-safe: call between steps.
   void begin_step(int num_ranks);
-  // Rank `rank` only touches its own vector, so concurrent ranks need no lock. `gpu` (GPU ranks):
-  // the span's GPU times, resolved by end_step().
+  // Rank `rank` only touches its own vector under its own lock (its thread and its forward lane
+  // may record at once). `gpu` (GPU ranks): the span's GPU times, resolved by end_step().
   void record(int rank, const Action& action, Clock::time_point start, Clock::time_point end,
-              std::shared_ptr<const GpuSpanTimes> gpu = nullptr);
+              std::shared_ptr<const GpuSpanTimes> gpu = nullptr, ActionLane lane = ActionLane::kRank);
   // Stops the step clock. When spans carry GPU times (call only after the devices were
   // synchronised), they replace the host times, and the wall time is the latest span end on
   // the GPU clock. Spans of one step use one clock: all of them have GPU times, or none.
@@ -64,7 +71,8 @@ class ActionRecorder {
   SpanClock clock() const { return clock_; }
   const std::vector<ActionSpan>& spans(int rank) const { return per_rank_.at(rank); }
   std::vector<ActionSpan> all_spans() const;
-  // Sum of compute-span durations of one rank.
+  // Time one rank computed: the union of its compute spans (an overlapped pair's two halves
+  // count once where they ran at the same time).
   double busy_us(int rank) const;
   // Idle share of rank-time: 1 - sum(busy) / (ranks x wall) over the ranks that recorded spans
   // (a process of a multi-process run sees only its own). 0 when nothing was recorded.
@@ -77,12 +85,15 @@ class ActionRecorder {
   std::vector<std::vector<ActionSpan>> per_rank_;
   // Parallel to per_rank_: each span's GPU times (null on CPU).
   std::vector<std::vector<std::shared_ptr<const GpuSpanTimes>>> gpu_per_rank_;
+  std::vector<std::mutex> rank_mu_;  // one per rank, held by record()
 };
 
 // Event name used in the trace: "<type><microbatch> s<stage>", e.g. "F3 s1", "SB0 s2".
 std::string span_name(const Action& action);
 // {"traceEvents": [...], "displayTimeUnit": "ms", "metadata": {...}}: a thread-name event per
-// rank ("rank r") and one complete ("X") event per action, args {stage, microbatch, action};
+// rank ("rank r", tid r) and, for a rank whose forward lane ran, per lane ("rank r forward lane",
+// tid ranks + r, sorted right below its rank), and one complete ("X") event per action, args
+// {stage, microbatch, action};
 // metadata says which clock the spans use ("clock": "host" | "cuda_events").
 nlohmann::json to_chrome_trace(const ActionRecorder& recorder, int step);
 // Writes to_chrome_trace to `path` (creating its folder); throws std::runtime_error naming it.

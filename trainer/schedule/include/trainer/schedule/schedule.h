@@ -28,20 +28,30 @@ struct Action {
   ActionType type;
   int stage;       // virtual stage index in [0, num_stages): the model chunk this acts on
   int microbatch;  // in [0, num_microbatches)
+  // Set on the first of an overlapped pair (torch's OVERLAP_F_B, "(0F3;3B1)OVERLAP_F_B"): this
+  // action and the rank's next one, a forward and a backward (B or I) of another (stage,
+  // micro-batch), run at the same time. The async executor runs the forward on the rank's
+  // forward lane (a second thread, best-effort class) while the backward runs on the rank's
+  // thread (high-priority class), so a scheduler can fill the backward's idle SMs with the
+  // forward; the naive executor runs them in order. Their receives come before the pair, their
+  // sends after it (with_communication), and the validator runs the two in one step.
+  bool overlaps_next = false;
   bool operator==(const Action&) const = default;
 };
 std::string to_string(const Action& a);  // e.g. "2F5" = stage 2, forward, micro-batch 5
+// "(0F3;3B1)": an overlapped pair as the grid and torch's OVERLAP_F_B cell write it.
+std::string to_string_pair(const Action& first, const Action& second);
 
 // kFromFile: read from a schedule file (schedule_csv.h); it has no generator, so
 // parse_schedule_kind() does not accept its name ("file") and make_schedule() refuses it.
 // The generated kinds and what they need (make_schedule() checks it), each with torch 2.11's
 // order (torch.distributed.pipelining; the class in brackets):
 //   gpipe, 1f1b, zb_h1          one stage per rank [ScheduleGPipe, Schedule1F1B, -]
-//   interleaved_1f1b            >= 2 stages per rank, round-robin placement, m % max(1, m/p) == 0
-//                               [ScheduleInterleaved1F1B]
+//   interleaved_1f1b            any stages per rank (torch's classes take 1 too), round-robin
+//                               placement, m % max(1, m/p) == 0 [ScheduleInterleaved1F1B]
 //   interleaved_zb              as interleaved_1f1b, backward split into I and W
 //                               [ScheduleInterleavedZeroBubble]
-//   looped_bfs                  >= 2 stages per rank, round-robin placement [ScheduleLoopedBFS]
+//   looped_bfs                  any stages per rank, round-robin placement [ScheduleLoopedBFS]
 //   zbv                         2 stages per rank, V placement (rank r: stages r and 2p-1-r)
 //                               [ScheduleZBVZeroBubble]
 //   dualpipev                   2 stages per rank, V placement, m >= 2p [ScheduleDualPipeV]
@@ -64,7 +74,7 @@ const char* to_string(ScheduleKind k);  // also "file" for kFromFile
 struct Schedule {
   ScheduleKind kind;
   int num_ranks = 0;         // pipeline ranks (physical stages)
-  int stages_per_rank = 1;   // virtual stages (model chunks) per rank; >1 for the multi-stage kinds
+  int stages_per_rank = 1;   // virtual stages (model chunks) per rank (the multi-stage kinds: any; V kinds: 2)
   int num_microbatches = 0;
   // per_rank[r] is rank r's program, in order.
   std::vector<std::vector<Action>> per_rank;
@@ -86,12 +96,31 @@ struct Schedule {
 
 // Compute-only programs (F/B/I/W) for each family. Throws std::invalid_argument for impossible
 // shapes (e.g. interleaved 1F1B with 9 micro-batches on 4 ranks: not 2 equal rounds), naming the
-// rule. dualpipev's overlapped forward+backward pairs (torch's OVERLAP_F_B) are their two
-// halves in order, forward first: the IR has no overlapped action yet.
+// rule. dualpipev carries torch's overlapped forward+backward pairs (Action::overlaps_next) where
+// torch's order has an OVERLAP_F_B; no other kind has pairs until with_overlap() adds them.
 Schedule make_schedule(ScheduleKind kind, int num_ranks, int num_microbatches, int stages_per_rank = 1);
 // The compute-only schedule a config asks for: parallel.schedule over parallel.model_parallel_size
-// ranks with parallel.virtual_stages chunks each and training.num_microbatches micro-batches.
+// ranks with parallel.virtual_stages chunks each and training.num_microbatches micro-batches,
+// with parallel.overlap_f_b applied (with_overlap).
 Schedule make_schedule(const PipelineConfig& config);
+
+// parallel.overlap_f_b: which forward / backward pairs of a rank run at the same time.
+enum class OverlapMode : uint8_t {
+  kAuto,  // the schedule's own pairs (dualpipev's, a file's OVERLAP_F_B cells); none elsewhere
+  kOn,    // also pair every forward with the rank's next compute action when that is a
+          // backward (B or I) of another (stage, micro-batch) and neither is paired yet: 1F1B's,
+          // ZB-H1's and ZBV's steady states, interleaved schedules; each rank's order is kept
+  kOff,   // no pairs: every pair runs as its two halves in order, forward first (what torch's
+          // runtime does with OVERLAP_F_B when no overlap function is registered)
+};
+// "auto", "true", "false"; throws std::invalid_argument naming the allowed values.
+OverlapMode parse_overlap_mode(const std::string& name);
+const char* to_string(OverlapMode mode);  // "auto", "true", "false"
+// `compute_only` with the pairs `mode` asks for. Throws std::invalid_argument for kOn on a
+// schedule that already communicates (pair the compute-only schedule, then lower it).
+Schedule with_overlap(const Schedule& compute_only, OverlapMode mode);
+// Overlapped pairs in the schedule (over all ranks).
+int count_overlapped_pairs(const Schedule& schedule);
 // Inserts the SEND/RECV actions each compute action implies, in an order that cannot deadlock
 // with blocking point-to-point transports (receives right before the compute that needs them,
 // sends right after the compute that produces them; the sends after one compute and the
@@ -102,7 +131,9 @@ Schedule make_schedule(const PipelineConfig& config);
 // torch.distributed.pipelining lowers a compute_only file (its _add_send_recv: each receive
 // posted on the receiving rank as soon as the sender has produced the tensor), which serves any
 // placement and compute order that can run; so is interleaved_1f1b when the micro-batches are
-// not a multiple of the ranks (torch's flex rounds), where the Megatron pairing can deadlock.
+// not a multiple of the ranks (torch's flex rounds), where the Megatron pairing can deadlock,
+// and every schedule with overlapped pairs (torch's lowering of OVERLAP_F_B: the pair is taken
+// once both halves' inputs are there, so both receives precede it and both sends follow it).
 // Validated clean for every kind over p in 1..8, m in 1..16 wherever the shape is legal.
 // Throws std::invalid_argument for a schedule that already communicates.
 Schedule with_communication(const Schedule& compute_only);
@@ -122,19 +153,22 @@ struct ValidationResult {
 // Dry-runs every rank's program against blocking sends/receives and compute dependencies
 // (F of stage s needs F of s-1; B/I needs F of the same stage and the gradient from s+1;
 // W needs I), and checks completeness (every F and backward exactly once per stage and
-// micro-batch). Reports deadlocks (with each blocked rank's action) and mismatches. An explicit
+// micro-batch). An overlapped pair runs in one step once both halves' inputs are there; it must
+// be a forward and a backward (B or I), adjacent, of different (stage, micro-batch). Reports deadlocks (with each blocked rank's action) and mismatches. An explicit
 // stage_to_rank must name a rank in [0, num_ranks) for each of num_ranks * stages_per_rank
 // stages, stages_per_rank on every rank.
 ValidationResult validate(const Schedule& schedule);
 // Step x rank grid ("step | rank 0 | rank 1 ...", cells like "F3", "RF3", "SF1+RB0" for a group,
-// "2F3" unless every rank r holds just stage r), marking the actions named in `result`'s issues as
+// "(F3;B1)" for an overlapped pair, "2F3" unless every rank r holds just stage r), marking the actions named in `result`'s issues as
 // "!B1!" with a trailing " <" on the row; actions a deadlock left unrun go in a last "stuck"
 // row. The issue messages follow the grid.
 std::string render_grid(const Schedule& schedule, const ValidationResult& result);
 
 // Bubble share of wall time under unit costs (F=1, B=2 or I=1 + W=1): idle rank-time / (ranks x makespan).
 // Communication actions cost nothing (the zero-comm-cost limit). GPipe and 1F1B give exactly
-// (p-1)/(m+p-1) with F=1, B=2. Throws std::invalid_argument if the compute order deadlocks.
+// (p-1)/(m+p-1) with F=1, B=2. An overlapped pair costs its two halves back to back: what
+// sharing one GPU costs when either half alone fills it; what the overlap gains on a real GPU
+// (the idle SMs of one half) is measured there, not modelled here. Throws std::invalid_argument if the compute order deadlocks.
 double simulated_bubble_fraction(const Schedule& schedule, double forward_cost = 1.0,
                                  double backward_cost = 2.0);
 

@@ -16,8 +16,8 @@
 //    data-parallel replicas, and its optimizer step after the step's last action is where the
 //    accumulated gradients are used, so the action IR has nothing to run for it. All three still
 //    say which rank holds their stage.
-//  * OVERLAP_F_B becomes its sub-actions, in order: what torch's runtime runs when no function is
-//    registered for it.
+//  * OVERLAP_F_B becomes an overlapped pair (Action::overlaps_next on its first sub-action): it
+//    must hold two sub-actions, a forward and a backward (B or I). Written back the same way.
 //  * The result is validate()d; a schedule that does not validate is an error with the issues
 //    (each traced back to its row and column) and the step x rank grid.
 // Errors name the file, the row (and its rank), the column (1-based) and the cell, and say what
@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "trainer/schedule/schedule.h"
 
@@ -55,6 +56,9 @@ struct ScheduleCsvError : std::invalid_argument {
 
 // An action as torch prints it: "2F0", "1SEND_B3", "0RECV_F1" (to_string() gives "2F0", "1SB3").
 std::string torch_action_name(const Action& a);
+// A program's cells as torch writes them: one per action, an overlapped pair as one
+// "(0F3;3B1)OVERLAP_F_B".
+std::vector<std::string> torch_cells(const std::vector<Action>& program);
 
 // The CSV text of `schedule`, rows ending in "\n" (torch's csv.writer writes "\r\n"; both read the same).
 std::string schedule_to_csv(const Schedule& schedule, ScheduleCsvFormat format);
