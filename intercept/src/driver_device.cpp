@@ -1,5 +1,6 @@
 #include "driver_device.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "log.h"
@@ -31,8 +32,26 @@ int DriverDevice::submit(const sched::Op& op) {
   // A deferred op runs under its caller's context; this thread keeps its own.
   ContextGuard guard(call->context());
   if (guard.status() != CUDA_SUCCESS) return guard.status();
+  const bool tracked = op.cls == sched::StreamClass::kHighPriority || op.cls == sched::StreamClass::kBestEffort;
+  const CUstream stream = call->stream();
+  // A kernel to time exactly gets an event right before it (never during a capture: the record
+  // would become a node of the program's graph; never on the special handles NULL / legacy /
+  // per-thread, which are never classed high-priority or best-effort anyway).
+  CUevent started = nullptr;
+  if (tracked && op.wants_timing && reinterpret_cast<uintptr_t>(stream) > 2 && !capturing()) {
+    std::lock_guard lock(mutex_);
+    started = take_event(streams_[op.stream]);
+    if (started != nullptr && real::cuEventRecord(started, stream) != CUDA_SUCCESS) {
+      streams_[op.stream].free_events.push_back(started);
+      started = nullptr;
+    }
+  }
   CUresult rc = call->call();
   if (rc != CUDA_SUCCESS) {
+    if (started != nullptr) {
+      std::lock_guard lock(mutex_);
+      streams_[op.stream].free_events.push_back(started);  // recorded, but nothing waits on it
+    }
     if (op.owned) {
       // A deferred op: its caller already returned; the dispatcher hands the error back at the
       // next call that synchronises with it.
@@ -41,9 +60,7 @@ int DriverDevice::submit(const sched::Op& op) {
     }
     return rc;
   }
-  if (op.cls == sched::StreamClass::kHighPriority || op.cls == sched::StreamClass::kBestEffort) {
-    track(op, call->stream());
-  }
+  if (tracked) track(op, stream, started);
   return CUDA_SUCCESS;
 }
 
@@ -58,27 +75,95 @@ CUevent DriverDevice::take_event(StreamTrack& t) {
   return e;
 }
 
-void DriverDevice::track(const sched::Op& op, CUstream stream) {
+bool DriverDevice::cover_uncovered(StreamTrack& t, CUcontext ctx, int64_t now) {
+  if (t.handle == nullptr || capturing()) return false;
+  CUevent e = take_event(t);
+  if (e == nullptr) return false;
+  ContextGuard guard(ctx);
+  if (guard.status() != CUDA_SUCCESS || real::cuEventRecord(e, t.handle) != CUDA_SUCCESS) {
+    t.free_events.push_back(e);
+    return false;
+  }
+  t.pending.push_back({t.uncovered_seq, t.uncovered_kind, t.uncovered_kernel, e, nullptr, t.uncovered});
+  t.uncovered = 0;
+  t.last_record_ns = now;
+  return true;
+}
+
+void DriverDevice::complete_uncovered(StreamTrack& t, sched::StreamId id, int64_t now,
+                                      std::vector<sched::Completion>& out) {
+  if (t.uncovered == 0) return;
+  // Untrackable: report them complete now rather than leave the policy waiting forever.
+  out.push_back({t.uncovered_seq, id, t.uncovered_kind, t.uncovered_kernel, now, now});
+  in_flight_.fetch_sub(t.uncovered, std::memory_order_relaxed);
+  t.uncovered = 0;
+}
+
+void DriverDevice::track(const sched::Op& op, CUstream stream, CUevent started) {
   std::vector<sched::Completion> immediate;
   {
     std::lock_guard lock(mutex_);
     StreamTrack& t = streams_[op.stream];
-    CUevent e = take_event(t);
-    // The completion-tracking record must use the stream's own ABI; special handles (NULL,
-    // legacy, per-thread) are never classed high-priority or best-effort, but stay safe.
-    // Never during a capture: the record would go into the program's graph.
-    CUresult rc = (e != nullptr && reinterpret_cast<uintptr_t>(stream) > 2 && !capturing())
-                      ? real::cuEventRecord(e, stream)
-                      : CUDA_ERROR_INVALID_HANDLE;
-    if (rc != CUDA_SUCCESS) {
-      if (e != nullptr) t.free_events.push_back(e);
-      // Untrackable: report it complete now rather than leave the policy waiting forever.
-      int64_t now = now_ns();
-      immediate.push_back({op.seq, op.stream, op.kind, op.kernel.id, now, now});
-    } else {
-      t.pending.push_back({op.seq, op.kind, op.kernel.id, e, !t.pending.empty()});
-      in_flight_.fetch_add(1, std::memory_order_relaxed);
+    if (!t.context_known) {
+      // Once per stream: the context a tail record from the helper thread must make current.
+      t.context_known = true;
+      if (!real::cuStreamGetCtx || real::cuStreamGetCtx(stream, &t.context) != CUDA_SUCCESS) t.context = nullptr;
     }
+    if (reinterpret_cast<uintptr_t>(stream) > 2) t.handle = stream;
+    t.high_priority = op.cls == sched::StreamClass::kHighPriority;
+    in_flight_.fetch_add(1, std::memory_order_relaxed);
+    t.uncovered += 1;
+    t.uncovered_seq = op.seq;
+    t.uncovered_kind = op.kind;
+    t.uncovered_kernel = op.kernel.id;
+    const int64_t now = now_ns();
+    const int64_t window = batch_ns_.load(std::memory_order_relaxed);
+    // Record now when the window since the stream's newest record is over, or the op is timed
+    // (its end event must follow it directly); otherwise the op waits for the next record.
+    if (started != nullptr || window <= 0 || now - t.last_record_ns >= window) {
+      // This thread's current context is the stream's (it just launched on it): no switch.
+      const bool recorded = reinterpret_cast<uintptr_t>(stream) > 2 && cover_uncovered(t, nullptr, now);
+      if (recorded && started != nullptr) t.pending.back().started = started;
+      if (!recorded) {
+        if (started != nullptr) t.free_events.push_back(started);
+        complete_uncovered(t, op.stream, now, immediate);
+      }
+    } else if (started != nullptr) {
+      t.free_events.push_back(started);
+    }
+  }
+  if (!immediate.empty()) report(immediate);
+}
+
+void DriverDevice::record_tails() {
+  const int64_t window = batch_ns_.load(std::memory_order_relaxed);
+  if (window <= 0) return;  // every tracked op has its own event
+  std::vector<sched::Completion>& immediate = tails_done_;
+  immediate.clear();
+  {
+    std::lock_guard lock(mutex_);
+    if (capturing()) return;  // a record on a captured stream would join the program's graph
+    const int64_t now = now_ns();
+    for (auto& [id, t] : streams_) {
+      if (t.uncovered == 0 || now - t.last_record_ns < window) continue;
+      if (!cover_uncovered(t, t.context, now)) complete_uncovered(t, id, now, immediate);
+    }
+  }
+  if (!immediate.empty()) report(immediate);
+}
+
+void DriverDevice::stream_destroying(sched::StreamId id) {
+  std::vector<sched::Completion> immediate;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = streams_.find(id);
+    if (it == streams_.end()) return;
+    StreamTrack& t = it->second;
+    if (t.uncovered > 0 && !cover_uncovered(t, t.context, now_ns())) complete_uncovered(t, id, now_ns(), immediate);
+    // The handle may come back for another stream, of another context.
+    t.handle = nullptr;
+    t.context = nullptr;
+    t.context_known = false;
   }
   if (!immediate.empty()) report(immediate);
 }
@@ -88,6 +173,8 @@ void DriverDevice::poll() {
   if (!t_shim_thread && capturing()) return;
   std::unique_lock poll_lock(poll_mutex_, std::try_to_lock);
   if (!poll_lock.owns_lock()) return;  // another thread is polling right now
+  // Tail records only from the shim's own thread (relaxed capture mode; off the launch path).
+  if (t_shim_thread) record_tails();
   // Only this poller pops from the queues, so the events seen here stay valid outside mutex_.
   std::vector<Look>& looks = looks_;
   std::vector<sched::Completion>& done = done_;
@@ -96,12 +183,22 @@ void DriverDevice::poll() {
   {
     std::lock_guard lock(mutex_);
     for (auto& [stream, t] : streams_) {
-      if (!t.pending.empty()) looks.push_back({stream, t.pending.back().done, t.pending.size()});
+      if (t.pending.empty()) continue;
+      if (t.high_priority) {
+        looks.push_back({stream, t.pending.back().done, t.pending.size()});
+        continue;
+      }
+      looks_others_.push_back({stream, t.pending.back().done, t.pending.size()});
     }
+    // The others: kPolledPerPass of them, from where the last pass stopped.
+    const size_t n = looks_others_.size();
+    const size_t take = std::min(n, kPolledPerPass);
+    for (size_t i = 0; i < take; ++i) looks.push_back(looks_others_[(poll_cursor_ + i) % n]);
+    poll_cursor_ = n == 0 ? 0 : (poll_cursor_ + take) % n;
+    looks_others_.clear();
   }
   for (const Look& look : looks) {
-    // Everything up to the newest is done: retire the backlog at once, report the newest (the
-    // earlier ones are untimed in this case).
+    // Everything up to the newest is done: retire the backlog at once.
     size_t ready = 0;
     if (real::cuEventQuery(look.newest) == CUDA_SUCCESS) {
       ready = look.pending;
@@ -120,23 +217,23 @@ void DriverDevice::poll() {
     std::lock_guard lock(mutex_);
     StreamTrack& t = streams_[look.stream];
     const int64_t end = now_ns();
-    // The newest finished op is timed against the op before it, when it was queued behind that
-    // one (the stream was busy, so it started when the previous one ended).
-    const Pending& newest = t.pending[ready - 1];
-    CUevent before = ready >= 2 ? t.pending[ready - 2].done : t.last_done;
-    int64_t start = end;
-    float ms = 0;
-    if (newest.stream_was_busy && before != nullptr &&
-        elapsed_ms(&ms, before, newest.done) == CUDA_SUCCESS && ms >= 0) {
-      start = end - static_cast<int64_t>(static_cast<double>(ms) * 1e6);
-    }
-    done.push_back({newest.seq, look.stream, newest.kind, newest.kernel, start, end});
+    uint64_t retired_ops = 0;
     for (size_t i = 0; i < ready; ++i) {
-      if (t.last_done != nullptr) t.free_events.push_back(t.last_done);
-      t.last_done = t.pending.front().done;
+      const Pending& p = t.pending.front();
+      // A timed op (start marker right before it) is reported with its exact duration; the
+      // newest retired event is always reported (it retires everything before it).
+      float ms = 0;
+      if (p.started != nullptr && elapsed_ms(&ms, p.started, p.done) == CUDA_SUCCESS && ms >= 0) {
+        done.push_back({p.seq, look.stream, p.kind, p.kernel, end - static_cast<int64_t>(static_cast<double>(ms) * 1e6), end});
+      } else if (i + 1 == ready) {
+        done.push_back({p.seq, look.stream, p.kind, p.kernel, end, end});
+      }
+      if (p.started != nullptr) t.free_events.push_back(p.started);
+      t.free_events.push_back(p.done);
+      retired_ops += p.ops;
       t.pending.pop_front();
     }
-    in_flight_.fetch_sub(ready, std::memory_order_relaxed);
+    in_flight_.fetch_sub(retired_ops, std::memory_order_relaxed);
   }
   if (!done.empty()) report(done);
 }

@@ -1,9 +1,21 @@
 // The scheduler's Device backed by the real CUDA driver. submit() makes the intercepted call;
-// completion of tracked ops (high-priority and best-effort classes) is observed with a
-// CUevent (pooled per stream, so of the stream's context) recorded after each one and polled with cuEventQuery. Kernel durations are learned
-// from the elapsed time between consecutive tracked ops of a busy stream. Polling queries the
-// newest pending event of a stream first: when it is done, the whole backlog retires with one
-// driver call (the dispatcher retires earlier ops of the stream with the latest completion).
+// completion of tracked ops (high-priority and best-effort classes) is observed with CUevents
+// (pooled per stream, so of the stream's context) polled with cuEventQuery, tracked in batches:
+//  * A tracked op records a completion event only when its stream's newest record is at least
+//    the batch window old (set_completion_batch_ns; ORION_COMPLETION_BATCH_US, default 20 us);
+//    the ops in between are uncovered and complete with the next event on the stream (streams run
+//    in order; the dispatcher retires earlier ops of a stream with a later completion). A burst of
+//    launches costs one record per window, not one per launch.
+//  * The shim's helper thread (poll(), in relaxed capture mode) records a tail event on a stream
+//    whose uncovered ops are a window old, so the end of a burst is seen without a next launch.
+//    It records under mutex_, which a capture begin (with_records_blocked) and a stream destroy
+//    (stream_destroying) also take: a tail record never lands in a capture or on a dead stream.
+//  * Kernel durations are learned only from kernels the dispatcher asks to time (Op::wants_timing:
+//    while a kernel is being learned, then re-samples): an event recorded right before the launch
+//    and one right after give its exact duration, whether the stream was busy or idle.
+// Polling queries the newest pending event of a stream first: when it is done, the whole backlog
+// retires with one driver call. Streams with high-priority work are polled on every pass, the
+// others kPolledPerPass at a time, round robin.
 #pragma once
 
 #include <atomic>
@@ -46,24 +58,59 @@ class DriverDevice final : public sched::Device {
   // Marks the calling thread as one of the shim's own (relaxed capture mode).
   static void mark_shim_thread();
 
+  // The batch window (see the top): 0 records an event after every tracked op.
+  void set_completion_batch_ns(int64_t ns) { batch_ns_.store(ns, std::memory_order_relaxed); }
+  // Runs `raise_capture_count` under the lock the helper's tail records take, so that no tail
+  // record is in progress once a capture begins (Shim::begin_capture).
+  template <typename F>
+  void with_records_blocked(F&& raise_capture_count) {
+    std::lock_guard lock(mutex_);
+    raise_capture_count();
+  }
+  // Before a stream is destroyed (the handle is still valid): its uncovered ops get their event
+  // now, from the calling thread, or are reported complete if no event can be recorded; no tail
+  // record touches the handle afterwards.
+  void stream_destroying(sched::StreamId id);
+
  private:
   struct Pending {
-    uint64_t seq;
+    uint64_t seq;  // the newest op the event covers
     sched::OpKind kind;
     sched::KernelId kernel;
     CUevent done;
-    bool stream_was_busy;  // the previous tracked op of this stream was still running at submit
+    CUevent started;  // recorded right before the op (Op::wants_timing), else null
+    uint32_t ops;     // tracked ops the event covers: this one and the uncovered ones before it
   };
   // Completion events belong to the stream's context (an event can only be recorded on a stream
   // of its own context), so each stream keeps its own pool.
   struct StreamTrack {
     std::deque<Pending> pending;
-    CUevent last_done = nullptr;  // kept until the next completion, to time it
     std::vector<CUevent> free_events;
+    // Tracked ops submitted after the newest record, covered by none yet; the newest of them.
+    uint32_t uncovered = 0;
+    uint64_t uncovered_seq = 0;
+    sched::OpKind uncovered_kind = sched::OpKind::kKernel;
+    sched::KernelId uncovered_kernel = 0;
+    int64_t last_record_ns = 0;
+    CUstream handle = nullptr;    // for tail records; null once the stream is being destroyed
+    CUcontext context = nullptr;  // the stream's context (cuStreamGetCtx, asked once per stream)
+    bool context_known = false;
+    bool high_priority = false;   // its newest tracked op was high priority: polled every pass
   };
+  // Streams with pending events but no high-priority work queried per poll, round robin: the
+  // helper thread's driver calls per pass stay bounded however many streams are busy (each such
+  // stream is looked at every ceil(busy / kPolledPerPass) passes).
+  static constexpr size_t kPolledPerPass = 16;
+  size_t poll_cursor_ = 0;  // under poll_mutex_
 
-  // Called under the op's context (submit's ContextGuard).
-  void track(const sched::Op& op, CUstream stream);
+  // Called under the op's context (submit's ContextGuard); `started` is the op's start marker.
+  void track(const sched::Op& op, CUstream stream, CUevent started);
+  // Records an event covering t's uncovered ops (under mutex_; `ctx`: make it current first, for
+  // a thread that may have another one). False when no event could be recorded.
+  bool cover_uncovered(StreamTrack& t, CUcontext ctx, int64_t now);
+  // The uncovered ops reported done now (an event cannot be recorded: a capture, a dead stream).
+  void complete_uncovered(StreamTrack& t, sched::StreamId id, int64_t now, std::vector<sched::Completion>& out);
+  void record_tails();  // the helper thread's tail records (poll())
   static CUevent take_event(StreamTrack& t);  // under mutex_
   void report(const std::vector<sched::Completion>& done);
 
@@ -73,9 +120,11 @@ class DriverDevice final : public sched::Device {
     CUevent newest;
     size_t pending;
   };
-  std::vector<Look> looks_;
+  std::vector<Look> looks_, looks_others_;
   std::vector<CUevent> oldest_;
   std::vector<sched::Completion> done_;
+  std::vector<sched::Completion> tails_done_;
+  std::atomic<int64_t> batch_ns_{20'000};
   mutable std::mutex mutex_;  // the pending queues and the event pool; never held across a query
   std::unordered_map<sched::StreamId, StreamTrack> streams_;
   std::atomic<sched::CompletionListener*> listener_{nullptr};

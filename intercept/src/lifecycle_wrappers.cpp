@@ -38,6 +38,7 @@ ORION_EXPORT CUresult CUDAAPI cuStreamDestroy_v2(CUstream s) {
   if (Shim* shim = orion::active_shim()) {
     // Queued work of a destroyed stream still runs (CUDA semantics): forget_stream drains first.
     shim->dispatcher().forget_stream(Shim::stream_id(s, false));
+    shim->device().stream_destroying(Shim::stream_id(s, false));
   }
   return real::cuStreamDestroy_v2(s);
 }

@@ -45,6 +45,7 @@ std::span<const EntryInfo> entry_table();
     PFN_cuOccupancyMaxActiveBlocksPerMultiprocessor_v6050)                          \
   X(cuEventCreate, PFN_cuEventCreate_v2000)                                         \
   X(cuPointerGetAttribute, PFN_cuPointerGetAttribute_v4000)                         \
+  X(cuStreamGetCtx, PFN_cuStreamGetCtx_v9020)                                       \
   X(cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010)
 
 namespace real {

@@ -99,6 +99,9 @@ std::optional<Settings> settings_from_env(std::string* error) {
   if (!read_int("ORION_PUMP_INTERVAL_US", 1, 1'000'000, &s.pump_interval_us, error)) {
     return std::nullopt;
   }
+  if (!read_int("ORION_COMPLETION_BATCH_US", 0, 1'000'000, &s.completion_batch_us, error)) {
+    return std::nullopt;
+  }
   if (const char* v = env("ORION_TRACE")) s.trace_path = v;
   if (const char* v = env("ORION_PROFILE_IMPORT")) s.profile_import = v;
   if (const char* v = env("ORION_PROFILE_EXPORT")) s.profile_export = v;
@@ -110,9 +113,9 @@ std::string Settings::describe() const {
   for (const auto& [k, v] : policy_params) params += fmt::format("{}{}={}", params.empty() ? "" : ",", k, v);
   return fmt::format(
       "scheduler={} policy={} params='{}' hp_priority<={} be_priority>={} be_max_wait_us={} "
-      "pump_interval_us={} trace='{}' profile_import='{}' profile_export='{}' log_level={}",
+      "pump_interval_us={} completion_batch_us={} trace='{}' profile_import='{}' profile_export='{}' log_level={}",
       enabled ? "on" : "off (pass-through)", policy, params, hp_priority_max, be_priority_min,
-      be_max_wait_us, pump_interval_us, trace_path, profile_import, profile_export, log_level);
+      be_max_wait_us, pump_interval_us, completion_batch_us, trace_path, profile_import, profile_export, log_level);
 }
 
 }  // namespace orion

@@ -22,6 +22,9 @@ struct Settings {
   int be_priority_min = 0;             // ORION_BE_PRIORITY: priority >= this -> best effort
   int64_t be_max_wait_us = 2000;       // ORION_BE_MAX_WAIT_US: starvation bound of a BE head
   int64_t pump_interval_us = 20;       // ORION_PUMP_INTERVAL_US: background admission period
+  // ORION_COMPLETION_BATCH_US: a stream records a completion event at most once per this window
+  // (the ops between complete with the next one; DriverDevice); 0: one event per tracked op.
+  int64_t completion_batch_us = 20;
   std::string trace_path;              // ORION_TRACE
   std::string profile_import;          // ORION_PROFILE_IMPORT
   std::string profile_export;          // ORION_PROFILE_EXPORT

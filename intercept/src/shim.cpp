@@ -99,6 +99,7 @@ Shim::Shim(Settings settings) : settings_(std::move(settings)) {
     options.trace = trace_.get();
   }
   device_.set_capture_counter(&captures_);
+  device_.set_completion_batch_ns(settings_.completion_batch_us * 1000);
   dispatcher_ = std::make_unique<sched::Dispatcher>(device_, std::move(policy), options);
   pump_thread_ = std::thread([this] { pump_loop(); });
 }

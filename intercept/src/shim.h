@@ -47,7 +47,9 @@ class Shim {
   // capture is not begun; a failed begin is not counted.
   template <typename Begin>
   CUresult begin_capture(Begin begin) {
-    captures_.fetch_add(1, std::memory_order_acq_rel);
+    // Under the device's record lock: a tail record of the helper thread is either done before
+    // the capture begins or sees the count raised and stays out of it.
+    device_.with_records_blocked([this] { captures_.fetch_add(1, std::memory_order_acq_rel); });
     CUresult rc = static_cast<CUresult>(dispatcher_->drain_all());
     if (rc == CUDA_SUCCESS) rc = begin();
     if (rc != CUDA_SUCCESS) end_capture();

@@ -37,6 +37,11 @@ size_t cache_slot(StreamId id) { return (id ^ (id >> 5) ^ (id >> 12)) & 7; }
 // Set while this thread is inside device.submit(): completions reported then are deferred.
 thread_local int t_inside_device_submit = 0;
 
+// Op::wants_timing: every launch of a kernel with fewer samples than this, then one tracked
+// kernel in kResampleEvery per stream (the duration estimate is an EWMA that follows drift).
+constexpr uint64_t kLearnSamples = 8;
+constexpr uint64_t kResampleEvery = 32;
+
 }  // namespace
 
 Dispatcher::Impl::Impl(Device& dev, std::unique_ptr<Policy> pol, DispatcherOptions o)
@@ -208,6 +213,11 @@ int Dispatcher::Impl::submit_locked(StreamState& s, Op& op, const OpEstimate& es
       hp_kernel.store(op.kernel.id, std::memory_order_relaxed);
       hp_hint.store(static_cast<int8_t>(op.kernel.profile_hint), std::memory_order_relaxed);
     }
+  }
+  if (tracked && op.kind == OpKind::kKernel) {
+    // Exact timing while a kernel's duration is being learned, then one launch in
+    // kResampleEvery per stream: a backend that tracks completions in batches times only these.
+    op.wants_timing = opt.profiles->samples(op.kernel.id) < kLearnSamples || ++s.timing_tick % kResampleEvery == 0;
   }
   ++t_inside_device_submit;
   const int rc = device.submit(op);

@@ -179,6 +179,12 @@ void ProfileStore::set_profile(KernelId id, KernelProfile profile) {
   impl_->get_or_create(id).profile.store(static_cast<int8_t>(profile), std::memory_order_relaxed);
 }
 
+uint64_t ProfileStore::samples(KernelId id) const {
+  std::shared_lock lock(impl_->mu);
+  auto it = impl_->by_id.find(id);
+  return it == impl_->by_id.end() ? 0 : it->second->samples.load(std::memory_order_relaxed);
+}
+
 std::optional<KernelEntry> ProfileStore::find(KernelId id) const {
   std::shared_lock lock(impl_->mu);
   auto it = impl_->by_id.find(id);

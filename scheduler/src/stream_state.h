@@ -63,6 +63,7 @@ struct StreamState {
   int sticky_error = 0;  // first backend error of a deferred op, returned by the next drain
   uint64_t submitted = 0, submitted_inline = 0, deferred = 0, forced = 0, caller_waits = 0,
            errors = 0, promoted = 0, op_classed = 0;
+  uint64_t timing_tick = 0;  // tracked kernels submitted, for Op::wants_timing's re-samples
 };
 
 }  // namespace sched::detail

@@ -103,6 +103,11 @@ struct Op {
   int64_t arrival_ns = 0;     // device clock at submit()
   int64_t submitted_ns = 0;   // device clock when handed to the backend
   StreamClass cls = StreamClass::kUnmanaged;  // the class it was scheduled with
+  // A tracked kernel the backend should time exactly: its duration is still being learned (few
+  // samples in the profile store) or this is a periodic re-sample. A backend that tracks
+  // completions in batches (the real-driver one) marks such a kernel's start and end with events
+  // of its own; others may ignore it.
+  bool wants_timing = false;
 };
 
 }  // namespace sched

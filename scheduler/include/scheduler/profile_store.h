@@ -48,6 +48,8 @@ class ProfileStore {
   OpEstimate estimate(const KernelInfo& kernel, Device& device);
   // Profile of a kernel already seen (kUnknown otherwise).
   KernelProfile profile_of(KernelId id) const;
+  // Completions learned from for a kernel (0 for one never seen); cheap, no copy.
+  uint64_t samples(KernelId id) const;
 
   // Learns from a finished kernel (ignored when end <= start: the backend could not time it).
   void record_completion(KernelId id, int64_t start_ns, int64_t end_ns);
