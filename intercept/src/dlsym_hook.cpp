@@ -25,10 +25,19 @@ namespace {
 constinit const EntryInfo kEntries[] = {
 #define ORION_ENTRY(base, sym, pfn, lo, hi, pt) \
   {#base, #sym, lo, hi, pt != 0, reinterpret_cast<void*>(&::sym)},
+#define ORION_ALIAS(base, sym, lo, hi, pt) {#base, #sym, lo, hi, pt != 0, reinterpret_cast<void*>(&::sym)},
 #include "entry_points.def"
+#undef ORION_ALIAS
 #undef ORION_ENTRY
 };
-static_assert(std::size(kEntries) == static_cast<size_t>(Entry::kCount));
+constexpr size_t kAliases = 0
+#define ORION_ENTRY(base, sym, pfn, lo, hi, pt)
+#define ORION_ALIAS(base, sym, lo, hi, pt) +1
+#include "entry_points.def"
+#undef ORION_ALIAS
+#undef ORION_ENTRY
+    ;
+static_assert(std::size(kEntries) == static_cast<size_t>(Entry::kCount) + kAliases);
 }  // namespace
 std::span<const EntryInfo> entry_table() { return kEntries; }
 }  // namespace orion

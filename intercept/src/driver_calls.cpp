@@ -93,6 +93,16 @@ CUevent KernelLaunch::recorded_event() const {
   return nullptr;
 }
 
+int KernelLaunch::recorded_event_count() const {
+  int n = 0;
+  for (unsigned i = 0; config_.attrs != nullptr && i < config_.numAttrs; ++i) {
+    const CUlaunchAttribute& a = config_.attrs[i];
+    n += (a.id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT && a.value.launchCompletionEvent.event != nullptr) ||
+         (a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT && a.value.programmaticEvent.event != nullptr);
+  }
+  return n;
+}
+
 std::unique_ptr<sched::OpPayload> KernelLaunch::clone(const sched::OpPayload& p) {
   const auto& src = static_cast<const KernelLaunch&>(p);
   std::unique_ptr<KernelLaunch> copy(new KernelLaunch(src.api_, src.f_, 1, 1, 1, 1, 1, 1, 0,

@@ -97,6 +97,8 @@ class KernelLaunch final : public DriverCall {
   // The event the launch records itself (CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT or
   // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT), or null. One per launch is tracked (the first).
   CUevent recorded_event() const;
+  // How many events the launch records (a launch-completion and a programmatic event: 2).
+  int recorded_event_count() const;
 
  protected:
   CUresult invoke() const override;

@@ -53,14 +53,20 @@ ORION_LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz, kExPtsz, true)
 ORION_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel, kCooperative, false)
 ORION_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz, kCooperativePtsz, true)
 
-// A graph is one opaque op on its stream: never split, never reordered with its neighbours.
+// A graph is one opaque op on its stream: never split, never reordered with its neighbours; one
+// with event-record or event-wait nodes is never deferred either (Shim::launch_graph).
 #define ORION_GRAPH_LAUNCH(sym, per_thread)                                                    \
   ORION_EXPORT CUresult CUDAAPI sym(CUgraphExec graph, CUstream s) {                           \
     ORION_REQUIRE_REAL(sym);                                                                   \
     if (Shim* shim = orion::scheduling_shim()) {                                               \
       auto call = orion::value_call(s, real::sym, graph, s);                                   \
-      return orion::submit_call(shim, sched::OpKind::kGraphLaunch,                             \
-                                Shim::stream_id(s, per_thread), call, true);                   \
+      sched::Op op;                                                                            \
+      op.kind = sched::OpKind::kGraphLaunch;                                                   \
+      op.stream = Shim::stream_id(s, per_thread);                                              \
+      op.borrowed = &call;                                                                     \
+      op.clone = &decltype(call)::clone;                                                       \
+      op.requested_class = Shim::thread_class(op.stream);                                      \
+      return shim->launch_graph(graph, std::move(op));                                         \
     }                                                                                          \
     return real::sym(graph, s);                                                                \
   }

@@ -58,9 +58,41 @@ ORION_EXPORT CUresult CUDAAPI cuEventDestroy_v2(CUevent e) {
 // --- handles that queued work may still use: a graph executable destroyed or updated, a module
 // or library unloaded. Its queued launches reach the driver first; after an unload the shim
 // forgets what it knew about the functions (their handle values may come back for new ones). ---
-ORION_DEVICE_SYNC(cuGraphExecDestroy, (CUgraphExec g), (g))
-ORION_DEVICE_SYNC(cuGraphExecUpdate_v2, (CUgraphExec g, CUgraph graph, CUgraphExecUpdateResultInfo* info),
-                  (g, graph, info))
+ORION_EXPORT CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec g) {
+  ORION_REQUIRE_REAL(cuGraphExecDestroy);
+  if (Shim* shim = orion::scheduling_shim()) {
+    const int drained = shim->dispatcher().drain_all();
+    const CUresult rc = real::cuGraphExecDestroy(g);
+    if (rc == CUDA_SUCCESS) shim->graph_exec_destroyed(g);
+    return orion::first_error(drained, rc);
+  }
+  return real::cuGraphExecDestroy(g);
+}
+// An update may add or remove event nodes: what the executable does is read again.
+ORION_EXPORT CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec g, CUgraph graph, CUgraphExecUpdateResultInfo* info) {
+  ORION_REQUIRE_REAL(cuGraphExecUpdate_v2);
+  if (Shim* shim = orion::scheduling_shim()) {
+    const int drained = shim->dispatcher().drain_all();
+    const CUresult rc = real::cuGraphExecUpdate_v2(g, graph, info);
+    if (rc == CUDA_SUCCESS) shim->graph_instantiated(g, graph);
+    return orion::first_error(drained, rc);
+  }
+  return real::cuGraphExecUpdate_v2(g, graph, info);
+}
+
+// --- instantiation: which events the executable records and waits on (Shim::GraphEvents) ---
+#define ORION_GRAPH_INSTANTIATE(sym, last_t)                                             \
+  ORION_EXPORT CUresult CUDAAPI sym(CUgraphExec* exec, CUgraph graph, last_t last) {      \
+    ORION_REQUIRE_REAL(sym);                                                              \
+    const CUresult rc = real::sym(exec, graph, last);                                     \
+    if (rc == CUDA_SUCCESS && exec != nullptr) {                                          \
+      if (Shim* shim = orion::scheduling_shim()) shim->graph_instantiated(*exec, graph);  \
+    }                                                                                     \
+    return rc;                                                                            \
+  }
+ORION_GRAPH_INSTANTIATE(cuGraphInstantiateWithFlags, unsigned long long)
+ORION_GRAPH_INSTANTIATE(cuGraphInstantiateWithParams, CUDA_GRAPH_INSTANTIATE_PARAMS*)
+ORION_GRAPH_INSTANTIATE(cuGraphInstantiateWithParams_ptsz, CUDA_GRAPH_INSTANTIATE_PARAMS*)
 
 #define ORION_UNLOAD(sym, handle_t)                                             \
   ORION_EXPORT CUresult CUDAAPI sym(handle_t h) {                               \

@@ -46,6 +46,11 @@ std::span<const EntryInfo> entry_table();
   X(cuEventCreate, PFN_cuEventCreate_v2000)                                         \
   X(cuPointerGetAttribute, PFN_cuPointerGetAttribute_v4000)                         \
   X(cuStreamGetCtx, PFN_cuStreamGetCtx_v9020)                                       \
+  X(cuGraphGetNodes, PFN_cuGraphGetNodes_v10000)                                    \
+  X(cuGraphNodeGetType, PFN_cuGraphNodeGetType_v10000)                              \
+  X(cuGraphEventRecordNodeGetEvent, PFN_cuGraphEventRecordNodeGetEvent_v11010)      \
+  X(cuGraphEventWaitNodeGetEvent, PFN_cuGraphEventWaitNodeGetEvent_v11010)          \
+  X(cuGraphChildGraphNodeGetGraph, PFN_cuGraphChildGraphNodeGetGraph_v10000)        \
   X(cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010)
 
 namespace real {

@@ -217,9 +217,11 @@ void Shim::stream_created(CUstream s, unsigned flags, sched::StreamClass cls) {
   set_stream_class(id, cls);
 }
 
-CUresult Shim::submit(sched::Op&& op) {
+CUresult Shim::submit(sched::Op&& op) { return submit_op(std::move(op), /*may_defer=*/true); }
+
+CUresult Shim::submit_op(sched::Op&& op, bool may_defer) {
   if (int rc = drain_for_legacy_stream(op.stream); rc != 0) return static_cast<CUresult>(rc);
-  const auto rc = static_cast<CUresult>(dispatcher_->submit(std::move(op), /*may_defer=*/!capturing()));
+  const auto rc = static_cast<CUresult>(dispatcher_->submit(std::move(op), may_defer && !capturing()));
   if (pump_idle_.load(std::memory_order_seq_cst) &&
       (dispatcher_->queued_now() != 0 || device_.tracked_in_flight() != 0)) {
     wake_pump();
@@ -259,7 +261,101 @@ CUresult Shim::launch(KernelLaunch& call, bool per_thread) {
     op.requested_class = thread_class(op.stream);
     if (op.requested_class.value_or(cls) == sched::StreamClass::kBestEffort) call.capture_context();
   }
+  // The event bookkeeping follows one event per op: a launch recording two goes in program order.
+  if (call.recorded_event_count() > 1) return submit_after_everything(std::move(op));
   return submit(std::move(op));
 }
 
+namespace {
+void walk_graph(CUgraph graph, Shim::GraphEvents& out, int depth) {
+  size_t n = 0;
+  if (depth > 16 || !real::cuGraphGetNodes || !real::cuGraphNodeGetType ||
+      real::cuGraphGetNodes(graph, nullptr, &n) != CUDA_SUCCESS) {
+    out.opaque = true;
+    return;
+  }
+  std::vector<CUgraphNode> nodes(n);
+  if (n != 0 && real::cuGraphGetNodes(graph, nodes.data(), &n) != CUDA_SUCCESS) {
+    out.opaque = true;
+    return;
+  }
+  for (size_t i = 0; i < n && i < nodes.size(); ++i) {
+    CUgraphNodeType type{};
+    if (real::cuGraphNodeGetType(nodes[i], &type) != CUDA_SUCCESS) {
+      out.opaque = true;
+      continue;
+    }
+    CUevent e = nullptr;
+    CUgraph child = nullptr;
+    switch (type) {
+      case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+        if (real::cuGraphEventRecordNodeGetEvent && real::cuGraphEventRecordNodeGetEvent(nodes[i], &e) == CUDA_SUCCESS)
+          out.records.push_back(e);
+        else
+          out.opaque = true;
+        break;
+      case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+        if (real::cuGraphEventWaitNodeGetEvent && real::cuGraphEventWaitNodeGetEvent(nodes[i], &e) == CUDA_SUCCESS)
+          out.waits.push_back(e);
+        else
+          out.opaque = true;
+        break;
+      case CU_GRAPH_NODE_TYPE_GRAPH:
+        if (real::cuGraphChildGraphNodeGetGraph && real::cuGraphChildGraphNodeGetGraph(nodes[i], &child) == CUDA_SUCCESS)
+          walk_graph(child, out, depth + 1);
+        else
+          out.opaque = true;
+        break;
+      case CU_GRAPH_NODE_TYPE_CONDITIONAL: out.opaque = true; break;  // bodies not walked
+      default: break;
+    }
+  }
+}
+}  // namespace
+
+Shim::GraphEvents Shim::inspect_graph(CUgraph graph) {
+  GraphEvents out;
+  walk_graph(graph, out, 0);
+  return out;
+}
+
+void Shim::graph_instantiated(CUgraphExec exec, CUgraph graph) {
+  GraphEvents ev = inspect_graph(graph);
+  std::lock_guard lock(graphs_mu_);
+  if (ev.any()) {
+    graph_events_[exec] = std::move(ev);
+  } else {
+    graph_events_.erase(exec);  // a handle value reused by a new executable
+  }
+}
+
+void Shim::graph_exec_destroyed(CUgraphExec exec) {
+  std::lock_guard lock(graphs_mu_);
+  graph_events_.erase(exec);
+}
+
+Shim::GraphEvents Shim::graph_events(CUgraphExec exec) const {
+  std::lock_guard lock(graphs_mu_);
+  auto it = graph_events_.find(exec);
+  return it == graph_events_.end() ? GraphEvents{} : it->second;
+}
+
+CUresult Shim::launch_graph(CUgraphExec exec, sched::Op&& op) {
+  bool has_events = false;
+  {
+    std::lock_guard lock(graphs_mu_);
+    has_events = graph_events_.count(exec) != 0;
+  }
+  // Its records and waits are invisible to the event bookkeeping: everything queued goes first
+  // (the waits of the events it re-records, the records of those it waits on), and it goes now.
+  return has_events ? submit_after_everything(std::move(op)) : submit(std::move(op));
+}
+
+CUresult Shim::submit_after_everything(sched::Op&& op) {
+  const int drained = dispatcher_->drain_all();
+  const CUresult rc = submit_op(std::move(op), /*may_defer=*/false);
+  return drained != 0 ? static_cast<CUresult>(drained) : rc;
+}
+
 }  // namespace orion
+

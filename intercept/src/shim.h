@@ -10,6 +10,8 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include "cuda_api.h"
 #include "driver_device.h"
@@ -92,12 +94,35 @@ class Shim {
   uint64_t communication_streams() const { return comm_streams_.load(std::memory_order_relaxed); }
   DriverDevice& device() { return device_; }
 
+  // What a graph executable does with events outside it: the events its event-record nodes
+  // record and its event-wait nodes wait on (child graphs walked), read when it is instantiated
+  // (or updated). The shim's event bookkeeping never sees these records and waits, so a launch of
+  // such an executable is never deferred: everything queued reaches the driver before it (queued
+  // waits of the events it records, records of those it waits on), then it does, in program order.
+  struct GraphEvents {
+    std::vector<CUevent> records, waits;
+    bool opaque = false;  // a node the shim cannot look into (a conditional's body, a failed query)
+    bool any() const { return opaque || !records.empty() || !waits.empty(); }
+  };
+  static GraphEvents inspect_graph(CUgraph graph);
+  void graph_instantiated(CUgraphExec exec, CUgraph graph);
+  void graph_exec_destroyed(CUgraphExec exec);
+  GraphEvents graph_events(CUgraphExec exec) const;  // none for an executable without event nodes
+  // A launch of `exec` (op.kind kGraphLaunch): deferred like any op unless it has event nodes.
+  CUresult launch_graph(CUgraphExec exec, sched::Op&& op);
+
  private:
   void pump_loop();
+  CUresult submit_op(sched::Op&& op, bool may_defer);
+  // Everything queued reaches the driver first, then `op`, not deferred (an op whose events the
+  // bookkeeping cannot follow); the first deferred error wins.
+  CUresult submit_after_everything(sched::Op&& op);
   // Wakes the helper thread from an idle sleep (something was queued or is tracked now).
   void wake_pump();
 
   Settings settings_;
+  mutable std::mutex graphs_mu_;
+  std::unordered_map<CUgraphExec, GraphEvents> graph_events_;  // only executables with event nodes
   DriverDevice device_;
   sched::ProfileStore profiles_;
   std::unique_ptr<sched::TraceWriter> trace_;

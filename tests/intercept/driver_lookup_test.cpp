@@ -210,6 +210,18 @@ TEST_F(DriverLookup, NcclStyleLaunchThroughDriverEntryPointIsNotDeferred) {
   EXPECT_EQ(cuStreamDestroy(hp), CUDA_SUCCESS);
 }
 
+// CUDA 12+ runtimes ask for "cuGraphInstantiate" (answered with cuGraphInstantiateWithFlags) or
+// the WithFlags / WithParams names: every one reaches the shim, which reads the graph's event nodes.
+TEST_F(DriverLookup, GraphInstantiationResolvesToTheShimUnderEveryName) {
+  const cuuint64_t pt = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+  void* by_old_name = lookup("cuGraphInstantiate", 12000, 0);
+  void* with_flags = lookup("cuGraphInstantiateWithFlags", 12000, 0);
+  void* with_params_pt = lookup("cuGraphInstantiateWithParams", 12000, pt);
+  for (void* fn : {by_old_name, with_flags, with_params_pt}) ASSERT_TRUE(in_shim(fn)) << library_of(fn);
+  EXPECT_EQ(by_old_name, with_flags);
+  EXPECT_EQ(with_params_pt, dlsym(driver_, "cuGraphInstantiateWithParams_ptsz"));
+}
+
 TEST_F(DriverLookup, MemoryOpsBatchCopiesAndContextSyncResolveToTheRequestedAbi) {
   const cuuint64_t pt = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
   auto ctx_sync_old = reinterpret_cast<PFN_cuCtxSynchronize_v2000>(lookup("cuCtxSynchronize", 12000, 0));

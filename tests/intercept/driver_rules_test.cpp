@@ -329,6 +329,85 @@ TEST_F(DriverRules, TheShimsPollingDoesNotInvalidateAGlobalModeCapture) {
   EXPECT_EQ(cuStreamDestroy(cap), CUDA_SUCCESS);
 }
 
+// Finding 8: events recorded and waited on by the nodes of a graph. The shim's event bookkeeping
+// never sees them, so a launch of such an executable must not be deferred past later waits on
+// the events it records, nor run before the queued records of the events it waits on.
+
+long log_index(const std::vector<fake_cuda_call>& log, const char* prefix, uint64_t handle, bool by_event) {
+  for (size_t i = 0; i < log.size(); ++i) {
+    if (std::strncmp(log[i].name, prefix, std::strlen(prefix)) != 0) continue;
+    if ((by_event ? log[i].event : log[i].value) == handle) return static_cast<long>(i);
+  }
+  return -1;
+}
+
+// The record node sits in a child graph: the shim walks child graphs.
+TEST_F(DriverRules, AGraphThatRecordsAnEventIsNotDeferredPastALaterWait) {
+  CUevent e = nullptr;
+  ASSERT_EQ(cuEventCreate(&e, 0), CUDA_SUCCESS);
+  CUgraph outer = nullptr, inner = nullptr;
+  CUgraphNode node = nullptr;
+  ASSERT_EQ(cuGraphCreate(&inner, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphAddEventRecordNode(&node, inner, nullptr, 0, e), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphCreate(&outer, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphAddEmptyNode(&node, outer, nullptr, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphAddChildGraphNode(&node, outer, nullptr, 0, inner), CUDA_SUCCESS);
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(cuGraphInstantiateWithFlags(&exec, outer, 0), CUDA_SUCCESS);
+  CUstream hp2 = nullptr;
+  ASSERT_EQ(cuStreamCreateWithPriority(&hp2, 0, -5), CUDA_SUCCESS);
+  hold_high_priority();                             // best-effort work is deferred now
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);   // queued (scheduled)
+  ASSERT_EQ(cuGraphLaunch(exec, be_), CUDA_SUCCESS);  // records e
+  ASSERT_EQ(cuStreamWaitEvent(hp2, e, 0), CUDA_SUCCESS);  // high priority: reaches the driver now
+  const auto log = calls();
+  const long graph_at = log_index(log, "cuGraphLaunch", h(exec), false);
+  const long wait_at = log_index(log, "cuStreamWaitEvent", h(e), true);
+  ASSERT_GE(wait_at, 0);
+  ASSERT_GE(graph_at, 0) << "the graph launch was deferred past the wait on the event it records";
+  EXPECT_LT(graph_at, wait_at) << "the wait reached the driver before the record it follows in program order";
+  if (scheduled_) {
+    EXPECT_LT(find_launch(log, k_be_), graph_at) << "the graph overtook its stream's queued kernel";
+  }
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_TRUE(wait_idle());
+  EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphDestroy(outer), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphDestroy(inner), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy(e), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy(hp2), CUDA_SUCCESS);
+}
+
+TEST_F(DriverRules, AGraphThatWaitsOnAnEventRunsAfterItsQueuedRecord) {
+  CUevent e = nullptr;
+  ASSERT_EQ(cuEventCreate(&e, 0), CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  CUgraphNode node = nullptr;
+  ASSERT_EQ(cuGraphCreate(&graph, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphAddEventWaitNode(&node, graph, nullptr, 0, e), CUDA_SUCCESS);
+  CUgraphExec exec = nullptr;
+  CUDA_GRAPH_INSTANTIATE_PARAMS params{};
+  ASSERT_EQ(cuGraphInstantiateWithParams(&exec, graph, &params), CUDA_SUCCESS);
+  CUstream hp2 = nullptr;
+  ASSERT_EQ(cuStreamCreateWithPriority(&hp2, 0, -5), CUDA_SUCCESS);
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(e, be_), CUDA_SUCCESS);     // queued behind the kernel (scheduled)
+  ASSERT_EQ(cuGraphLaunch(exec, hp2), CUDA_SUCCESS);  // waits on e: high priority, not deferred
+  const auto log = calls();
+  const long record_at = log_index(log, "cuEventRecord", h(e), true);
+  const long graph_at = log_index(log, "cuGraphLaunch", h(exec), false);
+  ASSERT_GE(graph_at, 0);
+  ASSERT_GE(record_at, 0) << "the graph reached the driver while the record it waits on was still queued";
+  EXPECT_LT(record_at, graph_at);
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_TRUE(wait_idle());
+  EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphDestroy(graph), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy(e), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy(hp2), CUDA_SUCCESS);
+}
+
 // --- completion tracking in batches (ctest intercept.icpt_driver_rules_test.scheduled_batched,
 // ORION_COMPLETION_BATCH_US=1000: a window wide enough that a burst's launches are uncovered
 // whatever the machine's speed) ---
@@ -591,6 +670,42 @@ TEST_F(DriverRules, EventsRecordedByLaunchAttributesOrderLaterWaits) {
   ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
   EXPECT_EQ(cuEventDestroy(done), CUDA_SUCCESS);
   EXPECT_EQ(cuEventDestroy(start), CUDA_SUCCESS);
+}
+
+// A launch recording two events (a launch-completion and a programmatic event): the wait on the
+// second one must not reach the driver before the launch either.
+TEST_F(DriverRules, ALaunchRecordingTwoEventsOrdersWaitsOnBoth) {
+  CUevent done = nullptr, programmatic = nullptr;
+  ASSERT_EQ(cuEventCreate(&done, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventCreate(&programmatic, 0), CUDA_SUCCESS);
+  CUstream hp2 = nullptr;
+  ASSERT_EQ(cuStreamCreateWithPriority(&hp2, 0, -5), CUDA_SUCCESS);
+  hold_high_priority();
+  CUfunction f = fake_cuda_make_function("two_event_kernel", 0, nullptr);
+  CUlaunchAttribute attrs[2]{};
+  attrs[0].id = CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT;
+  attrs[0].value.launchCompletionEvent.event = done;
+  attrs[1].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT;
+  attrs[1].value.programmaticEvent.event = programmatic;
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.hStream = be_;
+  cfg.attrs = attrs;
+  cfg.numAttrs = 2;
+  ASSERT_EQ(cuLaunchKernelEx(&cfg, f, nullptr, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamWaitEvent(hp2, programmatic, 0), CUDA_SUCCESS);  // high priority: at once
+  const auto log = calls();
+  const long k = find_launch(log, f);
+  const long wait = find_named(log, "cuStreamWaitEvent", h(hp2));
+  ASSERT_GE(wait, 0);
+  ASSERT_GE(k, 0) << "the wait on the launch's second event reached the driver before the launch";
+  EXPECT_LT(k, wait);
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_TRUE(wait_idle());
+  EXPECT_EQ(cuEventDestroy(done), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy(programmatic), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy(hp2), CUDA_SUCCESS);
 }
 
 // Finding 6 (idle wake-ups): with nothing queued and nothing in flight the shim's helper thread

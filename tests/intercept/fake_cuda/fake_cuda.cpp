@@ -420,7 +420,15 @@ CUresult graph_launch(const char* name, CUgraphExec g, CUstream s) {
       return finish(state, c, CUDA_ERROR_INVALID_HANDLE);
     }
   }
-  return simple(name, s, reinterpret_cast<uint64_t>(g));
+  bool captured = false;
+  const CUresult rc = simple(name, s, reinterpret_cast<uint64_t>(g), 100, false, &captured);
+  if (rc == CUDA_SUCCESS && !captured) {
+    // Its event-record nodes record their events where the launch sits in the stream.
+    State& state = st();
+    std::lock_guard lock(state.mu);
+    record_graph_events(state, reinterpret_cast<uint64_t>(g), sid(s, std::strstr(name, "_pt") != nullptr));
+  }
+  return rc;
 }
 CUresult graph_exec_op(const char* name, CUgraphExec g, bool destroy) {
   State& s = st();

@@ -47,6 +47,13 @@ struct Event {
   uint64_t ctx = 0;
   uint64_t record_seq = 0;  // which record the event holds now (0: never recorded)
 };
+// A node of a graph built with the explicit graph API (fake_cuda_graphs.cpp); the graphs a capture
+// makes have none. Event record / wait nodes name their event, child-graph nodes their graph.
+struct GraphNode {
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  uint64_t event = 0;
+  uint64_t child = 0;
+};
 // An active stream capture.
 struct Capture {
   uint64_t thread = 0;  // thread_token() of the thread that began it
@@ -67,6 +74,9 @@ struct State {
   std::vector<Function*> unloaded;  // kept (their names may still be referenced), never freed
   std::unordered_map<uint64_t, bool> modules;   // module/library handles (true: loaded)
   std::unordered_map<uint64_t, bool> graph_execs_destroyed;
+  std::unordered_map<uint64_t, std::vector<uint64_t>> graphs;  // graph -> its nodes
+  std::unordered_map<uint64_t, GraphNode> graph_nodes;
+  std::unordered_map<uint64_t, uint64_t> exec_graph;  // executable -> the graph it was made from
   uint64_t next_handle = 0x10000;
   uint64_t next_devptr = 0x7f0000000000;
   uint64_t next_record_seq = 1;
@@ -101,6 +111,8 @@ CUresult unsafe_call(State& s);
 // node instead; the legacy stream waits for every blocking stream, a blocking stream for the
 // legacy stream. Returns true when the work was captured (it must not run).
 bool advance(State& s, uint64_t id, int64_t duration_ns, fake_cuda_call& c);
+// Records the event-record nodes of executable `exec`'s graph at stream `id` (under s.mu).
+void record_graph_events(State& s, uint64_t exec, uint64_t stream_id);
 // Records event `event_handle` at stream `id`'s current time (under s.mu); the record's number.
 uint64_t record_event_now(State& s, uint64_t event_handle, uint64_t id);
 // A logged call with no effect beyond the log and the stream's timeline. `unsafe`: a synchronous

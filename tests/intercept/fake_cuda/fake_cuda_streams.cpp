@@ -326,7 +326,9 @@ struct ProcEntry {
 // driver functions the shim does not wrap.
 const ProcEntry kProcs[] = {
 #define ORION_ENTRY(base, sym, pfn, lo, hi, pt) {#base, #sym, lo, hi, pt != 0, reinterpret_cast<void*>(&::sym)},
+#define ORION_ALIAS(base, sym, lo, hi, pt) {#base, #sym, lo, hi, pt != 0, reinterpret_cast<void*>(&::sym)},
 #include "entry_points.def"
+#undef ORION_ALIAS
 #undef ORION_ENTRY
     {"cuInit", "cuInit", 2000, 0x7fffffff, false, reinterpret_cast<void*>(&cuInit)},
     {"cuCtxGetCurrent", "cuCtxGetCurrent", 4000, 0x7fffffff, false, reinterpret_cast<void*>(&cuCtxGetCurrent)},
