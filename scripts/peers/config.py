@@ -34,6 +34,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "schedule": "1f1b", "virtual_stages": 1, "priority": "backward_first", "partition": "uniform",
         "partition_layers": [], "recompute_ratio": [], "device": "auto", "transport": "auto",
         "placement": [], "peer_timeout_s": 120.0, "schedule_file": "", "overlap_f_b": "auto",
+        "partition_file": "",
     },
 }
 
@@ -101,6 +102,12 @@ def _set(cfg: dict, section: str, key: str, value: Any, origin: str) -> None:
         raise ConfigError(f"{origin}: unknown key '{section}.{key}' (allowed: "
                           f"{', '.join(DEFAULTS[section])})")
     default = DEFAULTS[section][key]
+    # As gpipe_runner: the seed's list form of the partition, and YAML booleans for overlap_f_b.
+    if (section, key) == ("parallel", "partition") and isinstance(value, list):
+        _set(cfg, section, "partition_layers", value, origin)
+        value = "explicit"
+    if (section, key) == ("parallel", "overlap_f_b") and isinstance(value, bool):
+        value = "true" if value else "false"
     if not _type_matches(value, default):
         raise ConfigError(f"{origin}: '{section}.{key}' = {value!r} has the wrong type "
                           f"(expected {type(default).__name__})")

@@ -24,12 +24,28 @@ expect unknown_schedule 2 "parallel.schedule" -- --config "$cfg" --schedule nope
 expect unknown_flag 2 "--bogus" -- --bogus
 printf 'model:\n  hidden_size: [1\n' >"$tmp/bad.yaml"
 expect bad_yaml 2 "bad.yaml:[0-9]+:[0-9]+" -- --config "$tmp/bad.yaml"
+: >"$tmp/empty.yaml"
+expect empty_config 2 "empty.yaml' is empty" -- --config "$tmp/empty.yaml" --validate-only
+# VPipe's partition file and the seed's list form: folded into an explicit partition.
+printf '{"partition": [1, 3, 3, 1], "recompute_ratio": [0.5, 0, 0, 0]}\n' >"$tmp/partition.json"
+expect partition_file 0 "partition_layers: \[1, 3, 3, 1\]" -- --config "$cfg" --print-config \
+  --set parallel.partition_file="$tmp/partition.json"
+grep -q "recompute_ratio: \[0.5, 0, 0, 0\]" "$tmp/out" \
+  || { echo "FAIL partition_file: recompute_ratio not taken from the file"; failures=$((failures + 1)); }
+expect partition_file_missing 2 "partition_file '/no/such.json'" -- --config "$cfg" --validate-only \
+  --set parallel.partition_file=/no/such.json
+expect partition_list 0 "partition_layers: \[2, 2, 2, 2\]" -- --config "$cfg" --print-config --set "parallel.partition=[2,2,2,2]"
 expect unknown_model 2 "unknown model 'nope'" -- --config "$cfg" --set model.name=nope --steps 1 --output-dir "$tmp/run0"
 expect print_schedule 0 "step +\| rank 0 +\| rank 1" -- --config "$cfg" --print-schedule
 expect short_run 0 "Training summary" -- --config "$cfg" --steps 2 --output-dir "$tmp/run"
 for f in summary.json metrics.jsonl timeline.json; do
   [ -s "$tmp/run/$f" ] || { echo "FAIL short_run: $f not written"; failures=$((failures + 1)); }
 done
+# --resume may train longer than the checkpoint's run: only --steps changed.
+expect checkpointed_run 0 "Training summary" -- --config "$cfg" --steps 2 --output-dir "$tmp/run_ckpt" \
+  --checkpoint-interval 1
+expect resume_longer 0 "this run trains 4 steps in all" -- --config "$cfg" --steps 4 --output-dir "$tmp/run_ckpt" \
+  --checkpoint-interval 1 --resume
 # On CPU busy time and bubble are host-timed, and the summary says so (a GPU run says cuda_events).
 grep -q '"bubble_clock": *"host"' "$tmp/run/summary.json" \
   || { echo "FAIL short_run: summary.json does not say bubble_clock host"; failures=$((failures + 1)); }

@@ -153,6 +153,99 @@ TEST(Config, LoadsFromFile) {
   EXPECT_EQ(c.training.num_microbatches, 4);
 }
 
+// A file path under the temp folder holding `text`, removed at scope exit.
+struct TempFile {
+  explicit TempFile(const std::string& name, const std::string& text)
+      : path((std::filesystem::temp_directory_path() / ("ourgpipe_" + std::to_string(::getpid()) + "_" + name)).string()) {
+    std::ofstream(path) << text;
+  }
+  ~TempFile() { std::filesystem::remove(path); }
+  std::string path;
+};
+
+std::string file_error(const std::string& text) {
+  TempFile f("config.yaml", text);
+  try {
+    PipelineConfig::from_yaml_file(f.path);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Config, AnEmptyOrSectionlessFileIsAnErrorNamingIt) {
+  for (const char* text : {"", "# only a comment\n", "{}\n"}) {
+    const std::string error = file_error(text);
+    EXPECT_THAT(error, AllOf(HasSubstr("ourgpipe_"), HasSubstr("config.yaml"), HasSubstr("is empty"),
+                             HasSubstr("model, dataset, training, parallel")))
+        << "for the file text '" << text << "'";
+  }
+  EXPECT_EQ(file_error("training:\n  max_steps: 3\n"), "(no error)");
+}
+
+TEST(Config, PartitionTakesTheSeedsListForm) {
+  const PipelineConfig c = PipelineConfig::from_yaml_string("parallel:\n  partition: [3, 2, 2, 1]\nmodel:\n  num_layers: 8\n");
+  EXPECT_EQ(c.parallel.partition, "explicit");
+  EXPECT_EQ(c.parallel.partition_layers, (std::vector<int64_t>{3, 2, 2, 1}));
+  EXPECT_NO_THROW(c.validate());
+  PipelineConfig o;
+  o.apply_override("model.num_layers=8");
+  o.apply_override("parallel.partition=[1,3,3,1]");
+  EXPECT_EQ(o.parallel.partition, "explicit");
+  EXPECT_EQ(o.parallel.partition_layers, (std::vector<int64_t>{1, 3, 3, 1}));
+  EXPECT_NO_THROW(o.validate());
+  // A name still works, and a list of non-integers says what a list must hold.
+  o.apply_override("parallel.partition=uniform");
+  EXPECT_EQ(o.parallel.partition, "uniform");
+  try {
+    PipelineConfig::from_yaml_string("parallel:\n  partition: [a, b]\n", "p.yaml");
+    FAIL() << "a list of names was taken";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(std::string(e.what()), AllOf(HasSubstr("p.yaml"), HasSubstr("parallel.partition")));
+  }
+}
+
+TEST(Config, PartitionFileIsVPipesJson) {
+  TempFile json("partition.json", R"({"partition": [3, 2, 2, 1], "recompute_ratio": [0.5, 0, 0, 0]})");
+  PipelineConfig c;
+  c.model.num_layers = 8;
+  c.parallel.partition_file = json.path;
+  c.load_partition_file();
+  EXPECT_EQ(c.parallel.partition, "explicit");
+  EXPECT_EQ(c.parallel.partition_layers, (std::vector<int64_t>{3, 2, 2, 1}));
+  EXPECT_EQ(c.parallel.recompute_ratio, (std::vector<double>{0.5, 0, 0, 0}));
+  EXPECT_TRUE(c.parallel.partition_file.empty()) << "folded in: print-config and checkpoints see the layers";
+  EXPECT_NO_THROW(c.validate());
+
+  auto error = [](const std::string& text, const std::string& overrides = "") {
+    TempFile f("bad_partition.json", text);
+    PipelineConfig c;
+    c.model.num_layers = 8;
+    if (!overrides.empty()) c.apply_override(overrides);
+    c.parallel.partition_file = f.path;
+    try {
+      c.load_partition_file();
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_THAT(error("{\"partition\": [3, 2"), AllOf(HasSubstr("bad_partition.json"), HasSubstr("not valid JSON")));
+  EXPECT_THAT(error("{\"layers\": [8]}"), HasSubstr("no \"partition\" list"));
+  EXPECT_THAT(error("{\"partition\": [8], \"ratio\": [1]}"), HasSubstr("unknown key \"ratio\""));
+  EXPECT_THAT(error("{\"partition\": [4, 0, 4]}"), HasSubstr("an integer >= 1"));
+  EXPECT_THAT(error("{\"partition\": [8], \"recompute_ratio\": [2]}"), HasSubstr("in [0, 1]"));
+  EXPECT_THAT(error("{\"partition\": [4, 4]}", "parallel.partition_layers=[4,4]"), HasSubstr("keep one"));
+  PipelineConfig missing;
+  missing.parallel.partition_file = "/no/such/partition.json";
+  try {
+    missing.load_partition_file();
+    FAIL() << "a missing partition file was taken";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(std::string(e.what()), AllOf(HasSubstr("/no/such/partition.json"), HasSubstr("cannot read")));
+  }
+}
+
 struct BadCase {
   std::vector<std::string> overrides;
   std::vector<std::string> expected;  // substrings of the error

@@ -127,6 +127,7 @@ RunOptions parse_cli(int argc, const char* const* argv) {
 
   opts.config = opts.config_path.empty() ? PipelineConfig{} : PipelineConfig::from_yaml_file(opts.config_path);
   for (const std::string& o : opts.overrides) opts.config.apply_override(o);
+  opts.config.load_partition_file();
   opts.config.validate();
   return opts;
 }

@@ -13,6 +13,8 @@
 #include <numeric>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "trainer/config/config.h"
 
 namespace gpipe {
@@ -80,6 +82,9 @@ struct Field {
   std::function<void(YAML::Emitter&, const PipelineConfig&)> write;
   // Empty when the value is allowed; otherwise what is wrong and what is allowed.
   std::function<std::string(const PipelineConfig&)> problem;
+  // A string field that also takes a YAML list (parallel.partition: [12, 13, 13, 11]); an
+  // override value starting with '[' is then read as YAML.
+  bool takes_list = false;
   std::string path() const { return section + "." + key; }
 };
 
@@ -110,6 +115,19 @@ Field field(const char* section, const char* key, Access access, std::string all
     const T& v = access(const_cast<PipelineConfig&>(c));
     if (!ok || ok(v)) return "";
     return "got " + value_text(v) + "; allowed: " + allowed;
+  };
+  return f;
+}
+
+// parallel.partition also takes the seed's list form: "partition: [12, 13, 13, 11]" means
+// partition: explicit with those partition_layers.
+Field partition_field(Field f) {
+  f.takes_list = true;
+  auto read_name = f.read;
+  f.read = [read_name](PipelineConfig& c, const YAML::Node& n) {
+    if (!n.IsSequence()) return read_name(c, n);
+    c.parallel.partition_layers = read_value<std::vector<int64_t>>(n);
+    c.parallel.partition = "explicit";
   };
   return f;
 }
@@ -200,8 +218,11 @@ const std::vector<Field>& field_table() {
                          "auto, true, false", one_of({"auto", "true", "false"})),
       field<std::string>("parallel", "priority", [](C& c) -> auto& { return c.parallel.priority; },
                          "backward_first, forward_first, none", one_of({"backward_first", "forward_first", "none"})),
-      field<std::string>("parallel", "partition", [](C& c) -> auto& { return c.parallel.partition; },
-                         "uniform, explicit, parameters, time", one_of({"uniform", "explicit", "parameters", "time"})),
+      partition_field(field<std::string>("parallel", "partition", [](C& c) -> auto& { return c.parallel.partition; },
+                                         "uniform, explicit, parameters, time, or a list of per-stage layer counts",
+                                         one_of({"uniform", "explicit", "parameters", "time"}))),
+      field<std::string>("parallel", "partition_file", [](C& c) -> auto& { return c.parallel.partition_file; },
+                         "a VPipe partition JSON path (empty: none)"),
       field<std::vector<int64_t>>("parallel", "partition_layers", [](C& c) -> auto& { return c.parallel.partition_layers; },
                                   "a list of per-stage layer counts, each >= 1", [](const std::vector<int64_t>& v) {
                                     return std::all_of(v.begin(), v.end(), [](int64_t x) { return x >= 1; });
@@ -348,6 +369,9 @@ void check_cross_fields(const PipelineConfig& c) {
                       par.schedule + " runs one stage per rank; set virtual_stages: 1 or schedule: interleaved_1f1b, "
                       "interleaved_zb, looped_bfs (>= 2 stages per rank), zbv or dualpipev (2 stages per rank)");
   }
+  if (!par.partition_file.empty())
+    throw ConfigError("parallel.partition_file '" + par.partition_file +
+                      "' was not read: call load_partition_file() before validate()");
   if (par.partition == "explicit") {
     if (par.partition_layers.empty())
       throw ConfigError("parallel.partition is explicit but parallel.partition_layers is empty; give one layer count per stage, e.g. [12, 13, 13, 11]");
@@ -429,6 +453,12 @@ PipelineConfig PipelineConfig::from_yaml_file(const std::string& path) {
                       " (check the --config path; configs/ has examples)");
   std::stringstream text;
   text << in.rdbuf();
+  // A file that names no section would train on built-in defaults: almost surely the wrong file
+  // (or an unsaved one). A string (tests, --set) may still be empty.
+  const YAML::Node root = parse_yaml(text.str(), path);
+  if (root.IsNull() || (root.IsMap() && root.size() == 0))
+    throw ConfigError("config file '" + path + "' is empty: it names none of the sections model, dataset, "
+                      "training, parallel (give at least one, e.g. 'training:\n  max_steps: 10'; configs/ has examples)");
   return from_yaml_string(text.str(), path);
 }
 
@@ -447,9 +477,62 @@ void PipelineConfig::apply_override(const std::string& assignment) {
   if (!f) throw ConfigError(origin + ": " + unknown_field_message(section, key));
   // Strings are taken verbatim (a path may contain ':' or '#'); everything else is YAML, so
   // lists are written "[12,13,13,11]".
-  const YAML::Node node = f->is_string ? YAML::Node(value) : parse_yaml(value, origin);
+  const bool list_value = f->takes_list && !value.empty() && value.front() == '[';
+  const YAML::Node node = f->is_string && !list_value ? YAML::Node(value) : parse_yaml(value, origin);
   if (!f->is_string && node.IsNull()) throw ConfigError(origin + ": " + f->path() + " needs a value (" + f->type + ")");
   read_field(*this, *f, node, origin, /*has_lines=*/false);
+}
+
+void PipelineConfig::load_partition_file() {
+  ParallelConfig& par = parallel;
+  if (par.partition_file.empty()) return;
+  const std::string& path = par.partition_file;
+  std::ifstream in(path);
+  if (!in)
+    throw ConfigError("parallel.partition_file '" + path + "': cannot read it: " + std::strerror(errno));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw ConfigError("parallel.partition_file '" + path + "': not valid JSON: " + e.what());
+  }
+  const std::string expected = R"(expected {"partition": [12, 13, 13, 11], "recompute_ratio": [0.3, 0, 0, 0]} )"
+                               "(recompute_ratio optional)";
+  if (!j.is_object() || !j.contains("partition") || !j["partition"].is_array())
+    throw ConfigError("parallel.partition_file '" + path + "': no \"partition\" list; " + expected);
+  for (const auto& [key, value] : j.items()) {
+    (void)value;
+    if (key != "partition" && key != "recompute_ratio")
+      throw ConfigError("parallel.partition_file '" + path + "': unknown key \"" + key + "\"; " + expected);
+  }
+  std::vector<int64_t> layers;
+  for (const auto& v : j["partition"]) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 1)
+      throw ConfigError("parallel.partition_file '" + path + "': \"partition\" holds " + v.dump() +
+                        "; each entry is a stage's layer count, an integer >= 1");
+    layers.push_back(v.get<int64_t>());
+  }
+  std::vector<double> ratios;
+  if (j.contains("recompute_ratio")) {
+    if (!j["recompute_ratio"].is_array())
+      throw ConfigError("parallel.partition_file '" + path + "': \"recompute_ratio\" is not a list; " + expected);
+    for (const auto& v : j["recompute_ratio"]) {
+      if (!v.is_number() || v.get<double>() < 0 || v.get<double>() > 1)
+        throw ConfigError("parallel.partition_file '" + path + "': \"recompute_ratio\" holds " + v.dump() +
+                          "; each entry is a share of the stage's layers, in [0, 1]");
+      ratios.push_back(v.get<double>());
+    }
+  }
+  if (!par.partition_layers.empty())
+    throw ConfigError("parallel.partition_file '" + path + "' and parallel.partition_layers both give the partition; "
+                      "keep one");
+  if (!ratios.empty() && !par.recompute_ratio.empty())
+    throw ConfigError("parallel.partition_file '" + path + "' and parallel.recompute_ratio both give the recompute "
+                      "ratios; keep one");
+  par.partition = "explicit";
+  par.partition_layers = std::move(layers);
+  if (!ratios.empty()) par.recompute_ratio = std::move(ratios);
+  par.partition_file.clear();  // folded in: the config now says it all (print-config, checkpoints)
 }
 
 void PipelineConfig::validate() const {

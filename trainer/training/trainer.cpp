@@ -74,6 +74,7 @@ Schedule build_schedule(const ParallelConfig& parallel, const TrainingConfig& tr
 }
 
 PipelineComponents create_components(PipelineConfig& config) {
+  config.load_partition_file();
   config.validate();
   (void)build_schedule(config.parallel, config.training);  // schedule errors before loading data
   PipelineComponents c;

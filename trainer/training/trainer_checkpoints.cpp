@@ -10,6 +10,7 @@
 #include "trainer/distributed/distributed.h"
 #include "trainer/log/engine_log.h"
 #include "trainer/execution/stage_runtime.h"
+#include "trainer/training/lr_schedule.h"
 #include "trainer/training/trainer.h"
 #include "trainer_internal.h"
 
@@ -29,6 +30,10 @@ std::string PipelineTrainer::checkpoint_config_hash() const {
   trajectory.training.log_interval = 1;
   trajectory.training.profile_iteration = 0;
   trajectory.training.exit_after_profile = false;
+  // How long to train may change on resume (to train longer): the learning-rate schedule then
+  // follows this run's total (load_checkpoint() says so in the log).
+  trajectory.training.max_steps = -1;
+  trajectory.training.epochs = 1;
   trajectory.parallel.peer_timeout_s = 1;
   return config_hash(trajectory.to_yaml());
 }
@@ -103,6 +108,13 @@ std::tuple<int64_t, int, int64_t> PipelineTrainer::load_checkpoint() {
   }
   engine_log_info(fmt::format("resumed from {}: {} steps done, next batch {} of epoch {}", folder, position.step,
                               position.batch_index, position.epoch));
+  const auto& t = config_.training;
+  engine_log_info(fmt::format(
+      "learning rate: this run trains {} steps in all (training.max_steps={}, training.epochs={}), so the "
+      "warm-up + cosine schedule spans {} steps; step {} continues at lr {:.3e}{}",
+      total_steps(), t.max_steps, t.epochs, total_steps(), position.step,
+      learning_rate_at(position.step, total_steps(), t.learning_rate, t.warmup_steps, t.min_lr_ratio),
+      position.step >= total_steps() ? " (already at or past the end: nothing left to train)" : ""));
   return {position.step, position.epoch, position.batch_index};
 }
 

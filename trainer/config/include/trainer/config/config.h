@@ -76,6 +76,11 @@ struct ParallelConfig {
   std::string priority = "backward_first";  // backward_first | forward_first | none
   std::string partition = "uniform";        // uniform | explicit | parameters | time
   std::vector<int64_t> partition_layers;    // explicit per-stage layer counts, e.g. [12, 13, 13, 11]
+  // VPipe's partition file, JSON {"partition": [12, 13, 13, 11], "recompute_ratio": [0.3, 0, 0, 0]}
+  // (recompute_ratio optional): load_partition_file() folds it into partition: explicit,
+  // partition_layers and recompute_ratio, and clears this field. YAML may also write the list
+  // directly, "partition: [12, 13, 13, 11]" (the seed's form).
+  std::string partition_file;
   std::vector<double> recompute_ratio;      // 1 for all, 1 per rank or 1 per stage, in [0, 1]; empty: none
   std::string device = "auto";              // auto | cpu | cuda
   // How stages of different processes exchange activations and gradients: auto (in-process for
@@ -104,6 +109,10 @@ struct PipelineConfig {
   // Applies "section.field=value" overrides (the CLI's --set and per-field flags). Lists are
   // written as YAML, "parallel.partition_layers=[12,13,13,11]"; strings are taken verbatim.
   void apply_override(const std::string& assignment);
+  // parallel.partition_file, when set: reads it and folds it in (see ParallelConfig). Throws
+  // ConfigError naming the file for a missing or malformed file, or a partition also given inline.
+  // Call it after the overrides, before validate() (the CLI and create_components() do).
+  void load_partition_file();
   // Cross-field checks (stages vs layers, micro-batches dividing the batch, ...). Throws ConfigError.
   // vocab_size may still be -1 here; the runner resolves it from the tokenizer.
   void validate() const;
