@@ -159,6 +159,21 @@ double GptModel::training_flops_per_token() const {
          12.0 * static_cast<double>(c.num_layers) * static_cast<double>(c.hidden_size) * static_cast<double>(c.sequence_length);
 }
 
+MemoryEstimate GptModel::estimate_memory() const {
+  // In doubles: the layer count may be absurd (the point is to refuse it before building).
+  const auto& c = checked_config();
+  const double h = static_cast<double>(c.hidden_size), f = static_cast<double>(ffn_size());
+  const double v = static_cast<double>(c.vocab_size), s = static_cast<double>(c.sequence_length);
+  const double layers = static_cast<double>(c.num_layers), heads = static_cast<double>(c.num_heads);
+  const double block = 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * f + f) + (f * h + h);
+  MemoryEstimate m;
+  m.parameters = (v + s) * h + layers * block + 2 * h + h * v;
+  // Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models"):
+  // 34 h + 5 a s bytes per token and layer in 16-bit, twice that in fp32 (no recomputation).
+  m.activation_bytes_per_token = layers * (34 * h + 5 * heads * s) * 2;
+  return m;
+}
+
 GPIPE_REGISTER_MODEL("gpt", GptModel);
 
 }  // namespace gpipe::gpt

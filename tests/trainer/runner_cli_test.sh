@@ -24,6 +24,8 @@ expect unknown_schedule 2 "parallel.schedule" -- --config "$cfg" --schedule nope
 expect unknown_flag 2 "--bogus" -- --bogus
 printf 'model:\n  hidden_size: [1\n' >"$tmp/bad.yaml"
 expect bad_yaml 2 "bad.yaml:[0-9]+:[0-9]+" -- --config "$tmp/bad.yaml"
+expect model_too_large 2 "the model cannot fit: model.num_layers=1000000000000" -- --config "$cfg" --steps 1 \
+  --set model.num_layers=1000000000000 --output-dir "$tmp/run_huge"
 : >"$tmp/empty.yaml"
 expect empty_config 2 "empty.yaml' is empty" -- --config "$tmp/empty.yaml" --validate-only
 # VPipe's partition file and the seed's list form: folded into an explicit partition.

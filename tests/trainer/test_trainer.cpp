@@ -4,6 +4,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -81,6 +82,17 @@ TEST(TrainerConfigTest, InterleavedNeedsMicrobatchesInEqualRounds) {
       },
       "num_microbatches");
 }
+// A model that cannot fit the machine is refused before anything is built (it used to hang
+// building 10^12 blocks): the estimate names the fields, and the refusal takes no time.
+TEST(TrainerConfigTest, AModelTooLargeForTheMachineIsRefusedBeforeBuilding) {
+  const auto start = std::chrono::steady_clock::now();
+  expect_config_error([](PipelineConfig& c) { c.model.num_layers = 1000000000000; }, "model.num_layers=1000000000000");
+  expect_config_error([](PipelineConfig& c) { c.model.num_layers = 1000000000000; }, "16 bytes each");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30)) << "it built something first";
+  // Wide instead of deep: the activations or the state exceed it just the same.
+  expect_config_error([](PipelineConfig& c) { c.model.hidden_size = 4096 * 64; c.model.num_heads = 64; }, "cannot fit");
+}
+
 TEST(TrainerConfigTest, MoreStagesThanLayersIsNamed) {
   expect_config_error([](PipelineConfig& c) { c.parallel.model_parallel_size = 8; }, "num_layers");
 }

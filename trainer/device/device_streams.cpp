@@ -102,6 +102,28 @@ int64_t peak_memory_bytes(const std::vector<c10::Device>& devices) {
   return any_cuda ? peak : max_rss_bytes();
 }
 
+int64_t total_memory_bytes(const std::vector<c10::Device>& devices) {
+  int64_t total = 0;
+  bool cpu = false;
+  std::set<c10::DeviceIndex> seen;
+  for (const auto& d : devices) {
+    if (!d.is_cuda()) {
+      cpu = true;
+      continue;
+    }
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+    if (seen.insert(d.index()).second) {
+      size_t free = 0, device_total = 0;
+      c10::cuda::CUDAGuard guard(d.index());
+      C10_CUDA_CHECK(cudaMemGetInfo(&free, &device_total));
+      total += static_cast<int64_t>(device_total);
+    }
+#endif
+  }
+  if (cpu) total += static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+  return total;
+}
+
 void reset_peak_memory(const std::vector<c10::Device>& devices) {
 #ifdef OURGPIPE_HAVE_TORCH_CUDA
   for (const auto& d : devices) {

@@ -73,6 +73,39 @@ Schedule build_schedule(const ParallelConfig& parallel, const TrainingConfig& tr
   return schedule;
 }
 
+namespace {
+
+// Refuses, before anything is built, a model whose weights, gradients and AdamW state plus one
+// micro-batch's activations exceed the memory of every process's devices (this process's devices
+// times WORLD_SIZE: the stages spread over the processes).
+void check_model_fits(ModelInterface& model, const PipelineConfig& config) {
+  model.configure(config.model);
+  const MemoryEstimate est = model.estimate_memory();
+  const double microbatch_tokens = static_cast<double>(config.dataset.batch_size) /
+                                   static_cast<double>(config.training.num_microbatches) *
+                                   static_cast<double>(config.model.sequence_length);
+  const double state = 16.0 * est.parameters;
+  const double activations = est.activation_bytes_per_token * microbatch_tokens;
+  const std::vector<c10::Device> devices =
+      resolve_rank_devices(config.parallel.device, config.parallel.model_parallel_size);
+  const char* world = std::getenv("WORLD_SIZE");
+  const double processes = world != nullptr && std::atoi(world) > 1 ? std::atoi(world) : 1.0;
+  const double capacity = static_cast<double>(total_memory_bytes(devices)) * processes;
+  if (state + activations <= capacity) return;
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  throw ConfigError(fmt::format(
+      "the model cannot fit: model.num_layers={}, model.hidden_size={}, model.sequence_length={} make "
+      "{:.3g} parameters, whose weights, gradients and AdamW state (16 bytes each) need {:.1f} GiB, plus "
+      "{:.1f} GiB of activations for one micro-batch (dataset.batch_size={} / training.num_microbatches={}), "
+      "but the {} memory is {:.1f} GiB: lower model.num_layers / model.hidden_size / model.sequence_length, or "
+      "use more memory (parallel.device, more GPUs or processes)",
+      config.model.num_layers, config.model.hidden_size, config.model.sequence_length, est.parameters,
+      state / kGiB, activations / kGiB, config.dataset.batch_size, config.training.num_microbatches,
+      devices.front().is_cuda() ? "GPUs'" : "machine's", capacity / kGiB));
+}
+
+}  // namespace
+
 PipelineComponents create_components(PipelineConfig& config) {
   config.load_partition_file();
   config.validate();
@@ -104,6 +137,7 @@ PipelineComponents create_components(PipelineConfig& config) {
                                   "use -1 to take it from the tokenizer",
                                   config.model.vocab_size, tokenizer_vocab));
   }
+  check_model_fits(*c.model, config);
   if (c.dataset->num_batches() < 1) {
     throw ConfigError(fmt::format("dataset '{}' has no full batch of {} x {} tokens: give more data or lower "
                                   "dataset.batch_size / model.sequence_length",

@@ -29,6 +29,9 @@ int count_distinct_devices(const std::vector<c10::Device>& devices);
 // Largest peak allocated bytes over the CUDA devices since reset_peak_memory, or max RSS on CPU.
 int64_t peak_memory_bytes(const std::vector<c10::Device>& devices);
 void reset_peak_memory(const std::vector<c10::Device>& devices);
+// Memory the distinct devices among `devices` have in all: each GPU's total memory, or the
+// machine's physical memory (once) for CPU.
+int64_t total_memory_bytes(const std::vector<c10::Device>& devices);
 // Waits for all queued work on every one of the devices, each under its own device guard (no-op
 // on CPU).
 void synchronize_devices(const std::vector<c10::Device>& devices);

@@ -78,6 +78,14 @@ class StageModule : public torch::nn::Module {
   virtual at::Tensor forward(const at::Tensor& input) = 0;
 };
 
+// What training the whole model needs in memory, from its config alone (nothing built):
+// create_components() refuses a model whose parameters, gradients and AdamW state (16 bytes per
+// parameter in fp32) plus one micro-batch's activations cannot fit the devices' memory.
+struct MemoryEstimate {
+  double parameters = 0;
+  double activation_bytes_per_token = 0;  // held from forward to backward, all layers, fp32
+};
+
 class ModelInterface {
  public:
   virtual ~ModelInterface() = default;
@@ -94,6 +102,14 @@ class ModelInterface {
   virtual std::shared_ptr<torch::nn::Module> create_layer(int64_t index, uint64_t seed) const = 0;
   // FLOPs per token of one training step (forward + backward), for MFU.
   virtual double training_flops_per_token() const = 0;
+  // Called after configure(), before anything is built. The default sums layer_costs()'s
+  // parameters and counts no activations; a model whose layer count can be huge (one entry per
+  // layer) should give a closed form.
+  virtual MemoryEstimate estimate_memory() const {
+    MemoryEstimate m;
+    for (const LayerCost& layer : layer_costs()) m.parameters += static_cast<double>(layer.parameters);
+    return m;
+  }
 };
 
 class StageInterface {
