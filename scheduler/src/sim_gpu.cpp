@@ -64,6 +64,10 @@ struct SmState {
 struct StreamState {
   std::deque<std::unique_ptr<SimOp>> queue;
   bool high_priority = false;
+  // SMs its blocks may go to, [first_sm, first_sm + sm_count) (a green context's partition);
+  // sm_count 0: every SM.
+  int first_sm = 0;
+  int sm_count = 0;
 };
 
 struct EventState {
@@ -219,8 +223,11 @@ struct SimulatedGpu::Impl {
     std::vector<uint32_t> fit(sms.size());
     for (SimOp* k : waiting) {
       uint32_t max_fit = 0;
+      const StreamState& st = streams[k->stream];
+      const size_t lo = st.sm_count > 0 ? static_cast<size_t>(st.first_sm) : 0;
+      const size_t hi = st.sm_count > 0 ? lo + static_cast<size_t>(st.sm_count) : sms.size();
       for (size_t i = 0; i < sms.size(); ++i) {
-        fit[i] = fits_on(sms[i], *k);
+        fit[i] = i >= lo && i < hi ? fits_on(sms[i], *k) : 0;  // outside its partition: no room
         max_fit = std::max(max_fit, fit[i]);
       }
       // Breadth-first: one block per SM per round, like the hardware block scheduler spreads.
@@ -499,6 +506,18 @@ int64_t SimulatedGpu::now_ns() const {
 void SimulatedGpu::set_stream_priority(StreamId stream, bool high_priority) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->streams[stream].high_priority = high_priority;
+}
+
+void SimulatedGpu::set_stream_sms(StreamId stream, int first_sm, int sm_count) {
+  if (sm_count < 0 || first_sm < 0 || (sm_count > 0 && first_sm + sm_count > impl_->cfg.sm_count)) {
+    throw std::invalid_argument("set_stream_sms: SMs [" + std::to_string(first_sm) + ", " +
+                                std::to_string(first_sm + sm_count) + ") are not within the GPU's " +
+                                std::to_string(impl_->cfg.sm_count) + " SMs");
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  StreamState& st = impl_->streams[stream];
+  st.first_sm = first_sm;
+  st.sm_count = sm_count;
 }
 
 int64_t SimulatedGpu::next_event_ns() const {

@@ -37,7 +37,9 @@ struct Arrival {
 ReplayResult replay_workload(const Workload& w, const ReplayOptions& options) {
   SimulatedGpu gpu(options.gpu);
   std::unique_ptr<Policy> policy = make_policy(options.policy, options.policy_params);
-  bool hw_priority = policy->defers_best_effort();
+  const std::optional<SmPartition> partition = policy->sm_partition();
+  // A partition confines best effort in space; high priority keeps its hardware priority.
+  bool hw_priority = policy->defers_best_effort() || partition.has_value();
   if (options.force_hw_priority_on) hw_priority = true;
   if (options.force_hw_priority_off) hw_priority = false;
 
@@ -61,6 +63,12 @@ ReplayResult replay_workload(const Workload& w, const ReplayOptions& options) {
       streams_seen[op.stream_id] = true;
       dispatcher.set_stream_class(op.stream_id, op.cls);
       gpu.set_stream_priority(op.stream_id, hw_priority && op.cls == StreamClass::kHighPriority);
+      if (partition) {
+        const int sms = gpu.sm_count(), be = partition->best_effort_sms(sms);
+        if (be > 0 && op.cls == StreamClass::kBestEffort) gpu.set_stream_sms(op.stream_id, 0, be);
+        if (be > 0 && op.cls == StreamClass::kHighPriority && partition->high_priority_on_rest)
+          gpu.set_stream_sms(op.stream_id, be, sms - be);
+      }
     }
     auto [it, is_new] = request_index.emplace(op.request, requests.size());
     if (is_new) {

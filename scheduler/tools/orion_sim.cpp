@@ -54,7 +54,9 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   run->add_option("--policy", policies, "Policy to run (repeatable; default: all)")
       ->check(CLI::IsMember(sched::policy_names()));
-  run->add_option("--param", params, "Policy parameter KEY=VALUE (orion only; repeatable; see --list-params)");
+  run->add_option("--param", params,
+                  "Policy parameter KEY=VALUE for orion, or POLICY.KEY=VALUE (e.g. partition.be_sm_frac=0.6); "
+                  "repeatable; see --list-params");
   run->add_option("--seed", study.gpu.seed, "Seed of the simulated GPU's per-launch jitter")->capture_default_str();
   run->add_option("--sms", study.gpu.sm_count, "SMs of the simulated GPU")
       ->check(CLI::Range(1, 100000))
@@ -77,6 +79,17 @@ int main(int argc, char** argv) {
                   "Hardware priority of HP streams: auto (high unless the policy is passthrough), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
+  // ---- sweep ----
+  CLI::App* sweep = app.add_subcommand(
+      "sweep", "Each policy over a grid of its parameters: HP p99 / alone against BE throughput / alone, the "
+               "Pareto front, and which points meet the goal (HP p99 <= 1.10x, BE >= 0.60x)");
+  std::string sweep_workload, sweep_csv_path;
+  sweep->add_option("workload", sweep_workload, "JSONL workload (format: scheduler/workload.h)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sweep->add_option("--csv", sweep_csv_path, "Also write the points as CSV (scripts/plot_sweep.py draws it)");
+  sweep->add_option("--seed", study.gpu.seed, "Seed of the simulated GPU's per-launch jitter")->capture_default_str();
+  sweep->add_option("--sms", study.gpu.sm_count, "SMs of the simulated GPU")->check(CLI::Range(16, 100000));
   bool list_params = false;
   app.add_flag("--list-params", list_params, "Print every policy parameter with its default and exit");
 
@@ -124,6 +137,19 @@ int main(int argc, char** argv) {
         orion_sim::write_pipeline_stage(text, ps, command_line(argc, argv));
       }
       return write_output(out_path, text.str());
+    }
+    if (*sweep) {
+      sched::Workload workload = sched::load_workload(sweep_workload);
+      std::cout << "workload " << sweep_workload << ": " << workload.ops.size() << " ops; simulated GPU "
+                << study.gpu.sm_count << " SMs, seed " << study.gpu.seed << ", jitter " << study.gpu.jitter
+                << ", block spread " << study.gpu.block_spread << "\n";
+      const orion_sim::Sweep result = orion_sim::run_sweep(workload, study);
+      std::cout << orion_sim::format_sweep(result);
+      if (!sweep_csv_path.empty()) {
+        if (int rc = write_output(sweep_csv_path, orion_sim::sweep_csv(result)); rc != 0) return rc;
+        std::cout << "csv: " << sweep_csv_path << " (plot: scripts/plot_sweep.py " << sweep_csv_path << " -o sweep.png)\n";
+      }
+      return 0;
     }
     for (const std::string& p : params) {
       auto eq = p.find('=');

@@ -69,6 +69,31 @@ struct Study {
 };
 
 Study run_study(const sched::Workload& workload, const StudyOptions& options);
+// Each client alone (passthrough on its own GPU): the reference of every ratio.
+StudyRow run_alone(const sched::Workload& workload, const StudyOptions& options);
+// The whole workload under one policy with these parameters.
+StudyRow run_point(const sched::Workload& workload, const StudyOptions& options, const std::string& policy,
+                   const sched::PolicyParams& params, const std::string& trace_path = "");
+// --param KEY=VALUE: "policy.key" goes to that policy, an unqualified key to orion.
+sched::PolicyParams params_for(const std::string& policy, const sched::PolicyParams& params);
+
+// orion-sim sweep: each policy over a grid of its parameters (orion_sim_sweep.cpp).
+struct SweepPoint {
+  std::string label;  // "partition be_sms=64 hp_rest=0 gate=0"
+  std::string policy;
+  sched::PolicyParams params;
+  double hp_p99_ratio = 0, be_ratio = 0;  // HP p99 / alone, BE throughput / alone
+  bool pareto = false;                    // no other point has lower-or-equal p99 and higher-or-equal BE
+  bool meets_goal = false;                // hp_p99_ratio <= 1.10 and be_ratio >= 0.60
+};
+struct Sweep {
+  StudyRow alone;
+  std::vector<SweepPoint> points;
+};
+Sweep run_sweep(const sched::Workload& workload, const StudyOptions& options);
+// Markdown table (every point, Pareto front marked, goal marked) and CSV of the same.
+std::string format_sweep(const Sweep& sweep);
+std::string sweep_csv(const Sweep& sweep);
 // Markdown table: policy | HP p50 / alone | HP p99 / alone | HP exec p99 / alone |
 // BE throughput / alone | makespan | SM util | BE ops forced by the starvation bound.
 std::string format_study(const Study& study);

@@ -37,39 +37,60 @@ std::string ratio(double value, double reference) {
 
 }  // namespace
 
-Study run_study(const sched::Workload& workload, const StudyOptions& options) {
-  Study study;
+sched::PolicyParams params_for(const std::string& policy, const sched::PolicyParams& params) {
+  sched::PolicyParams out;
+  for (const auto& [key, value] : params) {
+    const size_t dot = key.find('.');
+    if (dot == std::string::npos) {
+      if (policy == "orion") out[key] = value;  // unqualified: orion's (the first policy with any)
+    } else if (key.substr(0, dot) == policy) {
+      out[key.substr(dot + 1)] = value;
+    }
+  }
+  return out;
+}
+
+StudyRow run_alone(const sched::Workload& workload, const StudyOptions& options) {
   ReplayOptions base;
-  base.policy_params = options.params;
   base.gpu = options.gpu;
   base.be_max_wait_ns = options.be_max_wait_ns;
-
-  // Alone: every client on its own GPU, nothing to schedule around (passthrough, no parameters).
+  // Every client on its own GPU, nothing to schedule around (passthrough, no parameters).
   ReplayResult alone;
-  alone.policy = "alone";
+  StudyRow row;
   for (const std::string& client : workload.clients()) {
     ReplayOptions o = base;
     o.policy = "passthrough";
-    o.policy_params.clear();
     ReplayResult r = sched::replay_workload(workload.only_client(client), o);
     alone.requests.insert(alone.requests.end(), r.requests.begin(), r.requests.end());
-    study.alone.be_per_s += sched::requests_per_second(r, StreamClass::kBestEffort);
+    row.be_per_s += sched::requests_per_second(r, StreamClass::kBestEffort);
   }
-  study.alone.policy = "alone";
-  study.alone.hp_p50_ns = sched::latency_percentile_ns(alone, StreamClass::kHighPriority, 50);
-  study.alone.hp_p99_ns = sched::latency_percentile_ns(alone, StreamClass::kHighPriority, 99);
-  study.alone.hp_exec_p99_ns = sched::execution_percentile_ns(alone, StreamClass::kHighPriority, 99);
+  row.policy = "alone";
+  row.hp_p50_ns = sched::latency_percentile_ns(alone, StreamClass::kHighPriority, 50);
+  row.hp_p99_ns = sched::latency_percentile_ns(alone, StreamClass::kHighPriority, 99);
+  row.hp_exec_p99_ns = sched::execution_percentile_ns(alone, StreamClass::kHighPriority, 99);
+  return row;
+}
 
+StudyRow run_point(const sched::Workload& workload, const StudyOptions& options, const std::string& policy,
+                   const sched::PolicyParams& params, const std::string& trace_path) {
+  ReplayOptions o;
+  o.gpu = options.gpu;
+  o.be_max_wait_ns = options.be_max_wait_ns;
+  o.policy = policy;
+  o.policy_params = params;
+  o.force_hw_priority_on = options.hw_priority == "on";
+  o.force_hw_priority_off = options.hw_priority == "off";
+  o.trace_path = trace_path;
+  return summarise(sched::replay_workload(workload, o));
+}
+
+Study run_study(const sched::Workload& workload, const StudyOptions& options) {
+  Study study;
+  study.alone = run_alone(workload, options);
   std::vector<std::string> policies = options.policies.empty() ? sched::policy_names() : options.policies;
   for (const std::string& policy : policies) {
-    ReplayOptions o = base;
-    o.policy = policy;
-    o.force_hw_priority_on = options.hw_priority == "on";
-    o.force_hw_priority_off = options.hw_priority == "off";
-    // Parameters are given once for the study; only orion takes any.
-    if (policy != "orion") o.policy_params.clear();
-    if (!options.trace_dir.empty()) o.trace_path = options.trace_dir + "/" + policy + ".trace.json";
-    study.rows.push_back(summarise(sched::replay_workload(workload, o)));
+    const std::string trace = options.trace_dir.empty() ? "" : options.trace_dir + "/" + policy + ".trace.json";
+    study.rows.push_back(run_point(workload, options, policy, params_for(policy, options.params), trace));
   }
   return study;
 }

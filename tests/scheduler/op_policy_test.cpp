@@ -82,11 +82,35 @@ TEST(PolicyParams, ErrorsNameTheProblem) {
 TEST(PolicyParams, DocsCoverEveryParameterAndPolicy) {
   const std::string docs = policy_param_docs();
   for (const char* word : {"passthrough", "priority", "sm_threshold=", "sm_threshold_frac=",
-                           "dur_threshold_us=", "allow_unknown=", "default 100"}) {
+                           "dur_threshold_us=", "allow_unknown=", "default 100", "partition", "be_sm_frac=",
+                           "granularity=", "hp_rest=", "gate="}) {
     EXPECT_NE(docs.find(word), std::string::npos) << word;
   }
-  EXPECT_EQ(policy_names(), (std::vector<std::string>{"passthrough", "priority", "orion"}));
+  EXPECT_EQ(policy_names(), (std::vector<std::string>{"passthrough", "priority", "orion", "partition"}));
   for (const auto& name : policy_names()) EXPECT_EQ(make_policy(name)->name(), name);
+}
+
+TEST(Partition, ConfinesBestEffortToWholeStepsOfSms) {
+  auto p = make_policy("partition", {{"be_sm_frac", "0.5"}});
+  ASSERT_TRUE(p->sm_partition().has_value());
+  EXPECT_EQ(p->sm_partition()->best_effort_sms(132), 64);  // 66 rounded down to a multiple of 8
+  EXPECT_FALSE(p->sm_partition()->high_priority_on_rest);
+  EXPECT_FALSE(p->defers_best_effort()) << "gate=0: space alone, nothing deferred";
+  auto tiny = make_policy("partition", {{"be_sm_frac", "0.01"}, {"granularity", "8"}});
+  EXPECT_EQ(tiny->sm_partition()->best_effort_sms(132), 8) << "at least one step";
+  auto huge = make_policy("partition", {{"be_sm_frac", "0.99"}, {"hp_rest", "1"}});
+  EXPECT_EQ(huge->sm_partition()->best_effort_sms(132), 120) << "at most 15 of the GPU's 16 whole steps";
+  EXPECT_TRUE(huge->sm_partition()->high_priority_on_rest);
+  EXPECT_EQ(make_policy("partition")->sm_partition()->best_effort_sms(12), 0) << "fewer than two steps: none";
+  auto gated = make_policy("partition", {{"gate", "1"}});
+  EXPECT_TRUE(gated->defers_best_effort());
+  DeviceState busy;
+  busy.hp_in_flight = 1;
+  EXPECT_FALSE(gated->admit(kernel_op(1, 1), {}, busy)) << "gate=1 admits as priority does";
+  EXPECT_TRUE(p->admit(kernel_op(1, 1), {}, busy)) << "gate=0 admits at once";
+  EXPECT_FALSE(make_policy("orion")->sm_partition().has_value());
+  EXPECT_THROW(make_policy("partition", {{"gate", "3"}}), std::invalid_argument);
+  EXPECT_THROW(make_policy("partition", {{"sm_threshold", "3"}}), std::invalid_argument);
 }
 
 TEST(Passthrough, NeverDefers) {

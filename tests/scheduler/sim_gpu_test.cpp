@@ -61,6 +61,30 @@ TEST(SimGpu, KernelAloneTakesWavesTimesBlockTime) {
   }
 }
 
+// A green context's partition: a stream confined to 2 of 4 SMs takes twice the waves, leaves the
+// other SMs to a stream on them, and cannot be given SMs the GPU does not have.
+TEST(SimGpu, AStreamConfinedToAPartitionUsesOnlyItsSms) {
+  SimulatedGpu alone(small_gpu(4));
+  ASSERT_EQ(alone.submit(kernel_op(1, 1, 16, 1000)), 0);
+  EXPECT_EQ(alone.run_until_idle(), 4000);  // 16 blocks, 4 SMs x 1: 4 waves
+  SimulatedGpu gpu(small_gpu(4));
+  gpu.set_stream_sms(1, 0, 2);
+  gpu.set_stream_sms(2, 2, 2);
+  ASSERT_EQ(gpu.submit(kernel_op(1, 1, 16, 1000)), 0);
+  ASSERT_EQ(gpu.submit(kernel_op(2, 2, 4, 1000)), 0);
+  gpu.run_until_idle();
+  const auto done = by_seq(gpu);
+  EXPECT_EQ(done.at(1).end_ns, 8000) << "confined to 2 SMs: 8 waves";
+  EXPECT_EQ(done.at(2).start_ns, 0) << "the other partition's SMs are free at once";
+  EXPECT_EQ(done.at(2).end_ns, 2000);
+  EXPECT_NEAR(gpu.busy_sm_ns(), 2 * 8000.0 + 2 * 2000.0, 1e-6);
+  EXPECT_THROW(gpu.set_stream_sms(3, 3, 2), std::invalid_argument);
+  gpu.set_stream_sms(1, 0, 0);  // lifted: every SM again
+  ASSERT_EQ(gpu.submit(kernel_op(1, 3, 16, 1000)), 0);
+  const int64_t before = gpu.now_ns();
+  EXPECT_EQ(gpu.run_until_idle() - before, 4000);
+}
+
 TEST(SimGpu, BlockSpreadFreesSlotsBeforeTheWaveEnds) {
   SimGpuConfig cfg = small_gpu(64);
   cfg.block_spread = 0.3;

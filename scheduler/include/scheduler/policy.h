@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,17 @@ struct DeviceState {
   double be_outstanding_ns = 0;             // summed estimated duration of BE kernels in flight
 };
 
+// Space instead of time: best-effort streams confined to a partition of the GPU's SMs (CUDA green
+// contexts), so that high-priority blocks always find free SMs (the `partition` policy).
+struct SmPartition {
+  double best_effort_fraction = 0.5;  // of the SMs, rounded down to the granularity
+  int granularity = 8;                // SMs per partition step (sm_90 green contexts: 8)
+  bool high_priority_on_rest = false; // high priority on the other SMs only (else on all of them)
+  // The best-effort partition's size on a GPU of `sm_count` SMs: a multiple of the granularity,
+  // at least one step and at most sm_count minus one step (0 when the GPU has fewer than 2 steps).
+  int best_effort_sms(int sm_count) const;
+};
+
 class Policy {
  public:
   virtual ~Policy() = default;
@@ -36,11 +48,13 @@ class Policy {
   virtual bool admit(const Op& op, const OpEstimate& est, const DeviceState& state) const = 0;
   // Whether best-effort ops are deferred at all (passthrough: no).
   virtual bool defers_best_effort() const { return true; }
+  // The SM partition the backend should confine best-effort streams to (partition: yes).
+  virtual std::optional<SmPartition> sm_partition() const { return std::nullopt; }
 };
 
 using PolicyParams = std::map<std::string, std::string>;
 
-// "passthrough", "priority", "orion". Unknown names or parameters, and bad values, throw
+// "passthrough", "priority", "orion", "partition". Unknown names or parameters, and bad values, throw
 // std::invalid_argument naming the parameter and what is allowed.
 std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyParams& params = {});
 std::vector<std::string> policy_names();

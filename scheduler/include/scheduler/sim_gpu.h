@@ -85,6 +85,10 @@ class SimulatedGpu final : public Device {
   // Hardware stream priority (cuStreamCreateWithPriority): high-priority streams' blocks are
   // dispatched first. Streams are normal priority until set.
   void set_stream_priority(StreamId stream, bool high_priority);
+  // A CUDA green context's SM partition (cuDevSmResourceSplitByCount, cuGreenCtxStreamCreate):
+  // the stream's blocks go only to SMs [first_sm, first_sm + sm_count); sm_count 0 lifts it. Block
+  // priority still orders blocks within an SM. Throws std::invalid_argument outside the GPU.
+  void set_stream_sms(StreamId stream, int first_sm, int sm_count);
 
   // Time of the next state change: now_ns() while a dispatch is pending, -1 when idle.
   int64_t next_event_ns() const;

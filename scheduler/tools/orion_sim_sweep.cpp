@@ -1,0 +1,79 @@
+// orion-sim sweep: every policy over a grid of its parameters on one workload, the trade-off
+// between high-priority latency and best-effort throughput (each against its client alone), and
+// the Pareto front. The grid: priority; orion at a few SM thresholds; partition with the
+// best-effort share stepped by the granularity, high priority on all SMs or the rest, and no
+// gating or orion's gating inside the partition.
+#include <cstdio>
+#include <sstream>
+
+#include "orion_sim.h"
+
+namespace orion_sim {
+
+namespace {
+constexpr double kGoalHpP99 = 1.10;  // issue 14: HP p99 at most 1.10x of alone ...
+constexpr double kGoalBe = 0.60;     // ... while best effort keeps at least 0.60x of its alone throughput
+}  // namespace
+
+Sweep run_sweep(const sched::Workload& workload, const StudyOptions& options) {
+  Sweep sweep;
+  sweep.alone = run_alone(workload, options);
+  std::vector<SweepPoint> grid;
+  grid.push_back({"priority", "priority", {}});
+  for (const char* frac : {"0.25", "0.5", "0.75", "1"})
+    grid.push_back({std::string("orion sm_threshold_frac=") + frac, "orion", {{"sm_threshold_frac", frac}}});
+  const int sms = options.gpu.sm_count;
+  constexpr int kGranularity = 8;
+  for (int be = kGranularity; be <= sms - kGranularity; be += kGranularity) {
+    // be_sm_frac chosen so that the policy's rounding lands on exactly `be` SMs.
+    char frac[32];
+    std::snprintf(frac, sizeof frac, "%.6f", (static_cast<double>(be) + 0.5) / static_cast<double>(sms));
+    for (const char* rest : {"0", "1"}) {
+      for (const char* gate : {"0", "2"}) {
+        grid.push_back({"partition be_sms=" + std::to_string(be) + " hp_rest=" + rest + " gate=" + gate, "partition",
+                        {{"be_sm_frac", frac}, {"hp_rest", rest}, {"gate", gate}}});
+      }
+    }
+  }
+  for (SweepPoint& p : grid) {
+    const StudyRow row = run_point(workload, options, p.policy, p.params);
+    p.hp_p99_ratio = sweep.alone.hp_p99_ns > 0 ? row.hp_p99_ns / sweep.alone.hp_p99_ns : 0;
+    p.be_ratio = sweep.alone.be_per_s > 0 ? row.be_per_s / sweep.alone.be_per_s : 0;
+    p.meets_goal = p.hp_p99_ratio <= kGoalHpP99 && p.be_ratio >= kGoalBe;
+  }
+  for (SweepPoint& p : grid) {
+    p.pareto = true;
+    for (const SweepPoint& q : grid) {
+      const bool no_worse = q.hp_p99_ratio <= p.hp_p99_ratio && q.be_ratio >= p.be_ratio;
+      const bool better = q.hp_p99_ratio < p.hp_p99_ratio || q.be_ratio > p.be_ratio;
+      if (&q != &p && no_worse && better) p.pareto = false;
+    }
+  }
+  sweep.points = std::move(grid);
+  return sweep;
+}
+
+std::string format_sweep(const Sweep& s) {
+  std::ostringstream out;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "alone: HP p99 %.3f ms, BE %.2f requests/s; goal: HP p99 <= %.2fx and BE >= %.2fx\n\n",
+                s.alone.hp_p99_ns / 1e6, s.alone.be_per_s, kGoalHpP99, kGoalBe);
+  out << buf << "| point | HP p99 / alone | BE / alone | Pareto front | meets goal |\n|---|---|---|---|---|\n";
+  for (const SweepPoint& p : s.points) {
+    std::snprintf(buf, sizeof buf, "| %s | %.2fx | %.2fx | %s | %s |\n", p.label.c_str(), p.hp_p99_ratio, p.be_ratio,
+                  p.pareto ? "yes" : "", p.meets_goal ? "yes" : "");
+    out << buf;
+  }
+  return out.str();
+}
+
+std::string sweep_csv(const Sweep& s) {
+  std::ostringstream out;
+  out << "point,policy,hp_p99_ratio,be_ratio,pareto,meets_goal\n";
+  for (const SweepPoint& p : s.points)
+    out << '"' << p.label << "\"," << p.policy << ',' << p.hp_p99_ratio << ',' << p.be_ratio << ',' << p.pareto << ','
+        << p.meets_goal << '\n';
+  return out.str();
+}
+
+}  // namespace orion_sim
