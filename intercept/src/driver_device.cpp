@@ -128,8 +128,6 @@ void DriverDevice::track(const sched::Op& op, CUstream stream, CUevent started) 
         if (started != nullptr) t.free_events.push_back(started);
         complete_uncovered(t, op.stream, now, immediate);
       }
-    } else if (started != nullptr) {
-      t.free_events.push_back(started);
     }
   }
   if (!immediate.empty()) report(immediate);
@@ -159,7 +157,8 @@ void DriverDevice::stream_destroying(sched::StreamId id) {
     auto it = streams_.find(id);
     if (it == streams_.end()) return;
     StreamTrack& t = it->second;
-    if (t.uncovered > 0 && !cover_uncovered(t, t.context, now_ns())) complete_uncovered(t, id, now_ns(), immediate);
+    const int64_t now = now_ns();
+    if (t.uncovered > 0 && !cover_uncovered(t, t.context, now)) complete_uncovered(t, id, now, immediate);
     // The handle may come back for another stream, of another context.
     t.handle = nullptr;
     t.context = nullptr;
@@ -183,12 +182,9 @@ void DriverDevice::poll() {
   {
     std::lock_guard lock(mutex_);
     for (auto& [stream, t] : streams_) {
-      if (t.pending.empty()) continue;
-      if (t.high_priority) {
-        looks.push_back({stream, t.pending.back().done, t.pending.size()});
-        continue;
+      if (!t.pending.empty()) {
+        (t.high_priority ? looks : looks_others_).push_back({stream, t.pending.back().done, t.pending.size()});
       }
-      looks_others_.push_back({stream, t.pending.back().done, t.pending.size()});
     }
     // The others: kPolledPerPass of them, from where the last pass stopped.
     const size_t n = looks_others_.size();

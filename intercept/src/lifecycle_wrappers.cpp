@@ -80,7 +80,7 @@ ORION_EXPORT CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec g, CUgraph graph,
   return real::cuGraphExecUpdate_v2(g, graph, info);
 }
 
-// --- instantiation: which events the executable records and waits on (Shim::GraphEvents) ---
+// --- instantiation: whether the executable records or waits on events (Shim::graph_instantiated) ---
 #define ORION_GRAPH_INSTANTIATE(sym, last_t)                                             \
   ORION_EXPORT CUresult CUDAAPI sym(CUgraphExec* exec, CUgraph graph, last_t last) {      \
     ORION_REQUIRE_REAL(sym);                                                              \

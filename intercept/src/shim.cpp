@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <vector>
 
 #include "log.h"
 
@@ -267,84 +268,57 @@ CUresult Shim::launch(KernelLaunch& call, bool per_thread) {
 }
 
 namespace {
-void walk_graph(CUgraph graph, Shim::GraphEvents& out, int depth) {
+// Whether `graph` has an event-record or event-wait node, looking into child graphs; anything the
+// shim cannot inspect (a failed query, a conditional's bodies) counts as yes.
+bool has_event_nodes(CUgraph graph, int depth) {
   size_t n = 0;
   if (depth > 16 || !real::cuGraphGetNodes || !real::cuGraphNodeGetType ||
       real::cuGraphGetNodes(graph, nullptr, &n) != CUDA_SUCCESS) {
-    out.opaque = true;
-    return;
+    return true;
   }
   std::vector<CUgraphNode> nodes(n);
-  if (n != 0 && real::cuGraphGetNodes(graph, nodes.data(), &n) != CUDA_SUCCESS) {
-    out.opaque = true;
-    return;
-  }
+  if (n != 0 && real::cuGraphGetNodes(graph, nodes.data(), &n) != CUDA_SUCCESS) return true;
   for (size_t i = 0; i < n && i < nodes.size(); ++i) {
     CUgraphNodeType type{};
-    if (real::cuGraphNodeGetType(nodes[i], &type) != CUDA_SUCCESS) {
-      out.opaque = true;
-      continue;
-    }
-    CUevent e = nullptr;
+    if (real::cuGraphNodeGetType(nodes[i], &type) != CUDA_SUCCESS) return true;
     CUgraph child = nullptr;
     switch (type) {
       case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
-        if (real::cuGraphEventRecordNodeGetEvent && real::cuGraphEventRecordNodeGetEvent(nodes[i], &e) == CUDA_SUCCESS)
-          out.records.push_back(e);
-        else
-          out.opaque = true;
-        break;
       case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
-        if (real::cuGraphEventWaitNodeGetEvent && real::cuGraphEventWaitNodeGetEvent(nodes[i], &e) == CUDA_SUCCESS)
-          out.waits.push_back(e);
-        else
-          out.opaque = true;
-        break;
+      case CU_GRAPH_NODE_TYPE_CONDITIONAL: return true;  // a conditional's bodies are not walked
       case CU_GRAPH_NODE_TYPE_GRAPH:
-        if (real::cuGraphChildGraphNodeGetGraph && real::cuGraphChildGraphNodeGetGraph(nodes[i], &child) == CUDA_SUCCESS)
-          walk_graph(child, out, depth + 1);
-        else
-          out.opaque = true;
+        if (!real::cuGraphChildGraphNodeGetGraph || real::cuGraphChildGraphNodeGetGraph(nodes[i], &child) != CUDA_SUCCESS ||
+            has_event_nodes(child, depth + 1)) {
+          return true;
+        }
         break;
-      case CU_GRAPH_NODE_TYPE_CONDITIONAL: out.opaque = true; break;  // bodies not walked
       default: break;
     }
   }
+  return false;
 }
 }  // namespace
 
-Shim::GraphEvents Shim::inspect_graph(CUgraph graph) {
-  GraphEvents out;
-  walk_graph(graph, out, 0);
-  return out;
-}
-
 void Shim::graph_instantiated(CUgraphExec exec, CUgraph graph) {
-  GraphEvents ev = inspect_graph(graph);
+  const bool events = has_event_nodes(graph, 0);
   std::lock_guard lock(graphs_mu_);
-  if (ev.any()) {
-    graph_events_[exec] = std::move(ev);
+  if (events) {
+    graphs_with_event_nodes_.insert(exec);
   } else {
-    graph_events_.erase(exec);  // a handle value reused by a new executable
+    graphs_with_event_nodes_.erase(exec);  // a handle value reused by a new executable
   }
 }
 
 void Shim::graph_exec_destroyed(CUgraphExec exec) {
   std::lock_guard lock(graphs_mu_);
-  graph_events_.erase(exec);
-}
-
-Shim::GraphEvents Shim::graph_events(CUgraphExec exec) const {
-  std::lock_guard lock(graphs_mu_);
-  auto it = graph_events_.find(exec);
-  return it == graph_events_.end() ? GraphEvents{} : it->second;
+  graphs_with_event_nodes_.erase(exec);
 }
 
 CUresult Shim::launch_graph(CUgraphExec exec, sched::Op&& op) {
   bool has_events = false;
   {
     std::lock_guard lock(graphs_mu_);
-    has_events = graph_events_.count(exec) != 0;
+    has_events = graphs_with_event_nodes_.count(exec) != 0;
   }
   // Its records and waits are invisible to the event bookkeeping: everything queued goes first
   // (the waits of the events it re-records, the records of those it waits on), and it goes now.

@@ -10,8 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
-#include <unordered_map>
-#include <vector>
+#include <unordered_set>
 
 #include "cuda_api.h"
 #include "driver_device.h"
@@ -94,20 +93,13 @@ class Shim {
   uint64_t communication_streams() const { return comm_streams_.load(std::memory_order_relaxed); }
   DriverDevice& device() { return device_; }
 
-  // What a graph executable does with events outside it: the events its event-record nodes
-  // record and its event-wait nodes wait on (child graphs walked), read when it is instantiated
-  // (or updated). The shim's event bookkeeping never sees these records and waits, so a launch of
-  // such an executable is never deferred: everything queued reaches the driver before it (queued
-  // waits of the events it records, records of those it waits on), then it does, in program order.
-  struct GraphEvents {
-    std::vector<CUevent> records, waits;
-    bool opaque = false;  // a node the shim cannot look into (a conditional's body, a failed query)
-    bool any() const { return opaque || !records.empty() || !waits.empty(); }
-  };
-  static GraphEvents inspect_graph(CUgraph graph);
+  // Graph executables with event-record or event-wait nodes (child graphs walked; a node the shim
+  // cannot look into, such as a conditional's body, counts as one), read when the executable is
+  // instantiated or updated. The shim's event bookkeeping never sees those records and waits, so
+  // a launch of such an executable is never deferred: everything queued reaches the driver before
+  // it (queued waits of the events it records, records of those it waits on), then it does.
   void graph_instantiated(CUgraphExec exec, CUgraph graph);
   void graph_exec_destroyed(CUgraphExec exec);
-  GraphEvents graph_events(CUgraphExec exec) const;  // none for an executable without event nodes
   // A launch of `exec` (op.kind kGraphLaunch): deferred like any op unless it has event nodes.
   CUresult launch_graph(CUgraphExec exec, sched::Op&& op);
 
@@ -122,7 +114,7 @@ class Shim {
 
   Settings settings_;
   mutable std::mutex graphs_mu_;
-  std::unordered_map<CUgraphExec, GraphEvents> graph_events_;  // only executables with event nodes
+  std::unordered_set<CUgraphExec> graphs_with_event_nodes_;
   DriverDevice device_;
   sched::ProfileStore profiles_;
   std::unique_ptr<sched::TraceWriter> trace_;

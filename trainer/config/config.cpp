@@ -500,10 +500,9 @@ void PipelineConfig::load_partition_file() {
                                "(recompute_ratio optional)";
   if (!j.is_object() || !j.contains("partition") || !j["partition"].is_array())
     throw ConfigError("parallel.partition_file '" + path + "': no \"partition\" list; " + expected);
-  for (const auto& [key, value] : j.items()) {
-    (void)value;
-    if (key != "partition" && key != "recompute_ratio")
-      throw ConfigError("parallel.partition_file '" + path + "': unknown key \"" + key + "\"; " + expected);
+  for (const auto& item : j.items()) {
+    if (item.key() != "partition" && item.key() != "recompute_ratio")
+      throw ConfigError("parallel.partition_file '" + path + "': unknown key \"" + item.key() + "\"; " + expected);
   }
   std::vector<int64_t> layers;
   for (const auto& v : j["partition"]) {

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trainer/device/device.h"
+#include "trainer/launch/world.h"
 #include "trainer/distributed/distributed.h"
 #include "trainer/launch/orion_preload.h"
 #include "trainer/log/engine_log.h"
@@ -77,7 +78,7 @@ namespace {
 
 // Refuses, before anything is built, a model whose weights, gradients and AdamW state plus one
 // micro-batch's activations exceed the memory of every process's devices (this process's devices
-// times WORLD_SIZE: the stages spread over the processes).
+// times the world size, torchrun's or SLURM's: the stages spread over the processes).
 void check_model_fits(ModelInterface& model, const PipelineConfig& config) {
   model.configure(config.model);
   const MemoryEstimate est = model.estimate_memory();
@@ -88,9 +89,8 @@ void check_model_fits(ModelInterface& model, const PipelineConfig& config) {
   const double activations = est.activation_bytes_per_token * microbatch_tokens;
   const std::vector<c10::Device> devices =
       resolve_rank_devices(config.parallel.device, config.parallel.model_parallel_size);
-  const char* world = std::getenv("WORLD_SIZE");
-  const double processes = world != nullptr && std::atoi(world) > 1 ? std::atoi(world) : 1.0;
-  const double capacity = static_cast<double>(total_memory_bytes(devices)) * processes;
+  const double capacity =
+      static_cast<double>(total_memory_bytes(devices)) * static_cast<double>(world_from_environment().world_size);
   if (state + activations <= capacity) return;
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   throw ConfigError(fmt::format(
