@@ -46,6 +46,9 @@ typedef struct orion_stats {
   uint64_t promoted;             /* queued best-effort ops submitted early: a high-priority (or
                                     unmanaged) op of the same stream arrived behind them */
   uint64_t thread_classed;       /* ops scheduled with their thread's class (orion_set_thread_class) */
+  uint64_t partition_moved;      /* ORION_POLICY=partition: best-effort kernels run in a green context */
+  uint64_t partition_in_place;   /* ORION_POLICY=partition: best-effort kernels that could not move
+                                    (the shim's log at exit says why) */
 } orion_stats;
 
 /* 1 when scheduling is on (USE_ORION_SCHEDULER=1), 0 in pass-through mode. */

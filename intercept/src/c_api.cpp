@@ -50,6 +50,11 @@ ORION_EXPORT int orion_get_stats(orion_stats* out, size_t size) {
   s.communication_streams = shim->communication_streams();
   s.promoted = d.promoted;
   s.thread_classed = d.op_classed;
+  if (const orion::GreenPartitions* g = shim->partitions()) {
+    const orion::PartitionStats p = g->stats();
+    s.partition_moved = p.moved;
+    for (uint64_t n : p.in_place) s.partition_in_place += n;
+  }
   // An older caller's smaller struct gets the leading fields it knows.
   std::memcpy(out, &s, std::min(size, sizeof s));
   return 0;

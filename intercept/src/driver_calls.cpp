@@ -48,8 +48,15 @@ KernelLaunch::KernelLaunch(Api api, const CUlaunchConfig* config, CUfunction f, 
     : DriverCall(config->hStream), api_(api), f_(f), config_(*config), params_(params),
       extra_(extra) {}
 
-CUresult KernelLaunch::invoke() const {
-  const CUlaunchConfig& c = config_;
+CUresult KernelLaunch::invoke() const { return invoke_with(config_); }
+
+CUresult KernelLaunch::call_on(CUstream stream) const {
+  CUlaunchConfig c = config_;
+  c.hStream = stream;
+  return invoke_with(c);
+}
+
+CUresult KernelLaunch::invoke_with(const CUlaunchConfig& c) const {
   switch (api_) {
     case Api::kLaunch:
       return real::cuLaunchKernel(f_, c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX, c.blockDimY,
@@ -67,9 +74,9 @@ CUresult KernelLaunch::invoke() const {
                                                   c.blockDimX, c.blockDimY, c.blockDimZ,
                                                   c.sharedMemBytes, c.hStream, params_);
     case Api::kEx:
-      return real::cuLaunchKernelEx(&config_, f_, params_, extra_);
+      return real::cuLaunchKernelEx(&c, f_, params_, extra_);
     case Api::kExPtsz:
-      return real::cuLaunchKernelEx_ptsz(&config_, f_, params_, extra_);
+      return real::cuLaunchKernelEx_ptsz(&c, f_, params_, extra_);
   }
   return CUDA_ERROR_INVALID_VALUE;
 }

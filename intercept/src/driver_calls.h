@@ -91,6 +91,10 @@ class KernelLaunch final : public DriverCall {
 
   CUfunction function() const { return f_; }
   const CUlaunchConfig& config() const { return config_; }
+  bool cooperative() const { return api_ == Api::kCooperative || api_ == Api::kCooperativePtsz; }
+  // The same launch on another stream (the partition policy's green-context shadow stream); the
+  // caller makes the stream's context current.
+  CUresult call_on(CUstream stream) const;
   // Launched in the remote memory-synchronisation domain (CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN):
   // what NCCL does for its kernels, so communication whatever the kernel's name.
   bool remote_sync_domain() const;
@@ -105,6 +109,7 @@ class KernelLaunch final : public DriverCall {
 
  private:
   bool deep_copy_from(const KernelLaunch& src);
+  CUresult invoke_with(const CUlaunchConfig& c) const;
 
   Api api_;
   CUfunction f_;

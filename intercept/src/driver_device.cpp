@@ -6,6 +6,7 @@
 #include "log.h"
 
 #include "driver_calls.h"
+#include "green_partitions.h"
 #include "real_driver.h"
 
 namespace orion {
@@ -46,7 +47,19 @@ int DriverDevice::submit(const sched::Op& op) {
       started = nullptr;
     }
   }
-  CUresult rc = call->call();
+  CUresult rc = CUDA_SUCCESS;
+  std::optional<CUresult> moved;
+  if (partitions_ != nullptr && op.kind == sched::OpKind::kKernel && op.cls == sched::StreamClass::kBestEffort &&
+      !capturing()) {
+    // The partition policy: a best-effort kernel runs in a green context (green_partitions.h).
+    moved = partitions_->launch(static_cast<const KernelLaunch&>(*call), op.stream, stream);
+  }
+  if (moved) {
+    rc = *moved;
+  } else {
+    rc = call->call();
+    if (partitions_ != nullptr) partitions_->note_in_place(op.stream);
+  }
   if (rc != CUDA_SUCCESS) {
     if (started != nullptr) {
       std::lock_guard lock(mutex_);
@@ -151,6 +164,7 @@ void DriverDevice::record_tails() {
 }
 
 void DriverDevice::stream_destroying(sched::StreamId id) {
+  if (partitions_ != nullptr) partitions_->stream_destroying(id);
   std::vector<sched::Completion> immediate;
   {
     std::lock_guard lock(mutex_);

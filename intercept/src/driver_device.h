@@ -23,6 +23,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -31,6 +32,8 @@
 #include "scheduler/device.h"
 
 namespace orion {
+
+class GreenPartitions;
 
 class DriverDevice final : public sched::Device {
  public:
@@ -49,6 +52,10 @@ class DriverDevice final : public sched::Device {
 
   // Ops submitted and not yet seen complete (for statistics and tests).
   uint64_t tracked_in_flight() const;
+
+  // The partition policy's green contexts (null: every op on its own stream). Best-effort kernels
+  // are handed to it at submit; every other op of a stream is reported to it (note_in_place).
+  void set_partitions(GreenPartitions* partitions) { partitions_ = partitions; }
 
   // Stream captures the shim counts (owned by the Shim). While one is active: no completion event
   // is recorded (it would become a node of the program's graph: the op counts as done at once),
@@ -131,6 +138,7 @@ class DriverDevice final : public sched::Device {
   std::atomic<uint64_t> in_flight_{0};
 
   const std::atomic<int>* captures_ = nullptr;
+  GreenPartitions* partitions_ = nullptr;
   bool capturing() const {
     return captures_ != nullptr && captures_->load(std::memory_order_acquire) > 0;
   }

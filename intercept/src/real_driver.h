@@ -51,7 +51,14 @@ std::span<const EntryInfo> entry_table();
   X(cuGraphEventRecordNodeGetEvent, PFN_cuGraphEventRecordNodeGetEvent_v11010)      \
   X(cuGraphEventWaitNodeGetEvent, PFN_cuGraphEventWaitNodeGetEvent_v11010)          \
   X(cuGraphChildGraphNodeGetGraph, PFN_cuGraphChildGraphNodeGetGraph_v10000)        \
-  X(cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010)
+  X(cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010) \
+  X(cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000)                   \
+  X(cuDeviceGetDevResource, PFN_cuDeviceGetDevResource_v12040)                      \
+  X(cuDevSmResourceSplitByCount, PFN_cuDevSmResourceSplitByCount_v12040)            \
+  X(cuDevResourceGenerateDesc, PFN_cuDevResourceGenerateDesc_v12040)                \
+  X(cuGreenCtxCreate, PFN_cuGreenCtxCreate_v12040)                                  \
+  X(cuCtxFromGreenCtx, PFN_cuCtxFromGreenCtx_v12040)                                \
+  X(cuGreenCtxStreamCreate, PFN_cuGreenCtxStreamCreate_v12050)
 
 namespace real {
 #define ORION_ENTRY(base, sym, pfn, lo, hi, pt) inline pfn sym = nullptr;

@@ -101,6 +101,15 @@ Shim::Shim(Settings settings) : settings_(std::move(settings)) {
   }
   device_.set_capture_counter(&captures_);
   device_.set_completion_batch_ns(settings_.completion_batch_us * 1000);
+  if (policy->sm_partition()) {
+    // Best-effort kernels to green contexts; high priority stays on the program's streams, on
+    // every SM (hp_rest is the simulator's alone: moving high-priority work would cost it latency).
+    if (policy->sm_partition()->high_priority_on_rest) {
+      shim_log().warn("partition: hp_rest=1 is simulated only; on a GPU high-priority kernels stay on every SM");
+    }
+    partitions_ = std::make_unique<GreenPartitions>(*policy);
+    device_.set_partitions(partitions_.get());
+  }
   dispatcher_ = std::make_unique<sched::Dispatcher>(device_, std::move(policy), options);
   pump_thread_ = std::thread([this] { pump_loop(); });
 }
@@ -170,6 +179,7 @@ void Shim::shutdown() {
                "{} forced by starvation, {} promoted, {} classed by their thread, {} caller waits, {} driver errors",
                s.submitted, s.submitted_inline, s.deferred,
                s.forced_by_starvation, s.promoted, s.op_classed, s.caller_waits, s.backend_errors);
+  if (partitions_ != nullptr) shim_log().info("partition: {}", partitions_->stats().summary());
 }
 
 int Shim::drain_for_legacy_stream(sched::StreamId id) {

@@ -14,6 +14,7 @@
 
 #include "cuda_api.h"
 #include "driver_device.h"
+#include "green_partitions.h"
 #include "scheduler/dispatcher.h"
 #include "scheduler/profile_store.h"
 #include "scheduler/trace.h"
@@ -91,6 +92,8 @@ class Shim {
   void shutdown();
 
   uint64_t communication_streams() const { return comm_streams_.load(std::memory_order_relaxed); }
+  // The partition policy's green contexts (null under other policies).
+  const GreenPartitions* partitions() const { return partitions_.get(); }
   DriverDevice& device() { return device_; }
 
   // Graph executables with event-record or event-wait nodes (child graphs walked; a node the shim
@@ -119,6 +122,7 @@ class Shim {
   sched::ProfileStore profiles_;
   std::unique_ptr<sched::TraceWriter> trace_;
   std::unique_ptr<sched::Dispatcher> dispatcher_;
+  std::unique_ptr<GreenPartitions> partitions_;  // reads the policy the dispatcher owns
   std::atomic<int> captures_{0};
   std::atomic<bool> have_best_effort_{false};
   std::atomic<uint64_t> comm_streams_{0};

@@ -11,12 +11,16 @@
 // Threads use both devices' contexts, streams of every class (high priority, best effort blocking
 // and non-blocking, plain, legacy), events across streams, queries and captures; high-priority
 // streams are held busy at random so best-effort work is deferred and admitted. Every program is
-// run under the policy ctest chose (priority, orion) and in pass-through.
+// run under the policy ctest chose (priority, orion, partition) and in pass-through. Under
+// partition the programs' kernels are CUkernels (context-independent), so best-effort launches
+// move to green-context shadow streams: the checks follow each shadow back to its program stream
+// (through its join) and require those launches to run in a green context.
 // ORION_DIFF_PROGRAMS sets the number of programs (default 300).
 #include <atomic>
 #include <cstdlib>
 #include <map>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -71,6 +75,11 @@ int launch_tagged(CUfunction f, CUstream s, uint64_t tag, bool large = false) {
   return cuLaunchKernel(f, large ? 256 : 1, 1, 1, large ? 1024 : 32, 1, 1, 0, s, params, nullptr);
 }
 
+bool partition_run() {
+  const char* p = std::getenv("ORION_POLICY");
+  return p != nullptr && std::string(p) == "partition" && scheduled_mode();
+}
+
 void run_thread(ThreadProgram& p, uint64_t seed, int ops, int device) {
   std::mt19937_64 rng(seed);
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
@@ -81,7 +90,9 @@ void run_thread(ThreadProgram& p, uint64_t seed, int ops, int device) {
   p.ctx = use_device(device);
   if (p.ctx == nullptr) return fail("use_device", -1);
   const size_t tag_size[] = {sizeof(uint64_t)};
-  p.f = fake_cuda_make_function("diff_kernel", 1, tag_size);
+  static const uint64_t library = fake_cuda_make_module();
+  p.f = partition_run() ? reinterpret_cast<CUfunction>(fake_cuda_make_kernel(library, "diff_kernel", 1, tag_size))
+                        : fake_cuda_make_function("diff_kernel", 1, tag_size);
   if (cuStreamCreateWithPriority(&p.hp, 0, -5) != CUDA_SUCCESS ||
       cuStreamCreateWithPriority(&p.be, 0, 0) != CUDA_SUCCESS ||
       cuStreamCreateWithPriority(&p.nb, CU_STREAM_NON_BLOCKING, 0) != CUDA_SUCCESS ||
@@ -178,7 +189,7 @@ uint64_t tag_of(const fake_cuda_call& c) {
 
 // Checks one program against the log; returns the violations found (described in `why`).
 int check(const std::vector<ThreadProgram>& threads, const std::vector<fake_cuda_call>& log,
-          std::vector<std::string>* why) {
+          std::vector<std::string>* why, size_t* moved) {
   int violations = 0;
   auto bad = [&](const std::string& what) {
     ++violations;
@@ -198,6 +209,24 @@ int check(const std::vector<ThreadProgram>& threads, const std::vector<fake_cuda
   std::map<uint64_t, std::vector<uint64_t>> wait_bound, record_numbers, record_streams;
   std::vector<uint64_t> captured_tags;
   std::vector<uint64_t> capture_ends;
+  // The partition policy's shadow streams, their green contexts, and the program stream each
+  // joins back to (a wait on an event the shim recorded on the shadow).
+  std::map<uint64_t, uint64_t> program_stream_of;
+  std::set<uint64_t> shadows, green_contexts;
+  std::map<uint64_t, uint64_t> shim_record_stream;
+  for (const fake_cuda_call& c : log) {
+    if (std::strcmp(c.name, "cuGreenCtxStreamCreate") == 0 && c.result == CUDA_SUCCESS) {
+      shadows.insert(c.stream);
+      green_contexts.insert(c.context);
+    } else if (std::strcmp(c.name, "cuEventRecord") == 0 && by_event.count(c.event) == 0) {
+      shim_record_stream[c.event] = c.stream;
+    } else if (std::strcmp(c.name, "cuStreamWaitEvent") == 0 && by_event.count(c.event) == 0) {
+      auto r = shim_record_stream.find(c.event);
+      if (r == shim_record_stream.end() || shadows.count(r->second) == 0) continue;
+      auto [it, fresh] = program_stream_of.emplace(r->second, c.stream);
+      if (!fresh && it->second != c.stream) bad("a shadow stream joined two program streams");
+    }
+  }
   for (size_t i = 0; i < log.size(); ++i) {
     const fake_cuda_call& c = log[i];
     const bool launch = is_launch(c) && by_function.count(c.function) != 0;
@@ -207,15 +236,24 @@ int check(const std::vector<ThreadProgram>& threads, const std::vector<fake_cuda
     if (c.captured != 0 && !launch) bad(std::string("the shim's ") + c.name + " went into a capture");
     if (launch) {
       if (c.result != CUDA_SUCCESS) bad("a launch failed in the driver: " + std::to_string(c.result));
-      if (c.context != h(owner->ctx)) bad("a launch ran under another context");
+      uint64_t stream = c.stream;
+      if (auto sh = program_stream_of.find(c.stream); sh != program_stream_of.end()) {
+        stream = sh->second;  // moved: checked as a launch of the program's stream
+        ++*moved;
+        if (green_contexts.count(c.context) == 0) bad("a moved launch ran outside its green context");
+      } else if (shadows.count(c.stream) != 0) {
+        bad("a launch ran on a shadow stream that never joined its program stream");
+      } else if (c.context != h(owner->ctx)) {
+        bad("a launch ran under another context");
+      }
       const uint64_t tag = tag_of(c);
       ++launch_count[tag];
       if (c.captured != 0) {
         captured_tags.push_back(tag);
-      } else if (c.stream == 0) {
+      } else if (stream == 0) {
         barrier_at[tag] = i;
       } else {
-        seen[c.stream].push_back({{Kind::kLaunch, tag}, i});
+        seen[stream].push_back({{Kind::kLaunch, tag}, i});
       }
     } else if (std::strcmp(c.name, "cuMemsetD8Async") == 0) {
       seen[c.stream].push_back({{Kind::kSet, c.value}, i});
@@ -319,6 +357,7 @@ TEST_F(Differential, RandomProgramsKeepEveryOrderingRule) {
   constexpr int kThreads = 3;
   constexpr int kOps = 40;
   int violations = 0, failures = 0;
+  size_t moved = 0;
   std::vector<std::string> why;
   for (int prog = 0; prog < programs; ++prog) {
     fake_cuda_reset();
@@ -341,7 +380,7 @@ TEST_F(Differential, RandomProgramsKeepEveryOrderingRule) {
       }
     }
     std::vector<std::string> found;
-    violations += check(threads, log, &found);
+    violations += check(threads, log, &found, &moved);
     for (const auto& f : found) {
       if (why.size() < 8) why.push_back("program " + std::to_string(prog) + ": " + f);
     }
@@ -351,13 +390,18 @@ TEST_F(Differential, RandomProgramsKeepEveryOrderingRule) {
   std::ostringstream report;
   report << "differential: " << programs << " programs x " << kThreads << " threads x " << kOps
          << " ops (" << (scheduled_ ? "scheduled" : "pass-through") << "): " << violations
-         << " violations, " << failures << " failed calls";
+         << " violations, " << failures << " failed calls, " << moved << " launches moved to green contexts";
   std::printf("%s\n", report.str().c_str());
   for (const auto& w : why) std::printf("  %s\n", w.c_str());
   EXPECT_EQ(violations, 0);
   EXPECT_EQ(failures, 0);
   if (scheduled_) {
     EXPECT_GT(stats().deferred, 0u) << "the programs never exercised deferral";
+  }
+  if (partition_run()) {
+    EXPECT_GT(moved, 100u) << "the partition policy moved (almost) no best-effort launch";
+  } else {
+    EXPECT_EQ(moved, 0u);
   }
 }
 

@@ -138,4 +138,76 @@ TEST_F(FakeDriverRules, FunctionNamesAreTheLibrariesRealManglings) {
   }
 }
 
+// Green contexts as the driver documents them (what the partition policy's tests rely on): a
+// split rounds up to the device's granularity and cannot be split again, a descriptor takes one
+// split, the required flags are required, and a green context is a context of its own: a
+// module's CUfunction does not launch in it, a CUkernel does, and events record only on streams
+// of their own context.
+TEST_F(FakeDriverRules, GreenContextsFollowTheDriversRules) {
+  CUdevResource all{}, groups[4]{}, rest{};
+  ASSERT_EQ(cuDeviceGetDevResource(0, &all, CU_DEV_RESOURCE_TYPE_SM), CUDA_SUCCESS);
+  EXPECT_EQ(all.sm.smCount, 132u);
+  EXPECT_EQ(all.sm.minSmPartitionSize, 8u);
+  unsigned n = 0;
+  ASSERT_EQ(cuDevSmResourceSplitByCount(nullptr, &n, &all, nullptr, 0, 20), CUDA_SUCCESS);
+  EXPECT_EQ(n, 5u) << "20 SMs round up to 24 (multiples of 8): 5 groups of 132";
+  n = 1;
+  ASSERT_EQ(cuDevSmResourceSplitByCount(groups, &n, &all, &rest, 0, 20), CUDA_SUCCESS);
+  EXPECT_EQ(groups[0].sm.smCount, 24u);
+  EXPECT_EQ(rest.sm.smCount, 108u);
+  n = 1;
+  EXPECT_EQ(cuDevSmResourceSplitByCount(&groups[1], &n, &groups[0], nullptr, 0, 8),
+            CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION) << "a split's output cannot be split again";
+  EXPECT_EQ(cuDevSmResourceSplitByCount(groups, &n, &all, nullptr, 0, 200), CUDA_ERROR_INVALID_VALUE);
+  CUdevResource other{};
+  n = 1;
+  ASSERT_EQ(cuDevSmResourceSplitByCount(&other, &n, &all, nullptr, 0, 8), CUDA_SUCCESS);
+  CUdevResource mixed[2] = {groups[0], other};
+  CUdevResourceDesc desc = nullptr;
+  EXPECT_EQ(cuDevResourceGenerateDesc(&desc, mixed, 2), CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION)
+      << "resources of two splits in one descriptor";
+  ASSERT_EQ(cuDevResourceGenerateDesc(&desc, groups, 1), CUDA_SUCCESS);
+  CUgreenCtx green = nullptr;
+  EXPECT_EQ(cuGreenCtxCreate(&green, desc, 0, 0), CUDA_ERROR_INVALID_VALUE) << "CU_GREEN_CTX_DEFAULT_STREAM is required";
+  EXPECT_EQ(cuGreenCtxCreate(&green, desc, 1, CU_GREEN_CTX_DEFAULT_STREAM), CUDA_ERROR_INVALID_DEVICE);
+  ASSERT_EQ(cuGreenCtxCreate(&green, desc, 0, CU_GREEN_CTX_DEFAULT_STREAM), CUDA_SUCCESS);
+  CUcontext gctx = nullptr;
+  ASSERT_EQ(cuCtxFromGreenCtx(&gctx, green), CUDA_SUCCESS);
+  EXPECT_NE(reinterpret_cast<uintptr_t>(gctx), reinterpret_cast<uintptr_t>(green));
+  EXPECT_EQ(fake_cuda_context_sm_count(gctx), 24);
+  CUstream gs = nullptr;
+  EXPECT_EQ(cuGreenCtxStreamCreate(&gs, green, 0, 0), CUDA_ERROR_INVALID_VALUE) << "CU_STREAM_NON_BLOCKING is required";
+  ASSERT_EQ(cuGreenCtxStreamCreate(&gs, green, CU_STREAM_NON_BLOCKING, 0), CUDA_SUCCESS);
+  CUcontext of_stream = nullptr;
+  ASSERT_EQ(cuStreamGetCtx(gs, &of_stream), CUDA_SUCCESS);
+  EXPECT_EQ(of_stream, gctx) << "the stream belongs to the green context whatever was current";
+  CUfunction module_fn = fake_cuda_make_function("module_kernel", 0, nullptr);
+  CUfunction lib_kernel = reinterpret_cast<CUfunction>(fake_cuda_make_kernel(fake_cuda_make_module(), "lib_kernel", 0, nullptr));
+  CUevent primary_event = nullptr;
+  ASSERT_EQ(cuEventCreate(&primary_event, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxPushCurrent(gctx), CUDA_SUCCESS);
+  EXPECT_EQ(cuLaunchKernel(module_fn, 1, 1, 1, 32, 1, 1, 0, gs, nullptr, nullptr), CUDA_ERROR_INVALID_HANDLE)
+      << "a module's function is bound to the context that loaded it";
+  EXPECT_EQ(cuLaunchKernel(lib_kernel, 1, 1, 1, 32, 1, 1, 0, gs, nullptr, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventRecord(primary_event, gs), CUDA_ERROR_INVALID_HANDLE) << "an event of another context";
+  EXPECT_EQ(fake_cuda_green_ctx_violations(), 0u);
+  std::thread second([&] {
+    ASSERT_EQ(cuCtxSetCurrent(gctx), CUDA_SUCCESS);
+    EXPECT_EQ(fake_cuda_green_ctx_violations(), 1u) << "current on two threads at once is counted";
+    ASSERT_EQ(cuCtxSetCurrent(nullptr), CUDA_SUCCESS);
+  });
+  second.join();
+  CUcontext popped = nullptr;
+  ASSERT_EQ(cuCtxPopCurrent(&popped), CUDA_SUCCESS);
+  EXPECT_EQ(popped, gctx);
+  EXPECT_EQ(cuStreamWaitEvent(gs, primary_event, 0), CUDA_ERROR_INVALID_HANDLE)
+      << "the green context's stream is used with the green context current";
+  ASSERT_EQ(cuCtxPushCurrent(gctx), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy(gs), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxPopCurrent(&popped), CUDA_SUCCESS);
+  EXPECT_EQ(cuGreenCtxDestroy(green), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxFromGreenCtx(&gctx, green), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(cuEventDestroy(primary_event), CUDA_SUCCESS);
+}
+
 }  // namespace

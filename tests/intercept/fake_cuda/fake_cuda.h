@@ -77,6 +77,15 @@ void fake_cuda_set_logging(int enabled);
 /* Driver-call cost model: every logged driver call busy-waits `ns` nanoseconds (0: off), so a
  * benchmark counts what the shim adds in driver calls, not only in its own code. */
 void fake_cuda_set_call_cost_ns(int64_t ns);
+/* Green contexts (cuGreenCtxCreate & co.): the SMs of context `ctx` (a green context's CUcontext:
+ * its partition; a primary context: the device's), -1 for an unknown context. */
+int fake_cuda_context_sm_count(CUcontext ctx);
+/* Times a green context was made current on a thread while another thread had it current (the
+ * driver allows one thread at a time). */
+uint64_t fake_cuda_green_ctx_violations(void);
+/* A stream's virtual clock: when the work submitted to it so far ends (waits included). */
+int64_t fake_cuda_stream_time_ns(CUstream stream);
+
 /* Logged driver calls made so far (counted with logging on or off; never reset). */
 uint64_t fake_cuda_calls_made(void);
 

@@ -28,7 +28,7 @@ int device_of(uint64_t ctx) {
   for (int d = 0; d < kDevices; ++d) {
     if (kPrimaryContext[d] == ctx) return d;
   }
-  return -1;
+  return green_device(ctx);
 }
 
 uint64_t current_ctx() {
@@ -136,6 +136,7 @@ FAKE_EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext c) {
   auto& stack = ctx_stack();
   const auto v = reinterpret_cast<uint64_t>(c);
   if (v != 0 && device_of(v) < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  const uint64_t before = current_ctx();
   if (v == 0) {
     if (!stack.empty()) stack.pop_back();
   } else if (stack.empty()) {
@@ -143,19 +144,24 @@ FAKE_EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext c) {
   } else {
     stack.back() = v;
   }
+  green_current_changed(before, current_ctx());
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext c) {
   const auto v = reinterpret_cast<uint64_t>(c);
   if (device_of(v) < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  const uint64_t before = current_ctx();
   ctx_stack().push_back(v);
+  green_current_changed(before, v);
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext* c) {
   auto& stack = ctx_stack();
   if (stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
   if (c != nullptr) *c = reinterpret_cast<CUcontext>(stack.back());
+  const uint64_t before = current_ctx();
   stack.pop_back();
+  green_current_changed(before, current_ctx());
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice* d) {

@@ -21,6 +21,10 @@ constexpr int kDevices = 2;
 constexpr uint64_t kPrimaryContext[kDevices] = {0xC7000000, 0xC7001000};
 constexpr int kSmCount[kDevices] = {132, 114};
 int device_of(uint64_t ctx);  // -1 for an unknown context
+// Green contexts (fake_cuda_green.cpp): the device of a green context's CUcontext (-1: none), and
+// the calling thread's current context changing from `before` to `after` (the one-thread rule).
+int green_device(uint64_t ctx);
+void green_current_changed(uint64_t before, uint64_t after);
 
 struct Function {
   std::string name;

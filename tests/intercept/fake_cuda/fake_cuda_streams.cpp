@@ -151,6 +151,12 @@ FAKE_EXPORT CUresult CUDAAPI cuStreamDestroy_v2(CUstream hs) {
   if (id != 0 && id != 2) s.streams.erase(id);  // the legacy stream no longer waits for it
   return finish(s, c);
 }
+FAKE_EXPORT int64_t fake_cuda_stream_time_ns(CUstream hs) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  auto it = s.streams.find(sid(hs, false));
+  return it == s.streams.end() ? -1 : it->second.time_ns;
+}
 FAKE_EXPORT CUresult CUDAAPI cuStreamGetFlags(CUstream hs, unsigned int* flags) {
   State& s = st();
   std::lock_guard lock(s.mu);
