@@ -13,11 +13,15 @@
 #      all-reduce from a priority-0 stream beside high-priority matmuls must not wait)
 #   g  schedules with and without overlapped forward+backward pairs, shim off and `orion`
 #      (1f1b, dualpipev; 4 ranks on the one GPU): step time ratios, F/B kernel overlap share
+#   h  the simulator's workloads on the GPU: orion-replay-gpu --simulate over
+#      scheduler/workloads/orion_inference_training.jsonl and pipeline_stage.jsonl, no shim then
+#      passthrough, priority, orion, partition under the shim: HP p99 / BE throughput against
+#      each client alone, and the simulator's error per run
 # Each writes a log under OUTDIR/logs and a row to OUTDIR/results.md; a failed check does not stop
 # the others; the exit status is non-zero if any check failed or could not run.
 #
 #   scripts/gpu_check.sh OUTDIR
-# Environment: GPU_CHECK_ONLY ("build ctest a b c d e f g", a subset to run), GPU_CHECK_SKIP_BUILD=1 (reuse
+# Environment: GPU_CHECK_ONLY ("build ctest a b c d e f g h", a subset to run), GPU_CHECK_SKIP_BUILD=1 (reuse
 # build-gpu), GPU_CHECK_BUDGET_S (540: checks that no longer fit are recorded as not run),
 # GPU_CHECK_PYTHON (python3), GPU_CHECK_BUILD_DIR (build-gpu), GPU_CHECK_TRAINER_STEPS (6).
 # Needs .deps/ (../shared/device/stage-debs.sh python3-yaml libgloo-dev on the dev machine: Gloo's
@@ -31,8 +35,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=scripts/gpu/common.sh
 source "$here/gpu/common.sh"
 budget=${GPU_CHECK_BUDGET_S:-540}
-only=" ${GPU_CHECK_ONLY:-build ctest a b c d e f g} "
-known=" build ctest a b c d e f g "
+only=" ${GPU_CHECK_ONLY:-build ctest a b c d e f g h} "
+known=" build ctest a b c d e f g h "
 for name in $only; do
   case "$known" in
     *" $name "*) ;;
@@ -82,6 +86,7 @@ step d check_trainer.sh 450
 step e check_distributed.sh 90
 step f check_driver_rules.sh 120
 step g check_schedules.sh 480
+step h check_replay.sh 120
 
 failed=$(grep -c '| FAIL |' "$OUTDIR/results.md")
 echo "[gpu_check] done in ${SECONDS}s: $failed failed; table in $OUTDIR/results.md"

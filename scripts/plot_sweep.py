@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Draws `orion-sim sweep --csv` output: high-priority p99 latency against best-effort throughput
-(each over its client alone), one marker per grid point coloured by policy, the Pareto front as a
+(each over its client alone), one marker per grid point coloured by policy (the adaptive partition,
+policy column "partition-adaptive", as stars), the Pareto front as a
 line, and the goal region (HP p99 <= 1.10x, BE >= 0.60x) shaded.
 
 Usage: plot_sweep.py SWEEP.csv [SWEEP2.csv ...] -o OUT.png [--title TEXT]
@@ -16,7 +17,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-COLORS = {"priority": "tab:red", "orion": "tab:orange", "partition": "tab:blue"}
+COLORS = {"priority": "tab:red", "orion": "tab:orange", "partition": "tab:blue", "partition-adaptive": "tab:green"}
+MARKERS = {"partition-adaptive": "*"}
 
 
 def read(path):
@@ -36,7 +38,10 @@ def panel(ax, rows, title):
     for policy, color in COLORS.items():
         pts = [r for r in rows if r["policy"] == policy]
         if pts:
-            ax.scatter([r["be"] for r in pts], [r["hp"] for r in pts], s=18, color=color, label=policy)
+            big = policy in MARKERS
+            ax.scatter([r["be"] for r in pts], [r["hp"] for r in pts], s=70 if big else 18, color=color,
+                       marker=MARKERS.get(policy, "o"), edgecolors="black" if big else "none", linewidths=0.5,
+                       label=policy, zorder=3 if big else 2)
     front = sorted((r for r in rows if r["front"]), key=lambda r: r["be"])
     ax.plot([r["be"] for r in front], [r["hp"] for r in front], color="black", linewidth=1, label="Pareto front")
     ax.set_xlabel("best-effort throughput / alone")

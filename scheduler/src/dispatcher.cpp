@@ -56,6 +56,7 @@ Dispatcher::Impl::Impl(Device& dev, std::unique_ptr<Policy> pol, DispatcherOptio
     opt.profiles = own_profiles.get();
   }
   defers = policy->defers_best_effort();
+  observes = policy->wants_observations();
   device.set_listener(this);
   if (opt.background_thread) background = std::thread([this] { background_loop(); });
 }
@@ -189,6 +190,8 @@ bool Dispatcher::Impl::reserve_best_effort(const Op& op, const OpEstimate& est, 
   ++be_in_flight;
   be_sms += est.sms_needed;
   be_outstanding_ns += est.duration_ns;
+  be_reserved.fetch_add(1, std::memory_order_release);
+  be_in_flight_now.store(be_in_flight, std::memory_order_release);
   return true;
 }
 
@@ -200,13 +203,27 @@ void Dispatcher::Impl::release(const InFlightOp& done) {
     --be_in_flight;
     be_sms -= done.sms;
     be_outstanding_ns = std::max(0.0, be_outstanding_ns - done.est_ns);
+    be_in_flight_now.store(be_in_flight, std::memory_order_release);
   }
 }
 
 // Hands `op` to the device; s.mu held. A best-effort op must already be reserved with `est`.
 int Dispatcher::Impl::submit_locked(StreamState& s, Op& op, const OpEstimate& est) {
   const bool tracked = op.cls == StreamClass::kHighPriority || op.cls == StreamClass::kBestEffort;
-  if (tracked) s.in_flight.push_back({op.seq, op.cls, est.sms_needed, est.duration_ns});
+  if (tracked) {
+    InFlightOp f{op.seq, op.cls, est.sms_needed, est.duration_ns};
+    if (observes && op.kind == OpKind::kKernel) {
+      f.kernel = true;
+      f.kernel_id = op.kernel.id;
+      f.profile = est.profile;
+      f.submitted_ns = op.submitted_ns;
+      // Read before the op reaches the device: a best-effort op reserved from here on counts.
+      f.be_mark = be_reserved.load(std::memory_order_acquire);
+      f.be_busy = be_in_flight_now.load(std::memory_order_acquire) > 0;
+      if (op.cls == StreamClass::kBestEffort) f.be_busy = true;
+    }
+    s.in_flight.push_back(f);
+  }
   if (op.cls == StreamClass::kHighPriority) {
     hp_in_flight.fetch_add(1, std::memory_order_release);
     if (op.kind == OpKind::kKernel) {
@@ -378,16 +395,38 @@ void Dispatcher::Impl::on_complete(const Completion& done) {
 }
 
 void Dispatcher::Impl::apply_completion(const Completion& done) {
+  InFlightOp finished;  // the op `done` names, when the policy wants to hear of it
+  int64_t ready_ns = 0;
   if (StreamState* s = find_stream(done.stream)) {
     std::lock_guard lock(s->mu);
     // Ops of a stream finish in order: a completion also retires earlier unreported ops.
     while (!s->in_flight.empty() && s->in_flight.front().seq <= done.seq) {
-      release(s->in_flight.front());
+      const InFlightOp& f = s->in_flight.front();
+      if (observes && f.seq == done.seq && f.kernel) {
+        finished = f;
+        ready_ns = std::max(f.submitted_ns, s->last_done_ns);
+      }
+      release(f);
       s->in_flight.pop_front();
     }
+    s->last_done_ns = std::max(s->last_done_ns, done.end_ns);
   }
   if (done.kind == OpKind::kKernel) opt.profiles->record_completion(done.kernel, done.start_ns, done.end_ns);
   if (opt.trace != nullptr) opt.trace->on_complete(done);
+  if (finished.kernel) {
+    KernelCompletion k;
+    k.cls = finished.cls;
+    k.kernel = finished.kernel_id;
+    k.est.duration_ns = finished.est_ns;
+    k.est.sms_needed = finished.sms;
+    k.est.profile = finished.profile;
+    k.ready_ns = std::min(ready_ns, done.end_ns);
+    k.start_ns = done.start_ns;
+    k.end_ns = done.end_ns;
+    k.be_free = !finished.be_busy && be_reserved.load(std::memory_order_acquire) == finished.be_mark;
+    k.sm_count = device.sm_count();
+    policy->observe(k);
+  }
 }
 
 Dispatcher::Dispatcher(Device& device, std::unique_ptr<Policy> policy, DispatcherOptions options)

@@ -127,6 +127,7 @@ struct Dispatcher::Impl final : CompletionListener {
   std::unique_ptr<ProfileStore> own_profiles;
   const uint64_t uid;
   bool defers = true;
+  bool observes = false;  // policy->wants_observations()
 
   std::atomic<uint64_t> next_seq{1};
   std::atomic<size_t> total_queued{0};
@@ -138,6 +139,10 @@ struct Dispatcher::Impl final : CompletionListener {
   int be_in_flight = 0;
   int be_sms = 0;
   double be_outstanding_ns = 0;
+  // Mirrors for Policy::observe's be_free, readable without admit_mu: best-effort ops in flight,
+  // and best-effort ops reserved so far.
+  std::atomic<int> be_in_flight_now{0};
+  std::atomic<uint64_t> be_reserved{0};
 
   mutable std::shared_mutex streams_mu;
   std::unordered_map<StreamId, std::unique_ptr<StreamState>> streams;

@@ -518,6 +518,8 @@ void SimulatedGpu::set_stream_sms(StreamId stream, int first_sm, int sm_count) {
   StreamState& st = impl_->streams[stream];
   st.first_sm = first_sm;
   st.sm_count = sm_count;
+  // Blocks still waiting may now fit (a grown partition): dispatch at the next clock drive.
+  impl_->dispatch_pending = true;
 }
 
 int64_t SimulatedGpu::next_event_ns() const {

@@ -19,6 +19,13 @@ struct InFlightOp {
   StreamClass cls = StreamClass::kUnmanaged;
   int sms = 0;
   double est_ns = 0;
+  // For Policy::observe (filled only when the policy wants observations):
+  bool kernel = false;          // a kernel launch
+  bool be_busy = false;         // best-effort ops were in flight at its submission
+  KernelId kernel_id = 0;
+  KernelProfile profile = KernelProfile::kUnknown;
+  int64_t submitted_ns = 0;
+  uint64_t be_mark = 0;         // best-effort submissions so far, at its submission
 };
 
 // A caller blocked until its op (whose payload could not be cloned) is submitted.
@@ -64,6 +71,7 @@ struct StreamState {
   uint64_t submitted = 0, submitted_inline = 0, deferred = 0, forced = 0, caller_waits = 0,
            errors = 0, promoted = 0, op_classed = 0;
   uint64_t timing_tick = 0;  // tracked kernels submitted, for Op::wants_timing's re-samples
+  int64_t last_done_ns = 0;  // end of the latest completion reported on this stream
 };
 
 }  // namespace sched::detail

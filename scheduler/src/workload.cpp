@@ -2,6 +2,8 @@
 // because workloads are hand-edited and a silent default would skew a study.
 #include "scheduler/workload.h"
 
+#include <map>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -274,6 +276,31 @@ KernelInfo Workload::kernel_info(const WorkloadOp& op, Device& device) const {
     k.sim_block_ns = op.duration_ns / static_cast<double>(waves);
   }
   return k;
+}
+
+RequestGraph request_graph(const Workload& w) {
+  RequestGraph g;
+  g.op_request.resize(w.ops.size());
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < w.ops.size(); ++i) {
+    const WorkloadOp& op = w.ops[i];
+    auto [it, is_new] = index.emplace(op.request, g.requests.size());
+    if (is_new) {
+      WorkloadRequest r;
+      r.result.client = op.client;
+      r.result.request = op.request;
+      r.result.cls = op.cls;
+      g.requests.push_back(std::move(r));
+      auto pred = index.find(op.after_request);
+      if (!op.after_request.empty() && pred != index.end()) {
+        g.requests[pred->second].followers.push_back(it->second);
+        g.requests[it->second].closed_loop = true;
+      }
+    }
+    g.op_request[i] = it->second;
+    g.requests[it->second].ops.push_back(i);
+  }
+  return g;
 }
 
 }  // namespace sched

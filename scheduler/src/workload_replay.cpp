@@ -17,13 +17,9 @@
 namespace sched {
 namespace {
 
-struct RequestState {
-  RequestResult result;
+struct RequestState : WorkloadRequest {
   size_t remaining = 0;
   bool started = false;
-  bool closed_loop = false;       // released by the request it follows
-  std::vector<size_t> ops;        // indices into workload.ops
-  std::vector<size_t> followers;  // requests released when this one finishes
 };
 
 struct Arrival {
@@ -50,43 +46,36 @@ ReplayResult replay_workload(const Workload& w, const ReplayOptions& options) {
   dopt.background_thread = false;
   dopt.be_max_wait_ns = options.be_max_wait_ns;
   dopt.profiles = &profiles;
+  const Policy& pol = *policy;
   Dispatcher dispatcher(gpu, std::move(policy), dopt);
 
   // Streams, requests and the closed-loop graph.
   std::map<StreamId, bool> streams_seen;
-  std::map<std::string, size_t> request_index;
-  std::vector<RequestState> requests;
-  std::vector<size_t> op_request(w.ops.size());
-  for (size_t i = 0; i < w.ops.size(); ++i) {
-    const WorkloadOp& op = w.ops[i];
+  std::map<StreamId, StreamClass> stream_cls;
+  // The partition's size as last applied; an adaptive policy changes it while the replay runs.
+  const int sms = gpu.sm_count();
+  int applied_be = partition ? partition->best_effort_sms(sms) : 0;
+  auto confine = [&](StreamId id, StreamClass cls, const SmPartition& part, int be) {
+    if (be > 0 && cls == StreamClass::kBestEffort) gpu.set_stream_sms(id, 0, be);
+    if (be > 0 && cls == StreamClass::kHighPriority && part.high_priority_on_rest) gpu.set_stream_sms(id, be, sms - be);
+  };
+  for (const WorkloadOp& op : w.ops) {
     if (!streams_seen.count(op.stream_id)) {
       streams_seen[op.stream_id] = true;
+      stream_cls[op.stream_id] = op.cls;
       dispatcher.set_stream_class(op.stream_id, op.cls);
       gpu.set_stream_priority(op.stream_id, hw_priority && op.cls == StreamClass::kHighPriority);
-      if (partition) {
-        const int sms = gpu.sm_count(), be = partition->best_effort_sms(sms);
-        if (be > 0 && op.cls == StreamClass::kBestEffort) gpu.set_stream_sms(op.stream_id, 0, be);
-        if (be > 0 && op.cls == StreamClass::kHighPriority && partition->high_priority_on_rest)
-          gpu.set_stream_sms(op.stream_id, be, sms - be);
-      }
+      if (partition) confine(op.stream_id, op.cls, *partition, applied_be);
     }
-    auto [it, is_new] = request_index.emplace(op.request, requests.size());
-    if (is_new) {
-      RequestState r;
-      r.result.client = op.client;
-      r.result.request = op.request;
-      r.result.cls = op.cls;
-      requests.push_back(std::move(r));
-      // A request named by after_request that is not replayed (client alone): open loop.
-      auto pred = request_index.find(op.after_request);
-      if (!op.after_request.empty() && pred != request_index.end()) {
-        requests[pred->second].followers.push_back(it->second);
-        requests[it->second].closed_loop = true;
-      }
-    }
-    op_request[i] = it->second;
-    requests[it->second].ops.push_back(i);
-    ++requests[it->second].remaining;
+  }
+  RequestGraph graph = request_graph(w);
+  const std::vector<size_t>& op_request = graph.op_request;
+  std::vector<RequestState> requests;
+  for (WorkloadRequest& r : graph.requests) {
+    RequestState state;
+    static_cast<WorkloadRequest&>(state) = std::move(r);
+    state.remaining = state.ops.size();
+    requests.push_back(std::move(state));
   }
 
   std::priority_queue<Arrival, std::vector<Arrival>, std::greater<>> arrivals;
@@ -97,6 +86,23 @@ ReplayResult replay_workload(const Workload& w, const ReplayOptions& options) {
   std::map<StreamId, std::queue<size_t>> in_flight;  // per stream, submitted op indices in order
   ReplayResult result;
   result.policy = options.policy;
+  result.start_be_sms = applied_be;
+  double be_sms_ns = 0;   // integral of the partition size over time
+  int64_t applied_since = 0;
+  // Re-applies the partition when the policy resized it: new blocks go to the new range, running
+  // blocks keep theirs (as launches into a new green context would).
+  auto follow_partition = [&] {
+    if (!partition) return;
+    const std::optional<SmPartition> now_part = pol.sm_partition();
+    const int be = now_part ? now_part->best_effort_sms(sms) : 0;
+    if (be == applied_be || be <= 0) return;
+    const int64_t t = gpu.now_ns();
+    be_sms_ns += static_cast<double>(applied_be) * static_cast<double>(t - applied_since);
+    applied_since = t;
+    applied_be = be;
+    ++result.partition_resizes;
+    for (const auto& [id, cls] : stream_cls) confine(id, cls, *now_part, be);
+  };
   size_t seen = 0;
   size_t done_ops = 0;
 
@@ -126,6 +132,7 @@ ReplayResult replay_workload(const Workload& w, const ReplayOptions& options) {
       }
     }
     dispatcher.pump();
+    follow_partition();
 
     bool released = false;
     for (const Completion& c : gpu.completions(seen)) {
@@ -169,6 +176,11 @@ ReplayResult replay_workload(const Workload& w, const ReplayOptions& options) {
 
   for (const RequestResult& r : result.requests) result.makespan_ns = std::max(result.makespan_ns, r.done_ns);
   result.ops_completed = done_ops;
+  result.final_be_sms = applied_be;
+  if (result.makespan_ns > applied_since) {
+    be_sms_ns += static_cast<double>(applied_be) * static_cast<double>(result.makespan_ns - applied_since);
+  }
+  result.mean_be_sms = result.makespan_ns > 0 ? be_sms_ns / static_cast<double>(result.makespan_ns) : applied_be;
   if (result.makespan_ns > 0) {
     result.sm_utilisation =
         gpu.busy_sm_ns() / (static_cast<double>(gpu.sm_count()) * static_cast<double>(result.makespan_ns));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "scheduler/workload.h"
+#include "study.h"
 
 namespace orion_sim {
 
@@ -45,37 +46,8 @@ struct PipelineStageSpec {
 void write_inference_training(std::ostream& out, const InferenceTrainingSpec& spec, const std::string& command);
 void write_pipeline_stage(std::ostream& out, const PipelineStageSpec& spec, const std::string& command);
 
-struct StudyOptions {
-  std::vector<std::string> policies;  // empty: all
-  sched::PolicyParams params;
-  sched::SimGpuConfig gpu;
-  std::string trace_dir;              // empty: no traces
-  int64_t be_max_wait_ns = 2'000'000;
-  std::string hw_priority = "auto";   // auto (per policy) | on | off: HP streams' hardware priority
-};
-
-struct StudyRow {
-  std::string policy;
-  double hp_p50_ns = 0, hp_p99_ns = 0, be_per_s = 0;
-  double hp_exec_p99_ns = 0;  // HP requests' time on the device (first start to done)
-  int64_t makespan_ns = 0;
-  double sm_utilisation = 0;
-  uint64_t forced_by_starvation = 0;
-};
-
-struct Study {
-  StudyRow alone;  // HP latencies / BE throughput of each client run alone (policy passthrough)
-  std::vector<StudyRow> rows;
-};
-
+// The study (study.h): each client alone, then each of options.policies (empty: all).
 Study run_study(const sched::Workload& workload, const StudyOptions& options);
-// Each client alone (passthrough on its own GPU): the reference of every ratio.
-StudyRow run_alone(const sched::Workload& workload, const StudyOptions& options);
-// The whole workload under one policy with these parameters.
-StudyRow run_point(const sched::Workload& workload, const StudyOptions& options, const std::string& policy,
-                   const sched::PolicyParams& params, const std::string& trace_path = "");
-// --param KEY=VALUE: "policy.key" goes to that policy, an unqualified key to orion.
-sched::PolicyParams params_for(const std::string& policy, const sched::PolicyParams& params);
 
 // orion-sim sweep: each policy over a grid of its parameters (orion_sim_sweep.cpp).
 struct SweepPoint {
@@ -85,6 +57,8 @@ struct SweepPoint {
   double hp_p99_ratio = 0, be_ratio = 0;  // HP p99 / alone, BE throughput / alone
   bool pareto = false;                    // no other point has lower-or-equal p99 and higher-or-equal BE
   bool meets_goal = false;                // hp_p99_ratio <= 1.10 and be_ratio >= 0.60
+  double mean_be_sms = 0;                 // partition: time-weighted mean size (adaptive: moves)
+  uint64_t resizes = 0;                   // partition: times the size changed during the run
 };
 struct Sweep {
   StudyRow alone;
@@ -94,8 +68,5 @@ Sweep run_sweep(const sched::Workload& workload, const StudyOptions& options);
 // Markdown table (every point, Pareto front marked, goal marked) and CSV of the same.
 std::string format_sweep(const Sweep& sweep);
 std::string sweep_csv(const Sweep& sweep);
-// Markdown table: policy | HP p50 / alone | HP p99 / alone | HP exec p99 / alone |
-// BE throughput / alone | makespan | SM util | BE ops forced by the starvation bound.
-std::string format_study(const Study& study);
 
 }  // namespace orion_sim

@@ -2,7 +2,8 @@
 // between high-priority latency and best-effort throughput (each against its client alone), and
 // the Pareto front. The grid: priority; orion at a few SM thresholds; partition with the
 // best-effort share stepped by the granularity, high priority on all SMs or the rest, and no
-// gating or orion's gating inside the partition.
+// gating or orion's gating inside the partition; the adaptive partition at a few latency targets,
+// starting from half the SMs.
 #include <cstdio>
 #include <sstream>
 
@@ -35,11 +36,19 @@ Sweep run_sweep(const sched::Workload& workload, const StudyOptions& options) {
       }
     }
   }
+  for (const char* target : {"1.05", "1.10", "1.25", "1.5"}) {
+    for (const char* rest : {"0", "1"}) {
+      grid.push_back({std::string("partition adaptive target=") + target + " hp_rest=" + rest, "partition",
+                      {{"adaptive", "1"}, {"hp_latency_target", target}, {"hp_rest", rest}}});
+    }
+  }
   for (SweepPoint& p : grid) {
     const StudyRow row = run_point(workload, options, p.policy, p.params);
     p.hp_p99_ratio = sweep.alone.hp_p99_ns > 0 ? row.hp_p99_ns / sweep.alone.hp_p99_ns : 0;
     p.be_ratio = sweep.alone.be_per_s > 0 ? row.be_per_s / sweep.alone.be_per_s : 0;
     p.meets_goal = p.hp_p99_ratio <= kGoalHpP99 && p.be_ratio >= kGoalBe;
+    p.mean_be_sms = row.mean_be_sms;
+    p.resizes = row.partition_resizes;
   }
   for (SweepPoint& p : grid) {
     p.pareto = true;
@@ -58,10 +67,15 @@ std::string format_sweep(const Sweep& s) {
   char buf[256];
   std::snprintf(buf, sizeof buf, "alone: HP p99 %.3f ms, BE %.2f requests/s; goal: HP p99 <= %.2fx and BE >= %.2fx\n\n",
                 s.alone.hp_p99_ns / 1e6, s.alone.be_per_s, kGoalHpP99, kGoalBe);
-  out << buf << "| point | HP p99 / alone | BE / alone | Pareto front | meets goal |\n|---|---|---|---|---|\n";
+  out << buf
+      << "| point | HP p99 / alone | BE / alone | BE SMs (mean) | resizes | Pareto front | meets goal |\n"
+         "|---|---|---|---|---|---|---|\n";
   for (const SweepPoint& p : s.points) {
-    std::snprintf(buf, sizeof buf, "| %s | %.2fx | %.2fx | %s | %s |\n", p.label.c_str(), p.hp_p99_ratio, p.be_ratio,
-                  p.pareto ? "yes" : "", p.meets_goal ? "yes" : "");
+    char sms[32] = "-";
+    if (p.mean_be_sms > 0) std::snprintf(sms, sizeof sms, "%.1f", p.mean_be_sms);
+    std::snprintf(buf, sizeof buf, "| %s | %.2fx | %.2fx | %s | %llu | %s | %s |\n", p.label.c_str(), p.hp_p99_ratio,
+                  p.be_ratio, sms, static_cast<unsigned long long>(p.resizes), p.pareto ? "yes" : "",
+                  p.meets_goal ? "yes" : "");
     out << buf;
   }
   return out.str();
@@ -69,10 +83,14 @@ std::string format_sweep(const Sweep& s) {
 
 std::string sweep_csv(const Sweep& s) {
   std::ostringstream out;
-  out << "point,policy,hp_p99_ratio,be_ratio,pareto,meets_goal\n";
-  for (const SweepPoint& p : s.points)
-    out << '"' << p.label << "\"," << p.policy << ',' << p.hp_p99_ratio << ',' << p.be_ratio << ',' << p.pareto << ','
-        << p.meets_goal << '\n';
+  out << "point,policy,hp_p99_ratio,be_ratio,pareto,meets_goal,mean_be_sms,resizes\n";
+  for (const SweepPoint& p : s.points) {
+    // The adaptive partition gets its own name here (and its own colour in scripts/plot_sweep.py).
+    const auto adaptive = p.params.find("adaptive");
+    const bool is_adaptive = adaptive != p.params.end() && adaptive->second == "1";
+    out << '"' << p.label << "\"," << (is_adaptive ? "partition-adaptive" : p.policy) << ',' << p.hp_p99_ratio << ','
+        << p.be_ratio << ',' << p.pareto << ',' << p.meets_goal << ',' << p.mean_be_sms << ',' << p.resizes << '\n';
+  }
   return out.str();
 }
 

@@ -217,5 +217,41 @@ class KernelOverlapTest(unittest.TestCase):
         self.assertIn("no GPU kernel", out.stderr)
 
 
+def replay_json(shim_active=True, drop=None):
+    """What `orion-replay-gpu --simulate --json` writes, reduced to what replay_summary.py reads."""
+    def run(label, p99, be, err):
+        return {"label": label, "shim_active": label != "no-shim" and shim_active,
+                "gpu": {"name": "NVIDIA H100", "sm_count": 132},
+                "together": {"ops_completed": 10, "requests": [{"request": "r0"}]},
+                "row": {"hp_p99_ms": p99, "be_requests_per_s": be},
+                "relative_error": {"hp_p99": err, "be_requests_per_s": -err}}
+    runs = [run("no-shim", 2.0, 40.0, 0.1), run("orion", 1.1, 30.0, -0.05)]
+    return {"alone": {"row": {"hp_p99_ms": 1.0, "be_requests_per_s": 50.0}},
+            "runs": [r for r in runs if r["label"] != drop]}
+
+
+class ReplaySummaryTest(unittest.TestCase):
+    def summary(self, data):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "replay.json"
+            path.write_text(json.dumps(data))
+            return run(ROOT / "scripts/gpu/replay_summary.py", path, "--policies", "orion")
+
+    def test_ratios_to_alone_and_simulator_error_per_run(self):
+        out = self.summary(replay_json())
+        self.assertEqual(out.returncode, 0, out.stdout)
+        self.assertIn("NVIDIA H100 132 SMs", out.stdout)
+        self.assertIn("no-shim HP p99 2.00x BE 0.80x (sim err p99 +10%, BE -10%)", out.stdout)
+        self.assertIn("orion HP p99 1.10x BE 0.60x (sim err p99 -5%, BE +5%)", out.stdout)
+
+    def test_missing_run_or_shim_not_scheduling_is_an_error(self):
+        out = self.summary(replay_json(drop="orion"))
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("runs missing: orion", out.stdout)
+        out = self.summary(replay_json(shim_active=False))
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("not scheduling", out.stdout)
+
+
 if __name__ == "__main__":
     unittest.main()

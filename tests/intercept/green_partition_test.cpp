@@ -174,7 +174,9 @@ TEST_F(GreenPartition, NoGreenContextFallsBackInPlace) {
     const auto log = calls();
     EXPECT_EQ(count_launches(log, kernel_), 3u);
     for (const auto& c : log) {
-      if (is_launch(c) && c.function == h(kernel_)) EXPECT_EQ(c.stream, h(s));
+      if (is_launch(c) && c.function == h(kernel_)) {
+        EXPECT_EQ(c.stream, h(s));
+      }
     }
     EXPECT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
     EXPECT_TRUE(wait_idle());

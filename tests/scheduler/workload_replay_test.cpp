@@ -221,10 +221,16 @@ TEST(OrionSimCli, SweepPrintsTheGridAndItsParetoFront) {
   std::ifstream csv(dir / "sweep.csv");
   std::string header;
   std::getline(csv, header);
-  EXPECT_EQ(header, "point,policy,hp_p99_ratio,be_ratio,pareto,meets_goal");
-  size_t rows = 0;
-  for (std::string line; std::getline(csv, line);) ++rows;
-  EXPECT_EQ(rows, 1u + 4u + 3u * 4u) << "priority, 4 orion thresholds, 3 partition sizes x 4";
+  EXPECT_EQ(header, "point,policy,hp_p99_ratio,be_ratio,pareto,meets_goal,mean_be_sms,resizes");
+  EXPECT_NE(output.find("| partition adaptive target=1.10 hp_rest=0 |"), std::string::npos) << output;
+  size_t rows = 0, adaptive_rows = 0;
+  for (std::string line; std::getline(csv, line);) {
+    ++rows;
+    if (line.find(",partition-adaptive,") != std::string::npos) ++adaptive_rows;
+  }
+  EXPECT_EQ(rows, 1u + 4u + 3u * 4u + 4u * 2u)
+      << "priority, 4 orion thresholds, 3 partition sizes x 4, 4 adaptive targets x 2";
+  EXPECT_EQ(adaptive_rows, 8u);
   std::filesystem::remove_all(dir);
 }
 

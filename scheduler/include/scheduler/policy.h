@@ -31,13 +31,35 @@ struct DeviceState {
 
 // Space instead of time: best-effort streams confined to a partition of the GPU's SMs (CUDA green
 // contexts), so that high-priority blocks always find free SMs (the `partition` policy).
+//
+// Backends read Policy::sm_partition() at each best-effort launch (the adaptive partition changes
+// over time) and confine the launch to best_effort_sms(sm_count) SMs: a new size applies to blocks
+// dispatched from then on, blocks already running keep their SMs (as a launch into a new green
+// context would). Sizes always stay on the granularity ladder (one step .. steps - 1).
 struct SmPartition {
   double best_effort_fraction = 0.5;  // of the SMs, rounded down to the granularity
   int granularity = 8;                // SMs per partition step (sm_90 green contexts: 8)
   bool high_priority_on_rest = false; // high priority on the other SMs only (else on all of them)
+  // > 0: exactly this many granularity steps (clamped to the ladder), best_effort_fraction
+  // ignored. The adaptive partition sets it once it knows the device's SM count.
+  int best_effort_steps = 0;
   // The best-effort partition's size on a GPU of `sm_count` SMs: a multiple of the granularity,
   // at least one step and at most sm_count minus one step (0 when the GPU has fewer than 2 steps).
   int best_effort_sms(int sm_count) const;
+};
+
+// A kernel the dispatcher saw complete (Policy::observe), with what it knew at its submission.
+struct KernelCompletion {
+  StreamClass cls = StreamClass::kUnmanaged;  // high priority or best effort (others are not reported)
+  KernelId kernel = 0;
+  OpEstimate est;              // the profile store's estimate when it was submitted
+  int64_t ready_ns = 0;        // when it could start: submitted, and its stream's previous op done
+  int64_t start_ns = 0;        // device clock; start == end when the backend did not time it
+  int64_t end_ns = 0;
+  // No best-effort op was in flight at any time from its submission to its completion (it ran as
+  // if alone, as far as best effort goes).
+  bool be_free = false;
+  int sm_count = 0;            // the device's, at completion
 };
 
 class Policy {
@@ -48,13 +70,21 @@ class Policy {
   virtual bool admit(const Op& op, const OpEstimate& est, const DeviceState& state) const = 0;
   // Whether best-effort ops are deferred at all (passthrough: no).
   virtual bool defers_best_effort() const { return true; }
-  // The SM partition the backend should confine best-effort streams to (partition: yes).
+  // The SM partition the backend should confine best-effort streams to (partition: yes), as it
+  // stands now: the adaptive partition resizes it at run time, so backends ask at each
+  // best-effort launch. Thread-safe and cheap (atomic loads, no lock): called from launch paths.
   virtual std::optional<SmPartition> sm_partition() const { return std::nullopt; }
+  // Whether the policy wants observe() calls (the dispatcher skips the bookkeeping otherwise).
+  virtual bool wants_observations() const { return false; }
+  // Feedback: every high-priority and best-effort kernel completion the dispatcher learns about
+  // (timed or not), in completion order per stream. May be called from several threads at once;
+  // must not call back into the dispatcher.
+  virtual void observe(const KernelCompletion& /*done*/) {}
 };
 
 using PolicyParams = std::map<std::string, std::string>;
 
-// "passthrough", "priority", "orion", "partition". Unknown names or parameters, and bad values, throw
+// "passthrough", "priority", "orion", "partition" (adaptive=1: resized at run time). Unknown names or parameters, and bad values, throw
 // std::invalid_argument naming the parameter and what is allowed.
 std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyParams& params = {});
 std::vector<std::string> policy_names();

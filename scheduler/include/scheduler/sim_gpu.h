@@ -87,7 +87,9 @@ class SimulatedGpu final : public Device {
   void set_stream_priority(StreamId stream, bool high_priority);
   // A CUDA green context's SM partition (cuDevSmResourceSplitByCount, cuGreenCtxStreamCreate):
   // the stream's blocks go only to SMs [first_sm, first_sm + sm_count); sm_count 0 lifts it. Block
-  // priority still orders blocks within an SM. Throws std::invalid_argument outside the GPU.
+  // priority still orders blocks within an SM. May be changed at any time (a resized partition):
+  // blocks dispatched from then on use the new range, running blocks keep their SMs. Throws
+  // std::invalid_argument outside the GPU.
   void set_stream_sms(StreamId stream, int first_sm, int sm_count);
 
   // Time of the next state change: now_ns() while a dispatch is pending, -1 when idle.

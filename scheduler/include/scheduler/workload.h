@@ -115,6 +115,21 @@ struct RequestResult {
   int64_t execution_ns() const { return done_ns - (first_start_ns < 0 ? arrival_ns : first_start_ns); }
 };
 
+// A workload's requests (its ops grouped by `request`, in file order) and the closed-loop order
+// between them (`after_request`), as every replay needs them (the simulator's, the GPU's). A
+// request naming a predecessor the workload does not hold (its client replayed alone) is open loop.
+struct WorkloadRequest {
+  RequestResult result;            // client, request and class filled in
+  std::vector<size_t> ops;         // indices into Workload::ops
+  std::vector<size_t> followers;   // requests released when this one completes
+  bool closed_loop = false;        // released by the request it follows
+};
+struct RequestGraph {
+  std::vector<WorkloadRequest> requests;
+  std::vector<size_t> op_request;  // per op of the workload: its request's index
+};
+RequestGraph request_graph(const Workload& workload);
+
 struct ReplayResult {
   std::string policy;
   std::vector<RequestResult> requests;  // in order of completion
@@ -122,6 +137,13 @@ struct ReplayResult {
   double sm_utilisation = 0;            // busy SM time / (SMs * makespan)
   uint64_t ops_completed = 0;
   uint64_t forced_by_starvation = 0;    // dispatcher stats
+  // Best-effort SM partition (policies with one; 0 otherwise), sampled after every dispatcher
+  // pump: its size at the start and the end, how often it changed, and its time-weighted mean
+  // over the makespan.
+  int start_be_sms = 0;
+  int final_be_sms = 0;
+  uint64_t partition_resizes = 0;
+  double mean_be_sms = 0;
 };
 
 // Replays `workload` through a Dispatcher (no background thread) on a fresh SimulatedGpu in
