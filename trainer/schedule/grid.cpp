@@ -21,8 +21,10 @@ bool column_is_stage(const Schedule& s) {
 }
 
 std::string cell_label(bool short_labels, const Action& a) {
-  if (short_labels) return std::string(short_name(a.type)) + std::to_string(a.microbatch);  // "F3", not "2F3"
-  return to_string(a);
+  // "F3", not "2F3"; "F3@v1" with the weight version of an asynchronous schedule.
+  std::string label = short_labels ? std::string(short_name(a.type)) + std::to_string(a.microbatch) : to_string(a);
+  if (a.weight_version >= 0) label += "@v" + std::to_string(a.weight_version);
+  return label;
 }
 
 }  // namespace

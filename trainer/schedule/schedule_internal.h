@@ -48,4 +48,8 @@ inline bool is_backward_compute(ActionType t) {
   return t == ActionType::kBackward || t == ActionType::kBackwardInput;
 }
 
+// An asynchronous schedule's weight versions against the rule (schedule_async.cpp); a bsp
+// schedule must carry none. Called by validate().
+std::vector<ValidationIssue> check_weight_versions(const Schedule& schedule);
+
 }  // namespace gpipe::detail

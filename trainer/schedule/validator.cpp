@@ -382,6 +382,10 @@ ValidationResult validate(const Schedule& schedule) {
     }
   }
   DryRun(schedule, result).run();
+  for (ValidationIssue& issue : detail::check_weight_versions(schedule)) {
+    result.ok = false;
+    result.issues.push_back(std::move(issue));
+  }
   return result;
 }
 

@@ -36,6 +36,9 @@ struct Action {
   // forward; the naive executor runs them in order. Their receives come before the pair, their
   // sends after it (with_communication), and the validator runs the two in one step.
   bool overlaps_next = false;
+  // Asynchronous schedules (Schedule::sync_mode kAsp) only: the version of its stage's weights
+  // this F or B runs with, counting the stage's updates (0: the initial weights); -1 otherwise.
+  int weight_version = -1;
   bool operator==(const Action&) const = default;
 };
 std::string to_string(const Action& a);  // e.g. "2F5" = stage 2, forward, micro-batch 5
@@ -71,6 +74,17 @@ enum class ScheduleKind : uint8_t {
 ScheduleKind parse_schedule_kind(const std::string& name);
 const char* to_string(ScheduleKind k);  // also "file" for kFromFile
 
+// parallel.sync_mode: when a stage's weights change.
+enum class SyncMode : uint8_t {
+  kBsp,  // bulk synchronous: every micro-batch's gradients, then one update (the default)
+  kAsp,  // asynchronous (PipeDream 1F1B-async, VPipe's asp): each stage updates its weights right
+         // after every backward, so the pipeline never waits for a flush; with weight stashing a
+         // micro-batch's backward uses the weights its forward used (with_weight_versions)
+};
+// "bsp", "asp"; throws std::invalid_argument naming the allowed values.
+SyncMode parse_sync_mode(const std::string& name);
+const char* to_string(SyncMode mode);
+
 struct Schedule {
   ScheduleKind kind;
   int num_ranks = 0;         // pipeline ranks (physical stages)
@@ -83,6 +97,11 @@ struct Schedule {
   // of stage s, any placement (a schedule file's, or the V shape of zbv and dualpipev: 0 and 3 on
   // rank 0, 1 and 2 on rank 1), with num_ranks * stages_per_rank entries, stages_per_rank per rank.
   std::vector<int> stage_to_rank;
+  // kAsp: every F and B carries its weight version (with_weight_versions); the validator checks
+  // them. weight_stashing: a B uses its own F's version (PipeDream's weight stashing); false: the
+  // stage's newest version (the inconsistent gradient stashing exists to avoid).
+  SyncMode sync_mode = SyncMode::kBsp;
+  bool weight_stashing = true;
 
   int num_stages() const {
     return stage_to_rank.empty() ? num_ranks * stages_per_rank : static_cast<int>(stage_to_rank.size());
@@ -138,6 +157,19 @@ int count_overlapped_pairs(const Schedule& schedule);
 // Throws std::invalid_argument for a schedule that already communicates.
 Schedule with_communication(const Schedule& compute_only);
 
+// The asynchronous schedule (SyncMode::kAsp) of a compute-only one: the same order per rank,
+// every F and B annotated with the weight version it runs with. A stage's version counts its
+// updates, one after each of its backwards: a forward runs with the stage's newest version; a
+// backward with its forward's version when `stashing` (the stage keeps that version until then),
+// else with the newest. Needs full backwards (B, not I/W: an update needs the whole gradient) and
+// no overlapped pairs; throws std::invalid_argument naming the rule and the fix otherwise.
+// 1F1B is PipeDream's 1F1B-async: in steady state rank r holds p - r micro-batches in flight.
+Schedule with_weight_versions(const Schedule& compute_only, bool stashing = true);
+// Per virtual stage: the most weight versions it must hold at once besides its newest (the
+// stashed ones: versions that in-flight micro-batches' backwards still need). 0 for bsp and
+// without stashing. 1F1B-async: min(p - s, m) - 1 on stage s.
+std::vector<int> stashed_versions(const Schedule& schedule);
+
 struct ValidationIssue {
   int rank = -1;
   int step = -1;  // index into per_rank[rank]; -1 when no single action is to blame (a missing one)
@@ -157,9 +189,12 @@ struct ValidationResult {
 // be a forward and a backward (B or I), adjacent, of different (stage, micro-batch). Reports deadlocks (with each blocked rank's action) and mismatches. An explicit
 // stage_to_rank must name a rank in [0, num_ranks) for each of num_ranks * stages_per_rank
 // stages, stages_per_rank on every rank.
+// An asynchronous schedule's weight versions are checked too (each F: its stage's updates so
+// far in the rank's order; each B: its F's version with stashing, the newest without).
 ValidationResult validate(const Schedule& schedule);
 // Step x rank grid ("step | rank 0 | rank 1 ...", cells like "F3", "RF3", "SF1+RB0" for a group,
-// "(F3;B1)" for an overlapped pair, "2F3" unless every rank r holds just stage r), marking the actions named in `result`'s issues as
+// "(F3;B1)" for an overlapped pair, "2F3" unless every rank r holds just stage r; "F3@v1" when
+// the schedule is asynchronous: the weight version), marking the actions named in `result`'s issues as
 // "!B1!" with a trailing " <" on the row; actions a deadlock left unrun go in a last "stuck"
 // row. The issue messages follow the grid.
 std::string render_grid(const Schedule& schedule, const ValidationResult& result);
