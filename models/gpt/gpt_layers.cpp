@@ -94,11 +94,6 @@ GptHead::GptHead(const ModelConfig& config) {
 
 at::Tensor GptHead::forward(const at::Tensor& x) { return linear(lm_head, ln_f->forward(x)); }
 
-uint64_t layer_seed(uint64_t seed, int64_t index) {
-  const unsigned __int128 mixed = static_cast<unsigned __int128>(seed) * 1000003u + static_cast<uint64_t>(index);
-  return static_cast<uint64_t>(mixed % (static_cast<unsigned __int128>(1) << 63));
-}
-
 void init_layer(GptLayer& layer, int64_t num_layers, uint64_t generator_seed) {
   auto generator = at::make_generator<at::CPUGeneratorImpl>(generator_seed);
   const double residual_std = kInitStd / std::sqrt(2.0 * static_cast<double>(num_layers));

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "common/layered_model.h"
 #include "trainer/config/config.h"
 
 namespace gpipe::gpt {
@@ -18,10 +19,8 @@ namespace gpipe::gpt {
 inline constexpr double kLayerNormEps = 1e-5;
 inline constexpr double kInitStd = 0.02;
 
-class GptLayer : public torch::nn::Module {
- public:
-  virtual at::Tensor forward(const at::Tensor& x) = 0;
-};
+// One tensor in, one out (models/common/layered_model.h).
+class GptLayer : public models::SequentialLayer {};
 
 // wte(ids) + wpe(arange(T)); ids int64 [B, T] with T <= sequence_length.
 class GptEmbedding final : public GptLayer {
@@ -76,7 +75,7 @@ class GptHead final : public GptLayer {
 };
 
 // The init seed of layer `index`: (seed * 1000003 + index) mod 2^63 (as scripts/peers/gpt.py).
-uint64_t layer_seed(uint64_t seed, int64_t index);
+using models::layer_seed;
 
 // GPT-2 init of one layer from its own CPU generator: Linear/Embedding weights ~ N(0, 0.02) drawn
 // in construction order, residual projections (*.c_proj) ~ N(0, 0.02 / sqrt(2 L)), biases 0,

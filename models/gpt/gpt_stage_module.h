@@ -3,7 +3,7 @@
 //
 // Activation recomputation (StageSpec::recompute_ratio, VPipe): the last
 // ceil(ratio * blocks on this stage) transformer blocks run inside one autograd node
-// (RecomputeTail, gpt_recompute.cpp) whose forward runs them without grad and keeps only their
+// (RecomputeTail, models/common/recompute.cpp) whose forward runs them without grad and keeps only their
 // input, and whose backward re-runs them with grad and back-propagates through them. The engine
 // needs no extra call: out.backward(grad) / torch::autograd::grad() trigger the re-run.
 #pragma once
@@ -36,15 +36,11 @@ class GptStageModule final : public StageModule {
   // layers_[first_recomputed_, end_recomputed_) run through run_recomputed().
   int64_t first_recomputed_ = 0;
   int64_t end_recomputed_ = 0;
-  std::vector<std::shared_ptr<GptLayer>> recomputed_layers_;
+  std::vector<std::shared_ptr<models::SequentialLayer>> recomputed_layers_;
 };
 
-// Blocks recomputed on a stage holding `blocks` transformer blocks: ceil(ratio * blocks).
-// Throws std::invalid_argument when ratio is outside [0, 1].
-int64_t recomputed_block_count(double ratio, int64_t blocks);
-
-// Runs `layers` on `input` as one recomputed autograd node (see the file comment). With grad
-// mode off it simply runs them.
-at::Tensor run_recomputed(const std::vector<std::shared_ptr<GptLayer>>& layers, const at::Tensor& input);
+// Shared with the other models (models/common/layered_model.h).
+using models::recomputed_block_count;
+using models::run_recomputed;
 
 }  // namespace gpipe::gpt

@@ -18,6 +18,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "model": {
         "name": "gpt", "hidden_size": 512, "num_layers": 16, "num_heads": 16,
         "sequence_length": 128, "vocab_size": -1, "ffn_hidden_size": -1, "dropout": 0.0,
+        "norm_position": "default",
     },
     "dataset": {
         "name": "code_search_net", "batch_size": 4, "num_workers": 0, "path": "",
@@ -34,6 +35,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "schedule": "1f1b", "virtual_stages": 1, "priority": "backward_first", "partition": "uniform",
         "partition_layers": [], "recompute_ratio": [], "device": "auto", "transport": "auto",
         "placement": [], "peer_timeout_s": 120.0, "schedule_file": "", "overlap_f_b": "auto",
+        "sync_mode": "bsp", "weight_stashing": True,
         "partition_file": "",
     },
 }

@@ -29,6 +29,12 @@ TINY = [
     "--set", "parallel.device=cpu",
 ]
 
+# A small BERT (configs/bert_4stage.yaml) with one block per stage: stage 0 holds the embedding,
+# stage 3 the MLM head whose decoder is the same (tied) weight; stage 0 recomputes its block.
+def bert_args():
+    return ["--config", os.path.join(ROOT, "configs/bert_4stage.yaml")] + TINY + [
+        "--set", "parallel.partition_layers=[1,1,1,1]", "--set", "model.norm_position=post"]
+
 
 def free_port():
     with socket.socket() as s:
@@ -142,6 +148,26 @@ class DistributedTest(unittest.TestCase):
                                                          "--master-port", str(free_port())])
                 self.assertEqual(p.returncode, 0, p.stderr[-3000:])
                 self.assertIn("transport gloo", p.stderr + p.stdout)
+                self.assert_same(reference, losses(out))
+
+    def test_bert_tied_embedding_over_gloo_equals_in_process(self):
+        # The two copies of BERT's tied weight: in different processes (their gradients summed by
+        # an all-reduce), in one process on different ranks ([0,1,1,0]: summed directly), four
+        # processes. Losses and gradient norms (which count the tied weight once) match the
+        # in-process run's; without the sum the embedding copy would train on half its gradient.
+        steps = ["--steps", "3"]
+        ref_out = os.path.join(self.tmp, "bert_ref")
+        p = self.run_runner(bert_args() + steps + ["--output-dir", ref_out])
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        reference = losses(ref_out)
+        for name, procs, placement in [("split", 2, []), ("ends_together", 2, ["--placement", "[0,1,1,0]"]),
+                                       ("four", 4, [])]:
+            with self.subTest(case=name, processes=procs):
+                out = os.path.join(self.tmp, "bert_" + name)
+                p = self.run_runner(bert_args() + steps + placement +
+                                    ["--output-dir", out, "--nproc-per-node", str(procs),
+                                     "--master-port", str(free_port())])
+                self.assertEqual(p.returncode, 0, p.stderr[-3000:])
                 self.assert_same(reference, losses(out))
 
     def test_torchrun_no_python_launches_the_runner_unchanged(self):

@@ -43,6 +43,17 @@ expect short_run 0 "Training summary" -- --config "$cfg" --steps 2 --output-dir 
 for f in summary.json metrics.jsonl timeline.json; do
   [ -s "$tmp/run/$f" ] || { echo "FAIL short_run: $f not written"; failures=$((failures + 1)); }
 done
+# BERT (models/bert) through the same runner: a masked-LM run on 4 stages, the tied embedding on
+# stage 0 and the MLM head on stage 3; its first loss is about ln(258) (257 byte ids + [MASK]).
+bert_cfg=$repo/configs/bert_4stage.yaml
+expect bert_run 0 "Training summary" -- --config "$bert_cfg" --steps 3 --device cpu --output-dir "$tmp/run_bert"
+awk -F'"loss":' 'NF > 1 {split($2, a, ","); n++; if (n == 1 && (a[1] < 5.0 || a[1] > 6.2)) bad = 1; if (a[1] != a[1] + 0) bad = 1}
+                 END {exit bad || n != 3}' "$tmp/run_bert/metrics.jsonl" 2>/dev/null \
+  || { echo "FAIL bert_run: metrics.jsonl lacks 3 steps starting near ln(258)"; failures=$((failures + 1)); }
+expect bert_pre_norm 0 "Training summary" -- --config "$bert_cfg" --steps 1 --device cpu --set model.norm_position=pre \
+  --output-dir "$tmp/run_bert_pre"
+expect gpt_post_norm 2 "model.norm_position 'post'" -- --config "$cfg" --set model.norm_position=post --steps 1 \
+  --output-dir "$tmp/run_gpt_post"
 # --resume may train longer than the checkpoint's run: only --steps changed.
 expect checkpointed_run 0 "Training summary" -- --config "$cfg" --steps 2 --output-dir "$tmp/run_ckpt" \
   --checkpoint-interval 1

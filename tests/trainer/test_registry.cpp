@@ -1,4 +1,4 @@
-// Registries: the GPT and the datasets are registered; unknown names list the registered ones.
+// Registries: the GPT, BERT and their datasets are registered; unknown names list the registered ones.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +18,13 @@ TEST(Registry, ModelsStagesAndDatasetsAreRegistered) {
   EXPECT_TRUE(contains(dataset_registry().names(), "code_search_net"));
   EXPECT_TRUE(contains(dataset_registry().names(), "text"));
   EXPECT_NE(model_registry().create("gpt"), nullptr);
+  EXPECT_TRUE(contains(model_registry().names(), "bert"));
+  EXPECT_TRUE(contains(stage_registry().names(), "bert"));
+  for (const char* dataset : {"bert", "bert_code_search_net", "bert_text"}) {
+    EXPECT_TRUE(contains(dataset_registry().names(), dataset)) << dataset;
+  }
+  EXPECT_NE(model_registry().create("bert"), nullptr);
+  EXPECT_NE(stage_registry().create("bert"), nullptr);
 }
 
 TEST(Registry, UnknownNameListsTheRegisteredOnes) {

@@ -97,7 +97,7 @@ TEST(TrainerConfigTest, MoreStagesThanLayersIsNamed) {
   expect_config_error([](PipelineConfig& c) { c.parallel.model_parallel_size = 8; }, "num_layers");
 }
 TEST(TrainerConfigTest, UnknownModelIsNamed) {
-  expect_config_error([](PipelineConfig& c) { c.model.name = "bert"; }, "model.name");
+  expect_config_error([](PipelineConfig& c) { c.model.name = "no_such_model"; }, "model.name");
 }
 TEST(TrainerConfigTest, MissingDataFileIsNamed) {
   expect_config_error([](PipelineConfig& c) { c.dataset.path = "/nonexistent/corpus.jsonl"; }, "/nonexistent/corpus.jsonl");

@@ -20,7 +20,7 @@ RunOptions parse_cli(int argc, const char* const* argv) {
   std::vector<std::string> sets;
   std::string scheduler, schedule, microbatches, stages, virtual_stages, steps, device, output_dir, seed, dtype,
       partition, lr, checkpoint_interval, checkpoint_dir, transport, placement, peer_timeout, schedule_file,
-      overlap_f_b;
+      overlap_f_b, sync_mode;
   int nproc_per_node = 0, nnodes = 1, node_rank = 0, master_port = 29500;
   std::string master_addr = "127.0.0.1";
   app.add_option("--config", opts.config_path, "YAML config (sections model, dataset, training, parallel)");
@@ -34,6 +34,9 @@ RunOptions parse_cli(int argc, const char* const* argv) {
   app.add_option("--overlap-f-b", overlap_f_b,
                  "auto | true | false: run a rank's forward / backward pairs at the same time (parallel.overlap_f_b; "
                  "auto: the schedule's own pairs, dualpipev's)");
+  app.add_option("--sync-mode", sync_mode,
+                 "bsp | asp: one update per step, or each stage's update after every backward with weight stashing "
+                 "(parallel.sync_mode; parallel.weight_stashing=false turns stashing off)");
   app.add_option("--microbatches", microbatches, "Micro-batches per step (training.num_microbatches)");
   app.add_option("--stages", stages, "Pipeline ranks (parallel.model_parallel_size)");
   app.add_option("--virtual-stages", virtual_stages, "Model chunks per rank (parallel.virtual_stages)");
@@ -88,6 +91,7 @@ RunOptions parse_cli(int argc, const char* const* argv) {
   direct(schedule, "parallel.schedule");
   direct(schedule_file, "parallel.schedule_file");
   direct(overlap_f_b, "parallel.overlap_f_b");
+  direct(sync_mode, "parallel.sync_mode");
   direct(microbatches, "training.num_microbatches");
   direct(stages, "parallel.model_parallel_size");
   direct(virtual_stages, "parallel.virtual_stages");
@@ -185,6 +189,14 @@ std::string schedule_report(const PipelineConfig& config) {
     out << "peak activations per rank (micro-batch x stage held between F and B/I):";
     for (int a : peak_activations(schedule)) out << " " << a;
     out << "\n";
+    if (schedule.sync_mode == SyncMode::kAsp) {
+      out << "asp: each stage updates after every backward (F/B cells show the weight version); "
+          << (schedule.weight_stashing ? "weight versions stashed per stage:" : "no weight stashing");
+      if (schedule.weight_stashing) {
+        for (int n : stashed_versions(schedule)) out << " " << n;
+      }
+      out << "\n";
+    }
   }
   return out.str();
 }

@@ -307,6 +307,14 @@ std::vector<double> Distributed::all_reduce_sum(std::vector<double> values) {
   return {t.data_ptr<double>(), t.data_ptr<double>() + t.numel()};
 }
 
+void Distributed::all_reduce_sum_in_place(at::Tensor& tensor) {
+  if (!tensor.device().is_cpu() || !tensor.is_contiguous()) {
+    throw std::invalid_argument("Distributed::all_reduce_sum_in_place needs a contiguous CPU tensor");
+  }
+  std::vector<at::Tensor> tensors{tensor};
+  impl_->wait_collective(impl_->gloo->allreduce(tensors), "all-reduce");
+}
+
 void Distributed::barrier() {
   impl_->wait_collective(impl_->gloo->barrier(), "barrier");
 }

@@ -52,6 +52,8 @@ class ActionRunner {
                      Key neighbour_key, const char* what);
   // Removes and returns what a send ships: F's activation or B/I's input gradient. Locks mu_.
   Message take_output(std::map<Key, Message>& outbox, Key key, const char* producer);
+  std::shared_ptr<const ReadyEvent> last_forward(int stage) const;
+  std::shared_ptr<const ReadyEvent> last_write(int stage) const;
   std::shared_ptr<const ReadyEvent> grads_accumulated() const;  // locks mu_
   at::Tensor ready_tensor(const Message& m);
   StageRuntime& stage(int s) const;
@@ -80,6 +82,13 @@ class ActionRunner {
   // and a rank runs one forward at a time (a pair has one).
   WeightCastCache weight_casts_;
   std::map<int, std::shared_ptr<const ReadyEvent>> weights_cast_;  // stage -> its first forward's end
+  // asp (ctx_.update_after_backward set): a stage's parameters change between its actions. Its
+  // forwards share one stream and its backwards another (micro-batch 0's), a forward waits for
+  // the stage's last write (a B's swap or update), a backward (which swaps and updates) for the
+  // stage's last forward; the bf16 cast cache is off (it would keep the step's first weights).
+  bool asynchronous() const { return static_cast<bool>(ctx_.update_after_backward); }
+  int stream_microbatch(const Action& a) const { return asynchronous() ? 0 : a.microbatch; }
+  std::map<int, std::shared_ptr<const ReadyEvent>> last_forward_, last_write_;  // by stage
 };
 
 // LibTorch hands the backward of a CUDA graph to one autograd worker thread per device, shared by

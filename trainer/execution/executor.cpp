@@ -139,7 +139,7 @@ at::Tensor ActionRunner::ready_tensor(const Message& m) {
 }
 
 void ActionRunner::forward(const Action& a, GpuSpan& span) {
-  auto scope = streams_.enter(a.type, a.microbatch);
+  auto scope = streams_.enter(a.type, stream_microbatch(a));
   StageRuntime& st = stage(a.stage);
   at::Tensor activation;
   if (!st.spec().is_first()) {
@@ -147,7 +147,8 @@ void ActionRunner::forward(const Action& a, GpuSpan& span) {
                             "activation");
     activation = ready_tensor(in);
   }
-  const bool cast_once = options_.bf16_autocast;
+  const bool cast_once = options_.bf16_autocast && !asynchronous();
+  if (asynchronous()) RankStreams::wait(last_write(a.stage));
   std::shared_ptr<const ReadyEvent> cast_by;  // the stage's first forward of the step, if it ran
   bool first_of_stage = false;
   {
@@ -168,12 +169,13 @@ void ActionRunner::forward(const Action& a, GpuSpan& span) {
   auto done = streams_.record_ready();
   std::lock_guard<std::mutex> lock(mu_);
   if (first_of_stage) weights_cast_[a.stage] = done;
+  if (asynchronous()) last_forward_[a.stage] = done;
   forward_done_[{a.stage, a.microbatch}] = done;
   if (!st.spec().is_last()) activations_out_[{a.stage, a.microbatch}] = Message{out, done};
 }
 
 void ActionRunner::backward(const Action& a, GpuSpan& span) {
-  auto scope = streams_.enter(a.type, a.microbatch);
+  auto scope = streams_.enter(a.type, stream_microbatch(a));
   StageRuntime& st = stage(a.stage);
   std::shared_ptr<const ReadyEvent> forward_done;
   {
@@ -196,13 +198,18 @@ void ActionRunner::backward(const Action& a, GpuSpan& span) {
   // with an event; autograd's stream syncs carry the order from this stream to the accumulation
   // streams.
   RankStreams::wait(grads_accumulated());
+  if (asynchronous()) RankStreams::wait(last_forward(a.stage));  // no forward still reads what B writes
   gpu_span_begin(span);
   at::Tensor input_grad = a.type == ActionType::kBackward ? st.backward(a.microbatch, output_grad)
                                                           : st.backward_input(a.microbatch, output_grad);
+  // asp: the stage's update follows its backward at once, on this stream (the next F of the
+  // stage, on another stream, waits for it through the weights-ready event below).
+  if (a.type == ActionType::kBackward && ctx_.update_after_backward) ctx_.update_after_backward(a.stage);
   gpu_span_end(span);  // autograd made this stream wait for the backward kernels it ran on F(mb)'s stream
   auto accumulated = streams_.record_ready();
   auto sent = st.spec().is_first() ? nullptr : streams_.record_ready();
   std::lock_guard<std::mutex> lock(mu_);
+  if (asynchronous()) last_write_[a.stage] = accumulated;
   grads_accumulated_ = std::move(accumulated);
   if (!st.spec().is_first()) grads_out_[{a.stage, a.microbatch}] = Message{input_grad, std::move(sent)};
 }
@@ -210,7 +217,7 @@ void ActionRunner::backward(const Action& a, GpuSpan& span) {
 void ActionRunner::backward_weight(const Action& a, GpuSpan& span) {
   // Every W runs on the rank's one W stream (RankStreams::enter), and waits for earlier B's, so
   // the g.add_ into .grad of different micro-batches is ordered.
-  auto scope = streams_.enter(a.type, a.microbatch);
+  auto scope = streams_.enter(a.type, stream_microbatch(a));
   RankStreams::wait(grads_accumulated());
   gpu_span_begin(span);
   stage(a.stage).backward_weight(a.microbatch);
@@ -218,6 +225,18 @@ void ActionRunner::backward_weight(const Action& a, GpuSpan& span) {
   auto accumulated = streams_.record_ready();
   std::lock_guard<std::mutex> lock(mu_);
   grads_accumulated_ = std::move(accumulated);
+}
+
+std::shared_ptr<const ReadyEvent> ActionRunner::last_forward(int stage) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = last_forward_.find(stage);
+  return it == last_forward_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<const ReadyEvent> ActionRunner::last_write(int stage) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = last_write_.find(stage);
+  return it == last_write_.end() ? nullptr : it->second;
 }
 
 std::shared_ptr<const ReadyEvent> ActionRunner::grads_accumulated() const {

@@ -48,6 +48,7 @@ at::Tensor StageRuntime::forward(int microbatch, const Batch& batch, const at::T
       throw std::logic_error(fmt::format("stage {}: forward of micro-batch {} ran twice", spec_.stage, microbatch));
     }
   }
+  if (weight_stash_) weight_stash_->forward(microbatch);  // runs on the newest weights
   Stash stash;
   if (spec_.is_first()) {
     stash.input = stage_interface_.prepare_input(batch).to(device_);
@@ -66,7 +67,7 @@ at::Tensor StageRuntime::forward(int microbatch, const Batch& batch, const at::T
     at::Tensor loss = stage_interface_.compute_loss(out, on_device);
     std::lock_guard<std::mutex> lock(mu_);
     losses_.push_back(loss.detach());
-    stash.output = loss / static_cast<double>(num_microbatches_);
+    stash.output = loss / (loss_divisor_ > 0 ? loss_divisor_ : static_cast<double>(num_microbatches_));
     result = loss.detach();
   } else {
     stash.output = out;
@@ -103,9 +104,37 @@ at::Tensor StageRuntime::run_backward(Stash& stash, int microbatch, const at::Te
 }
 
 at::Tensor StageRuntime::backward(int microbatch, const at::Tensor& output_grad) {
-  at::Tensor input_grad = run_backward(stash_for(microbatch, "B"), microbatch, output_grad, "B", nullptr);
+  Stash& stash = stash_for(microbatch, "B");
+  if (!weight_stash_) {
+    at::Tensor input_grad = run_backward(stash, microbatch, output_grad, "B", nullptr);
+    erase_stash(microbatch);
+    return input_grad;
+  }
+  // asp: the backward on the weights its forward used (stashing), the newest back afterwards.
+  weight_stash_->begin_backward(microbatch);
+  at::Tensor input_grad;
+  try {
+    input_grad = run_backward(stash, microbatch, output_grad, "B", nullptr);
+  } catch (...) {
+    weight_stash_->end_backward(microbatch);
+    throw;
+  }
+  weight_stash_->end_backward(microbatch);
   erase_stash(microbatch);
   return input_grad;
+}
+
+void StageRuntime::enable_async(bool stashing) {
+  weight_stash_ = std::make_unique<WeightStash>(module_->parameters(), stashing);
+  loss_divisor_ = 1.0;
+}
+
+void StageRuntime::apply_update(const std::function<void()>& step) {
+  if (!weight_stash_) throw std::logic_error("apply_update: the stage is not asynchronous (enable_async)");
+  weight_stash_->before_update();
+  step();
+  zero_grad();
+  weight_stash_->after_update();
 }
 
 at::Tensor StageRuntime::backward_input(int microbatch, const at::Tensor& output_grad) {
@@ -154,6 +183,7 @@ void StageRuntime::begin_step() {
 }
 
 void StageRuntime::discard_step() {
+  if (weight_stash_) weight_stash_->reset_in_flight();
   std::lock_guard<std::mutex> lock(mu_);
   stash_.clear();
   losses_.clear();

@@ -154,9 +154,11 @@ Schedule make_schedule(ScheduleKind kind, int num_ranks, int num_microbatches, i
 }
 
 Schedule make_schedule(const PipelineConfig& config) {
-  return with_overlap(make_schedule(parse_schedule_kind(config.parallel.schedule), config.parallel.model_parallel_size,
-                                    config.training.num_microbatches, config.parallel.virtual_stages),
-                      parse_overlap_mode(config.parallel.overlap_f_b));
+  Schedule s = with_overlap(make_schedule(parse_schedule_kind(config.parallel.schedule), config.parallel.model_parallel_size,
+                                          config.training.num_microbatches, config.parallel.virtual_stages),
+                            parse_overlap_mode(config.parallel.overlap_f_b));
+  if (parse_sync_mode(config.parallel.sync_mode) == SyncMode::kAsp) s = with_weight_versions(s, config.parallel.weight_stashing);
+  return s;
 }
 
 }  // namespace gpipe

@@ -35,7 +35,7 @@ torch::optim::AdamWParamState& state_of(torch::optim::AdamW& optimizer, const at
 
 }  // namespace
 
-void fused_adamw_step(torch::optim::AdamW& optimizer) {
+void fused_adamw_step(torch::optim::AdamW& optimizer, bool keep_autograd_versions) {
   torch::NoGradGuard no_grad;
   for (auto& group : optimizer.param_groups()) {
     auto& options = static_cast<torch::optim::AdamWOptions&>(group.options());
@@ -46,7 +46,7 @@ void fused_adamw_step(torch::optim::AdamW& optimizer) {
       auto& state = state_of(optimizer, p, amsgrad);
       state.step(state.step() + 1);
       Lists& l = by_device[{p.device().type(), p.device().index(), p.scalar_type()}];
-      l.params.push_back(p);
+      l.params.push_back(keep_autograd_versions ? p.variable_data() : p);
       l.grads.push_back(p.grad());
       l.exp_avgs.push_back(state.exp_avg());
       l.exp_avg_sqs.push_back(state.exp_avg_sq());

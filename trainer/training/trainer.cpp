@@ -2,6 +2,7 @@
 #include "trainer/training/trainer.h"
 
 #include "trainer_internal.h"
+#include "tied_parameters.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -56,6 +57,9 @@ Schedule build_schedule(const ParallelConfig& parallel, const TrainingConfig& tr
     compute = with_overlap(make_schedule(kind, parallel.model_parallel_size, training.num_microbatches,
                                          parallel.virtual_stages),
                            parse_overlap_mode(parallel.overlap_f_b));
+    if (parse_sync_mode(parallel.sync_mode) == SyncMode::kAsp) {
+      compute = with_weight_versions(compute, parallel.weight_stashing);
+    }
   } catch (const std::invalid_argument& e) {
     throw ConfigError(fmt::format("parallel.schedule={} with parallel.model_parallel_size={}, "
                                   "training.num_microbatches={}, parallel.virtual_stages={}: {}",
@@ -285,6 +289,19 @@ PipelineTrainer::PipelineTrainer(PipelineConfig config, PipelineComponents compo
                                                      config_.training.num_microbatches));
     optimizers_->per_stage.push_back(make_adamw(stages_.back()->parameters(), config_.training));
   }
+  // Tied parameters: the copies on different stages start equal (in every process, in the same
+  // order: a group spanning processes is an all-reduce).
+  tied_ = std::make_unique<TiedParameters>(*components_.model, specs, stages_, schedule_, placement_, dist_);
+  tied_->synchronize_values();
+  if (schedule_.sync_mode == SyncMode::kAsp) {
+    if (!tied_->empty()) {
+      throw ConfigError("parallel.sync_mode=asp: this model ties parameters across stages, whose copies asynchronous "
+                        "per-stage updates cannot keep equal; use parallel.sync_mode: bsp");
+    }
+    for (auto& s : stages_) {
+      if (s) s->enable_async(schedule_.weight_stashing);
+    }
+  }
   ExecutorOptions options;
   options.priority = p.priority;
   options.bf16_autocast = bf16_;
@@ -316,7 +333,7 @@ int64_t PipelineTrainer::num_parameters() const {
   int64_t n = 0;
   for (const auto& s : stages_) {
     if (!s) continue;
-    for (const auto& t : s->parameters()) n += t.numel();
+    for (const auto& t : s->parameters()) n += tied_->is_duplicate(t) ? 0 : t.numel();
   }
   return n;
 }
@@ -359,6 +376,15 @@ double PipelineTrainer::forward_backward(const Batch& batch, ActionRecorder* rec
     }
     ctx.stages.push_back(s.get());
   }
+  if (schedule_.sync_mode == SyncMode::kAsp) {
+    // Each stage's update right after each of its backwards (on that stage's rank thread).
+    const double lr = learning_rate_at(async_step_, total_steps(), config_.training.learning_rate,
+                                       config_.training.warmup_steps, config_.training.min_lr_ratio);
+    ctx.update_after_backward = [this, lr](int stage) { update_stage_async(stage, lr); };
+    std::lock_guard<std::mutex> lock(async_mu_);
+    async_norm_sum_ = 0;
+    async_updates_ = 0;
+  }
   try {
     executor_->run_step(ctx);
   } catch (...) {
@@ -367,6 +393,8 @@ double PipelineTrainer::forward_backward(const Batch& batch, ActionRecorder* rec
     }
     throw;
   }
+  // Megatron's embedding all-reduce: every copy of a tied parameter gets the sum of their gradients.
+  tied_->reduce_gradients();
   double loss = 0;
   if (const StageRuntime* last = stages_.back().get()) {
     if (last->losses_recorded() != m) {
@@ -379,7 +407,40 @@ double PipelineTrainer::forward_backward(const Batch& batch, ActionRecorder* rec
   return loss;
 }
 
+void PipelineTrainer::update_stage_async(int stage, double lr) {
+  StageRuntime& st = *stages_.at(static_cast<size_t>(stage));
+  torch::optim::AdamW& opt = *optimizers_->per_stage.at(static_cast<size_t>(stage));
+  double norm = 0;
+  st.apply_update([&] {
+    // Clipped per stage: a global norm would wait for every stage's backward, the flush asp avoids.
+    std::vector<at::Tensor> grads;
+    for (const auto& p : st.parameters()) {
+      if (p.grad().defined()) grads.push_back(p.grad());
+    }
+    if (grads.empty()) return;
+    norm = at::stack(at::_foreach_norm(grads, 2, at::kFloat)).pow(2).sum().sqrt().item<double>();
+    if (!std::isfinite(norm)) {
+      throw std::runtime_error(fmt::format("non-finite gradient norm on stage {} (sync_mode asp); lower "
+                                           "training.learning_rate or check the data", stage));
+    }
+    const double clip = config_.training.grad_clip;
+    if (clip > 0 && norm > clip) at::_foreach_mul_(grads, clip / (norm + 1e-6));
+    for (auto& group : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    fused_adamw_step(opt, /*keep_autograd_versions=*/true);  // graphs in flight saved these parameters
+  });
+  std::lock_guard<std::mutex> lock(async_mu_);
+  async_norm_sum_ += norm;
+  ++async_updates_;
+}
+
 std::pair<double, double> PipelineTrainer::optimizer_step(int64_t step) {
+  if (schedule_.sync_mode == SyncMode::kAsp) {
+    // asp: the stages already updated after every backward; report their mean update norm.
+    const auto& t = config_.training;
+    const double lr = learning_rate_at(step, total_steps(), t.learning_rate, t.warmup_steps, t.min_lr_ratio);
+    std::lock_guard<std::mutex> lock(async_mu_);
+    return {async_updates_ > 0 ? async_norm_sum_ / async_updates_ : 0.0, lr};
+  }
   // The global norm spans every stage (each on its own device, later in its own process), so it
   // is summed from per-stage squared norms rather than clip_grad_norm_ over one device's list.
   // Each stage's norms come from one multi-tensor kernel; the squared sums of the stages of one
@@ -388,13 +449,17 @@ std::pair<double, double> PipelineTrainer::optimizer_step(int64_t step) {
   std::vector<std::vector<at::Tensor>> grads_per_stage;
   for (const auto& s : stages_) {
     if (!s) continue;
-    std::vector<at::Tensor> grads;
+    std::vector<at::Tensor> grads, counted;  // counted: without the extra copies of tied parameters
     for (const auto& p : s->parameters()) {
-      if (p.grad().defined()) grads.push_back(p.grad());
+      if (!p.grad().defined()) continue;
+      grads.push_back(p.grad());
+      if (!tied_->is_duplicate(p)) counted.push_back(p.grad());
     }
     if (grads.empty()) continue;
-    const auto norms = at::_foreach_norm(grads, 2, at::kFloat);
-    squared_per_device[s->device().str()].push_back(at::stack(norms).pow(2).sum());
+    if (!counted.empty()) {
+      const auto norms = at::_foreach_norm(counted, 2, at::kFloat);
+      squared_per_device[s->device().str()].push_back(at::stack(norms).pow(2).sum());
+    }
     grads_per_stage.push_back(std::move(grads));
   }
   double squared = 0;
@@ -500,6 +565,7 @@ nlohmann::json PipelineTrainer::train() {
       std::optional<KinetoStepProfile> kineto;
       if (step == t.profile_iteration) kineto.emplace(rank_devices_.front().is_cuda());
       const auto start = std::chrono::steady_clock::now();
+      async_step_ = step;  // asp: the learning rate of this step's updates
       const double loss = forward_backward(batch, &recorder);
       // Checked before optimizer_step: a non-finite loss means non-finite gradients, and
       // stepping on them would write NaN into the weights.

@@ -23,6 +23,10 @@ struct ModelConfig {
   int64_t vocab_size = -1;       // -1: take it from the dataset's tokenizer
   int64_t ffn_hidden_size = -1;  // -1: 4 x hidden_size
   double dropout = 0.0;
+  // Where a transformer block's LayerNorms sit: "pre" (before attention and MLP, inside the
+  // residual branch: GPT-2), "post" (after each residual add: the original BERT), or "default"
+  // (the model's own: GPT pre, BERT post). A model refuses a placement it does not implement.
+  std::string norm_position = "default";
   bool operator==(const ModelConfig&) const = default;
 };
 
@@ -73,6 +77,13 @@ struct ParallelConfig {
   // OverlapMode): auto (the schedule's own pairs: dualpipev's, a file's) | true (also pair each
   // forward with the rank's next backward of another micro-batch) | false (none).
   std::string overlap_f_b = "auto";
+  // When a stage's weights change (schedule.h SyncMode): bsp (every micro-batch's gradients, then
+  // one update per step) | asp (VPipe / PipeDream 1F1B-async: each stage updates after every
+  // backward; needs a schedule of whole backwards, 1f1b or gpipe, and no overlapped pairs).
+  std::string sync_mode = "bsp";
+  // asp: each backward runs on the weights its forward used (PipeDream's weight stashing); false:
+  // on the newest weights.
+  bool weight_stashing = true;
   std::string priority = "backward_first";  // backward_first | forward_first | none
   std::string partition = "uniform";        // uniform | explicit | parameters | time
   std::vector<int64_t> partition_layers;    // explicit per-stage layer counts, e.g. [12, 13, 13, 11]

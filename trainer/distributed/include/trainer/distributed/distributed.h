@@ -18,6 +18,10 @@
 
 #include "trainer/launch/world.h"
 
+namespace at {
+class Tensor;
+}
+
 namespace gpipe {
 
 class Transport;
@@ -53,6 +57,9 @@ class Distributed {
 
   // Element-wise sum over all processes (Gloo all-reduce, float64, on CPU).
   std::vector<double> all_reduce_sum(std::vector<double> values);
+  // In place, element-wise sum of a contiguous CPU tensor over all processes (Gloo all-reduce;
+  // every process must call it, with the same shape and dtype).
+  void all_reduce_sum_in_place(at::Tensor& tensor);
   void barrier();
   // Rank 0's `value` on every rank (through the store, under `name`).
   std::string broadcast_from_rank0(const std::string& name, const std::string& value);

@@ -7,6 +7,7 @@
 #include <c10/core/Device.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,9 @@ struct StepContext {
   std::vector<Batch> microbatches;         // indexed by micro-batch
   Transport* transport = nullptr;
   ActionRecorder* recorder = nullptr;      // optional: spans of every action
+  // Asynchronous schedules (sync_mode asp): called on the rank's thread right after each B of
+  // `stage`, to update that stage's weights (StageRuntime::apply_update).
+  std::function<void(int stage)> update_after_backward;
 };
 
 class Executor {

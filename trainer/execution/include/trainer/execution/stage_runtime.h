@@ -8,11 +8,13 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
 
+#include "trainer/execution/weight_stash.h"
 #include "trainer/model/interfaces.h"
 #include "trainer/model/weight_grad_store.h"
 
@@ -58,12 +60,26 @@ class StageRuntime {
   void zero_grad();
   // Drops whatever a failed step left stashed (and its losses), so the next step can run.
   void discard_step();
+
+  // Asynchronous pipelines (parallel.sync_mode: asp): the stage is updated after every backward,
+  // each micro-batch's loss counts whole (not divided by the micro-batches: every micro-batch is
+  // its own update), and with `stashing` every backward runs on its forward's weights
+  // (weight_stash.h). Call once, before the first step.
+  void enable_async(bool stashing);
+  // asp, after B: `step` updates the parameters from their gradients (through variable_data(), as
+  // fused_adamw_step(..., /*keep_autograd_versions=*/true) does); then the gradients are cleared
+  // and the version counted.
+  void apply_update(const std::function<void()>& step);
+  const WeightStash* weight_stash() const { return weight_stash_.get(); }
   size_t stashed_microbatches() const {
     std::lock_guard<std::mutex> lock(mu_);
     return stash_.size();
   }
 
  private:
+  std::unique_ptr<WeightStash> weight_stash_;  // asp only
+  double loss_divisor_ = 0;                    // 0: num_microbatches_ (bsp)
+
   struct Stash {
     at::Tensor input;        // requires grad on non-first stages
     at::Tensor output;       // activation, or the scaled loss on the last stage

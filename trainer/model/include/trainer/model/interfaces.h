@@ -16,7 +16,9 @@
 
 namespace gpipe {
 
-// One batch or micro-batch of token ids: input_ids[b, t] predicts targets[b, t] (next token).
+// One batch or micro-batch of token ids: input_ids[b, t] predicts targets[b, t] (the next token
+// for GPT; for a masked language model the original token at a masked position and -100, which
+// the loss ignores, elsewhere).
 struct Batch {
   at::Tensor input_ids;  // int64 [B, T]
   at::Tensor targets;    // int64 [B, T]
@@ -76,6 +78,29 @@ struct StageSpec {
 class StageModule : public torch::nn::Module {
  public:
   virtual at::Tensor forward(const at::Tensor& input) = 0;
+  // The parameter `name` (as create_layer(layer) names it) of model layer `layer` when this
+  // module holds that layer, else an undefined tensor. The trainer finds the copies of tied
+  // parameters (ModelInterface::tied_parameters) with it; a model with tied parameters must
+  // implement it, and return the one shared tensor for every member that this module holds.
+  virtual at::Tensor layer_parameter(int64_t /*layer*/, const std::string& /*name*/) const { return {}; }
+};
+
+// One parameter that several layers use (weight tying: BERT's MLM decoder is its token
+// embedding). A stage module holding several members shares one tensor among them; members on
+// different stages are copies, which start equal (the model initialises them alike, and the
+// trainer copies the first member's values into the others when it builds the stages) and stay
+// equal: after every step's backward the trainer sums the copies' gradients into each (in
+// process directly, across processes by an all-reduce), so every copy takes the same optimizer
+// step (Megatron's embedding all-reduce between its first and last stage). Gradient clipping
+// counts the parameter once.
+struct TiedParameter {
+  std::string name;  // for messages, e.g. "word_embeddings"
+  struct Member {
+    int64_t layer = 0;  // index into layer_costs()
+    std::string name;   // as in create_layer(layer)->named_parameters(), e.g. "decoder.weight"
+  };
+  std::vector<Member> members;  // the first is the owner: its copy counts in the gradient norm
+  std::vector<int64_t> shape;   // every copy's shape
 };
 
 // What training the whole model needs in memory, from its config alone (nothing built):
@@ -102,6 +127,8 @@ class ModelInterface {
   virtual std::shared_ptr<torch::nn::Module> create_layer(int64_t index, uint64_t seed) const = 0;
   // FLOPs per token of one training step (forward + backward), for MFU.
   virtual double training_flops_per_token() const = 0;
+  // Parameters shared by several layers (see TiedParameter); none by default.
+  virtual std::vector<TiedParameter> tied_parameters() const { return {}; }
   // Called after configure(), before anything is built. The default sums layer_costs()'s
   // parameters and counts no activations; a model whose layer count can be huge (one entry per
   // layer) should give a closed form.

@@ -120,7 +120,8 @@ struct Schedule {
 Schedule make_schedule(ScheduleKind kind, int num_ranks, int num_microbatches, int stages_per_rank = 1);
 // The compute-only schedule a config asks for: parallel.schedule over parallel.model_parallel_size
 // ranks with parallel.virtual_stages chunks each and training.num_microbatches micro-batches,
-// with parallel.overlap_f_b applied (with_overlap).
+// with parallel.overlap_f_b applied (with_overlap) and, for parallel.sync_mode asp, the weight
+// versions (with_weight_versions, parallel.weight_stashing).
 Schedule make_schedule(const PipelineConfig& config);
 
 // parallel.overlap_f_b: which forward / backward pairs of a rank run at the same time.
@@ -167,7 +168,8 @@ Schedule with_communication(const Schedule& compute_only);
 Schedule with_weight_versions(const Schedule& compute_only, bool stashing = true);
 // Per virtual stage: the most weight versions it must hold at once besides its newest (the
 // stashed ones: versions that in-flight micro-batches' backwards still need). 0 for bsp and
-// without stashing. 1F1B-async: min(p - s, m) - 1 on stage s.
+// without stashing. 1F1B-async: p - s - 1 on stage s once it reaches its steady state (m >= 2p;
+// a shorter run updates fewer times while micro-batches are in flight).
 std::vector<int> stashed_versions(const Schedule& schedule);
 
 struct ValidationIssue {

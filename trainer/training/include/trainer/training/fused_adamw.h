@@ -12,6 +12,9 @@ namespace gpipe {
 // One AdamW step for every parameter of `optimizer` that has a gradient: the same update as
 // optimizer.step() (decoupled weight decay, bias correction, amsgrad when the group asks for it),
 // with each group's lr, betas, eps and weight decay. Creates missing state as step() would.
-void fused_adamw_step(torch::optim::AdamW& optimizer);
+// `keep_autograd_versions`: write the parameters through variable_data() (same storage, not the
+// parameters' autograd version counter), for asynchronous pipelines whose in-flight micro-batches'
+// graphs saved these parameters and run their backward after this update (weight_stash.h).
+void fused_adamw_step(torch::optim::AdamW& optimizer, bool keep_autograd_versions = false);
 
 }  // namespace gpipe

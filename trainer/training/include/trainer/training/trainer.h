@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -27,6 +28,7 @@ class StageRuntime;
 class ActionRecorder;
 class Transport;
 class Distributed;
+class TiedParameters;
 
 struct PipelineComponents {
   std::unique_ptr<ModelInterface> model;
@@ -62,6 +64,8 @@ class PipelineTrainer {
   const std::vector<int>& local_ranks() const { return local_ranks_; }
   ModelInterface& model() { return *components_.model; }
   StageInterface& stage_interface() { return *components_.stage; }
+  // Distinct parameters of this process's stages (a tied parameter counts once, on the stage of its
+  // first member).
   int64_t num_parameters() const;
   // parallel.partition=time: the per-layer forward+backward ms the split was made from
   // (layer_costs() order); empty for the other partitions.
@@ -69,11 +73,17 @@ class PipelineTrainer {
   // Optimizer steps the LR schedule spans: max_steps if set, else epochs x batches per epoch.
   int64_t total_steps() const;
 
-  // Splits `batch` into micro-batches, clears gradients and runs the executor once. Returns the
-  // mean micro-batch loss (= the full-batch loss for equal micro-batches). No optimizer step.
+  // Splits `batch` into micro-batches, clears gradients and runs the executor once, then sums
+  // the gradients of the copies of each tied parameter (ModelInterface::tied_parameters) into
+  // every copy. Returns the mean micro-batch loss (= the full-batch loss for equal micro-batches).
+  // No optimizer step.
   double forward_backward(const Batch& batch, ActionRecorder* recorder = nullptr);
-  // Clips the global gradient norm to training.grad_clip (if > 0), sets the learning rate for
-  // `step` and steps every stage's AdamW. Returns {grad norm before clipping, learning rate}.
+  // Clips the global gradient norm to training.grad_clip (if > 0; a tied parameter counts once),
+  // sets the learning rate for `step` and steps every stage's AdamW. Returns {grad norm before
+  // clipping, learning rate}.
+  // parallel.sync_mode asp: the stages updated after every backward inside forward_backward (each
+  // clipped by its own norm, at the learning rate of the step last given to train(), or step 0);
+  // this only returns {mean update norm, learning rate}.
   std::pair<double, double> optimizer_step(int64_t step);
   // The whole run (epochs / max_steps / profile_iteration / exit_after_profile). Returns the
   // summary also written to summary.json (on rank 0; other processes return theirs unwritten).
@@ -104,6 +114,13 @@ class PipelineTrainer {
   std::vector<std::unique_ptr<StageRuntime>> stages_;
   struct Optimizers;
   std::unique_ptr<Optimizers> optimizers_;
+  std::unique_ptr<TiedParameters> tied_;  // copies of tied parameters across stages
+  // asp: one stage's update after a backward (called on the stage's rank thread).
+  void update_stage_async(int stage, double lr);
+  int64_t async_step_ = 0;
+  std::mutex async_mu_;  // guards the two below (stages update from their rank threads)
+  double async_norm_sum_ = 0;
+  int async_updates_ = 0;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Transport> transport_;
   Distributed* dist_ = nullptr;

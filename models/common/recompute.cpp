@@ -11,9 +11,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "gpt_stage_module.h"
+#include "common/layered_model.h"
 
-namespace gpipe::gpt {
+namespace gpipe::models {
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -21,7 +21,7 @@ using torch::autograd::variable_list;
 
 // What backward needs besides the saved input; a capsule keeps it alive in the node.
 struct RecomputedRun : torch::CustomClassHolder {
-  std::vector<std::shared_ptr<GptLayer>> layers;
+  std::vector<std::shared_ptr<SequentialLayer>> layers;
   std::vector<at::Tensor> parameters;  // those requiring grad, in a fixed order
   bool input_requires_grad = false;
   // Autocast as it was in forward: backward runs on autograd's thread, where it is off.
@@ -56,7 +56,7 @@ class AutocastRestore {
   at::ScalarType was_dtype_;
 };
 
-at::Tensor run_layers(const std::vector<std::shared_ptr<GptLayer>>& layers, at::Tensor x) {
+at::Tensor run_layers(const std::vector<std::shared_ptr<SequentialLayer>>& layers, at::Tensor x) {
   for (const auto& layer : layers) x = layer->forward(x);
   return x;
 }
@@ -105,7 +105,7 @@ int64_t recomputed_block_count(double ratio, int64_t blocks) {
   return std::min<int64_t>(blocks, static_cast<int64_t>(std::ceil(ratio * static_cast<double>(blocks) - 1e-9)));
 }
 
-at::Tensor run_recomputed(const std::vector<std::shared_ptr<GptLayer>>& layers, const at::Tensor& input) {
+at::Tensor run_recomputed(const std::vector<std::shared_ptr<SequentialLayer>>& layers, const at::Tensor& input) {
   if (!at::GradMode::is_enabled()) return run_layers(layers, input);
   auto run = c10::make_intrusive<RecomputedRun>();
   run->layers = layers;
@@ -123,4 +123,4 @@ at::Tensor run_recomputed(const std::vector<std::shared_ptr<GptLayer>>& layers, 
   return RecomputeTail::apply(std::move(run), input, at::TensorList(parameters));
 }
 
-}  // namespace gpipe::gpt
+}  // namespace gpipe::models
