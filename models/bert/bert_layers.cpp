@@ -7,24 +7,15 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/transformer.h"
 #include "trainer/model/weight_grad_store.h"
 
 namespace gpipe::bert {
+using models::ffn_size;
+using models::linear;
+using models::maybe_dropout;
+using models::self_attention;
 namespace {
-
-int64_t ffn_size(const ModelConfig& config) {
-  return config.ffn_hidden_size > 0 ? config.ffn_hidden_size : 4 * config.hidden_size;
-}
-
-at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training) {
-  return (p > 0.0 && training) ? at::dropout(x, p, true) : x;
-}
-
-// Every linear layer goes through split_linear, so zero-bubble schedules can defer its weight
-// GEMMs from I to W (trainer/model/weight_grad_store.h).
-at::Tensor linear(const torch::nn::Linear& layer, const at::Tensor& x) {
-  return split_linear(x, layer->weight, layer->bias);
-}
 
 torch::nn::LayerNorm layer_norm(int64_t hidden) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({hidden}).eps(kLayerNormEps));
@@ -64,13 +55,8 @@ BertAttention::BertAttention(const ModelConfig& config) : num_heads_(config.num_
 }
 
 at::Tensor BertAttention::forward(const at::Tensor& x) {
-  const int64_t batch = x.size(0), time = x.size(1), hidden = x.size(2);
-  const auto q_k_v = linear(qkv, x).split(hidden, 2);
-  auto heads = [&](const at::Tensor& z) { return z.view({batch, time, num_heads_, hidden / num_heads_}).transpose(1, 2); };
   // Bidirectional: every position attends to every other one.
-  const at::Tensor y = at::scaled_dot_product_attention(heads(q_k_v[0]), heads(q_k_v[1]), heads(q_k_v[2]), std::nullopt,
-                                                        is_training() ? dropout_ : 0.0, /*is_causal=*/false);
-  return linear(out, y.transpose(1, 2).contiguous().view({batch, time, hidden}));
+  return self_attention(qkv, out, x, num_heads_, dropout_, is_training(), /*causal=*/false);
 }
 
 BertMlp::BertMlp(const ModelConfig& config) {

@@ -7,6 +7,7 @@
 
 #include "bert_layers.h"
 #include "common/layered_model.h"
+#include "common/transformer.h"
 #include "trainer/model/registry.h"
 
 namespace gpipe::bert {
@@ -27,15 +28,9 @@ const ModelConfig& BertModel::checked_config() const {
 
 const ModelConfig& BertModel::get_model_config() const { return checked_config(); }
 
-int64_t BertModel::ffn_size() const {
-  const auto& c = checked_config();
-  return c.ffn_hidden_size > 0 ? c.ffn_hidden_size : 4 * c.hidden_size;
-}
+int64_t BertModel::ffn_size() const { return models::ffn_size(checked_config()); }
 
-int64_t BertModel::block_parameters() const {
-  const int64_t h = checked_config().hidden_size, f = ffn_size();
-  return 2 * 2 * h + (h * 3 * h + 3 * h) + (h * h + h) + (h * f + f) + (f * h + h);
-}
+int64_t BertModel::block_parameters() const { return models::transformer_block_parameters(checked_config()); }
 
 int64_t BertModel::head_parameters_without_decoder() const {
   const auto& c = checked_config();

@@ -8,24 +8,15 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/transformer.h"
 #include "trainer/model/weight_grad_store.h"
 
 namespace gpipe::gpt {
+using models::ffn_size;
+using models::linear;
+using models::maybe_dropout;
+using models::self_attention;
 namespace {
-
-int64_t ffn_size(const ModelConfig& config) {
-  return config.ffn_hidden_size > 0 ? config.ffn_hidden_size : 4 * config.hidden_size;
-}
-
-at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training) {
-  return (p > 0.0 && training) ? at::dropout(x, p, true) : x;
-}
-
-// Every linear layer goes through split_linear: the same math as Linear::forward, and zero-bubble
-// schedules can defer its weight GEMMs from I to W (trainer/model/weight_grad_store.h).
-at::Tensor linear(const torch::nn::Linear& layer, const at::Tensor& x) {
-  return split_linear(x, layer->weight, layer->bias);
-}
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -59,12 +50,7 @@ GptAttention::GptAttention(const ModelConfig& config) : num_heads_(config.num_he
 }
 
 at::Tensor GptAttention::forward(const at::Tensor& x) {
-  const int64_t batch = x.size(0), time = x.size(1), hidden = x.size(2);
-  const auto qkv = linear(c_attn, x).split(hidden, 2);
-  auto heads = [&](const at::Tensor& z) { return z.view({batch, time, num_heads_, hidden / num_heads_}).transpose(1, 2); };
-  const at::Tensor y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), std::nullopt,
-                                                        is_training() ? dropout_ : 0.0, /*is_causal=*/true);
-  return linear(c_proj, y.transpose(1, 2).contiguous().view({batch, time, hidden}));
+  return self_attention(c_attn, c_proj, x, num_heads_, dropout_, is_training(), /*causal=*/true);
 }
 
 GptMlp::GptMlp(const ModelConfig& config) {

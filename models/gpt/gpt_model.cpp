@@ -3,6 +3,7 @@
 
 #include "gpt_layers.h"
 #include "common/layered_model.h"
+#include "common/transformer.h"
 #include "trainer/model/registry.h"
 
 #include <stdexcept>
@@ -27,15 +28,9 @@ const ModelConfig& GptModel::checked_config() const {
 
 const ModelConfig& GptModel::get_model_config() const { return checked_config(); }
 
-int64_t GptModel::ffn_size() const {
-  const auto& c = checked_config();
-  return c.ffn_hidden_size > 0 ? c.ffn_hidden_size : 4 * c.hidden_size;
-}
+int64_t GptModel::ffn_size() const { return models::ffn_size(checked_config()); }
 
-int64_t GptModel::block_parameters() const {
-  const int64_t h = checked_config().hidden_size, f = ffn_size();
-  return 2 * 2 * h + (h * 3 * h + 3 * h) + (h * h + h) + (h * f + f) + (f * h + h);
-}
+int64_t GptModel::block_parameters() const { return models::transformer_block_parameters(checked_config()); }
 
 int64_t GptModel::num_non_embedding_parameters() const {
   const auto& c = checked_config();

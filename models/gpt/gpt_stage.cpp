@@ -8,6 +8,7 @@
 #include "gpt_layers.h"
 #include "gpt_model.h"
 #include "gpt_stage_module.h"
+#include "common/transformer.h"
 #include "trainer/model/registry.h"
 
 namespace gpipe::gpt {
@@ -31,12 +32,7 @@ class GptStage final : public StageInterface {
   std::shared_ptr<StageModule> create_sub_model(const ModelInterface& model, const StageSpec& spec,
                                                 uint64_t seed) const override {
     const ModelConfig& config = model.get_model_config();
-    const int64_t total_layers = config.num_layers + 2;
-    if (spec.first_layer < 0 || spec.last_layer > total_layers || spec.first_layer >= spec.last_layer) {
-      throw std::invalid_argument("stage " + std::to_string(spec.stage) + " has layers [" +
-                                  std::to_string(spec.first_layer) + ", " + std::to_string(spec.last_layer) +
-                                  "), not a non-empty range of the model's " + std::to_string(total_layers) + " layers");
-    }
+    models::check_stage_layers(spec, config.num_layers + 2);
     std::vector<std::shared_ptr<GptLayer>> layers;
     std::vector<std::string> names;
     int64_t blocks = 0;
