@@ -4,18 +4,9 @@
 # between processes per step against the activation + gradient bytes the model implies.
 # Usage: scripts/bench_distributed.sh [STEPS] [OUT.md]   (build first: scripts/build.sh)
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
 steps=${1:-20}
 out_md=${2:-}
-runner=${GPIPE_RUNNER:-$root/build/trainer/gpipe_runner}
-py=${OURGPIPE_PYTHON:-$root/.venv/bin/python}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cfg=(--config "$root/configs/gpt_cpu_tiny.yaml" --steps "$steps" --set training.profile_iteration=-1
-     --set training.log_interval=1000 --device cpu)
-# One intra-op thread per pipeline rank in every layout, so only the transport differs.
-export OMP_NUM_THREADS=1
-port=$((20000 + RANDOM % 20000))
+source "$(dirname "$0")/lib/multiprocess_bench.sh"
 "$runner" "${cfg[@]}" --output-dir "$work/inprocess" > "$work/inprocess.log" 2>&1
 "$runner" "${cfg[@]}" --output-dir "$work/gloo2" --nproc-per-node 2 --master-port $port > "$work/gloo2.log" 2>&1
 "$runner" "${cfg[@]}" --output-dir "$work/gloo4" --nproc-per-node 4 --master-port $((port + 1)) > "$work/gloo4.log" 2>&1

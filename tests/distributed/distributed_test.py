@@ -1,5 +1,5 @@
 """Multi-process runs of gpipe_runner on CPU (Gloo): equality with the in-process pipeline for
-every schedule, the launchers (built-in --nproc-per-node and torchrun --no-python), checkpoint and
+every schedule and for replicated stages (parallel.data_parallel_size), the launchers (built-in --nproc-per-node and torchrun --no-python), checkpoint and
 resume, and each fault a cluster has (a killed rank, a port in use, an unreachable master, a
 missing peer, ranks with different configs, a truncated or foreign checkpoint).
 
@@ -170,6 +170,78 @@ class DistributedTest(unittest.TestCase):
                 self.assertEqual(p.returncode, 0, p.stderr[-3000:])
                 self.assert_same(reference, losses(out))
 
+    def test_replicated_stages_equal_one_pipeline_at_the_same_global_batch(self):
+        # parallel.data_parallel_size 2: two copies of a 2-stage pipeline, each running 2 of the
+        # step's 4 micro-batches (rows 0-3 and 4-7 of the batch of 8), their gradients averaged
+        # per stage over Gloo. Losses and gradient norms equal the single 2-stage pipeline's.
+        # Layouts: both ranks of a replica in one process (2 processes), one rank per process
+        # (4 processes), and buckets small enough that each stage's all-reduce is many buckets,
+        # most started during the stage's last backward.
+        steps = ["--steps", "3"]
+        two_stages = ["--stages", "2", "--schedule", "1f1b"]
+        reference = self.in_process("dp_ref", two_stages + steps)
+        config = ["--config", os.path.join(ROOT, "configs/gpt_cpu_tiny.yaml")] + TINY
+        for name, procs, extra in [("colocated", 2, []), ("rank_per_process", 4, []),
+                                   ("small_buckets", 4, ["--set", "parallel.dp_bucket_mb=0.01"])]:
+            with self.subTest(layout=name, processes=procs):
+                out = os.path.join(self.tmp, "dp_" + name)
+                p = self.run_runner(config + two_stages + steps + extra +
+                                    ["--data-parallel-size", "2", "--output-dir", out, "--nproc-per-node", str(procs),
+                                     "--master-port", str(free_port())])
+                self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+                log = p.stderr + p.stdout
+                self.assertIn("replica 1 of 2 (2 of the 4 micro-batches per step)", log)
+                self.assert_same(reference, losses(out))
+                if name == "small_buckets":
+                    self.assertRegex(log, r"stage 0: ranks 0 2 \((?:[2-9]|[1-9][0-9]+) buckets\)")
+                    # The hooks started buckets while the stage's last backward still ran.
+                    self.assertRegex(log, r"stage 0 replicas' gradient all-reduce: [1-9][0-9]* of [0-9]+ buckets "
+                                          r"started during the last backward")
+
+        # BERT, tied embedding across the replica's two processes and replicated: the tied sum runs
+        # over the replica's processes only, the all-reduce over the stage's replicas.
+        bert_ref = os.path.join(self.tmp, "dp_bert_ref")
+        p = self.run_runner(bert_args() + steps + ["--output-dir", bert_ref])
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        out = os.path.join(self.tmp, "dp_bert")
+        p = self.run_runner(bert_args() + steps + ["--data-parallel-size", "2", "--output-dir", out,
+                                                   "--nproc-per-node", "4", "--master-port", str(free_port())])
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        self.assert_same(losses(bert_ref), losses(out))
+
+    def test_replicated_run_checkpoints_resume_in_another_layout(self):
+        # Replica 0 writes the stage files; a run without replicas resumes them (the trajectory
+        # does not depend on data_parallel_size) and continues exactly as the replicated run did.
+        ckpt = ["--checkpoint-dir", os.path.join(self.tmp, "dp_ckpt"), "--set", "training.keep_checkpoints=0"]
+        config = ["--config", os.path.join(ROOT, "configs/gpt_cpu_tiny.yaml")] + TINY + ["--stages", "2"]
+        out = os.path.join(self.tmp, "dp_ckpt_run")
+        p = self.run_runner(config + ckpt + ["--steps", "4", "--checkpoint-interval", "2", "--data-parallel-size", "2",
+                                             "--output-dir", out, "--nproc-per-node", "4",
+                                             "--master-port", str(free_port())])
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        folder = os.path.join(self.tmp, "dp_ckpt", "step_00000002")
+        with open(os.path.join(folder, "manifest.json")) as f:
+            manifest = json.load(f)
+        self.assertEqual(sorted(s["stage"] for s in manifest["stages"]), [0, 1])
+        resumed = os.path.join(self.tmp, "dp_resumed")
+        p = self.run_runner(config + ckpt + ["--steps", "4", "--resume-from", folder, "--output-dir", resumed])
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        self.assert_same(losses(out)[2:], losses(resumed))
+
+    def test_replicas_that_do_not_fit_the_launch_are_refused(self):
+        config = ["--config", os.path.join(ROOT, "configs/gpt_cpu_tiny.yaml")] + TINY + ["--stages", "2", "--steps", "1"]
+        p = self.run_runner(config + ["--data-parallel-size", "2", "--output-dir", os.path.join(self.tmp, "dp_one")])
+        self.assertEqual(p.returncode, 2, p.stderr[-2000:])
+        self.assertIn("parallel.data_parallel_size=2 replicates the pipeline over processes, but this is one process",
+                      p.stderr)
+        p = self.run_runner(config + ["--data-parallel-size", "3", "--output-dir", os.path.join(self.tmp, "dp_three")])
+        self.assertEqual(p.returncode, 2, p.stderr[-2000:])
+        self.assertIn("does not split over parallel.data_parallel_size 3", p.stderr)
+        p = self.run_runner(config + ["--data-parallel-size", "2", "--output-dir", os.path.join(self.tmp, "dp_odd"),
+                                      "--nproc-per-node", "3", "--master-port", str(free_port())])
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("do not split into parallel.data_parallel_size=2", p.stderr + p.stdout)
+
     def test_torchrun_no_python_launches_the_runner_unchanged(self):
         torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
         if not os.path.exists(torchrun):
@@ -178,6 +250,15 @@ class DistributedTest(unittest.TestCase):
         out = os.path.join(self.tmp, "torchrun")
         p = self.run_runner(["--config", os.path.join(ROOT, "configs/gpt_cpu_tiny.yaml")] + TINY +
                             ["--steps", "2", "--output-dir", out],
+                            launcher=[torchrun, "--no-python", "--nproc_per_node=2",
+                                      f"--master_port={free_port()}"])
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        self.assert_same(reference, losses(out))
+        # Replicated under torchrun: two replicas of a 2-stage pipeline, one process each.
+        reference = self.in_process("ref_dp", ["--steps", "2", "--stages", "2"])
+        out = os.path.join(self.tmp, "torchrun_dp")
+        p = self.run_runner(["--config", os.path.join(ROOT, "configs/gpt_cpu_tiny.yaml")] + TINY +
+                            ["--steps", "2", "--stages", "2", "--data-parallel-size", "2", "--output-dir", out],
                             launcher=[torchrun, "--no-python", "--nproc_per_node=2",
                                       f"--master_port={free_port()}"])
         self.assertEqual(p.returncode, 0, p.stderr[-3000:])

@@ -39,11 +39,52 @@ TEST(Placement, ImpossibleLayoutsNameTheProblem) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message(ranks(2), 4).find("WORLD_SIZE=4 processes but parallel.model_parallel_size is 2"), std::string::npos);
+  EXPECT_NE(message(ranks(2), 4).find("WORLD_SIZE=4 but parallel.model_parallel_size is 2"), std::string::npos);
   EXPECT_NE(message(ranks(6), 4).find("not a multiple of WORLD_SIZE=4"), std::string::npos);
   EXPECT_NE(message(ranks(4, {0, 0, 0, 0}), 2).find("no pipeline rank to process 1"), std::string::npos);
   EXPECT_NE(message(ranks(4, {0, 1, 2, 1}), 2).find("parallel.placement[2] = 2"), std::string::npos);
   EXPECT_NE(message(ranks(4, {0, 1}), 2).find("2 entries for 4 pipeline ranks"), std::string::npos);
+}
+
+TEST(Placement, ReplicasTakeContiguousBlocksOfProcesses) {
+  // 2 replicas of a 4-rank pipeline over 4 processes: replica 0 on processes 0-1, replica 1 on 2-3,
+  // each laid out as parallel.placement (or the default blocks) says within its processes.
+  ParallelConfig c = ranks(4);
+  c.data_parallel_size = 2;
+  const Placement first = make_placement(c, 4, 1);
+  EXPECT_EQ(first.replica, 0);
+  EXPECT_EQ(first.process_of_rank, (std::vector<int>{0, 0, 1, 1}));
+  const Placement second = make_placement(c, 4, 3);
+  EXPECT_EQ(second.replica, 1);
+  EXPECT_EQ(second.processes_per_replica, 2);
+  EXPECT_EQ(second.process_of_rank, (std::vector<int>{2, 2, 3, 3}));
+  EXPECT_EQ(second.ranks_of(3), (std::vector<int>{2, 3}));
+  EXPECT_TRUE(second.ranks_of(0).empty());  // another replica's process
+  EXPECT_EQ(second.process_in_replica(3, 0), 1);
+  EXPECT_EQ(first.process_in_replica(0, 1), 2);
+  EXPECT_EQ(second.describe(), "process 2: ranks 0 1 | process 3: ranks 2 3 (replica 1 of 2)");
+  c.placement = {1, 0, 0, 1};
+  EXPECT_EQ(make_placement(c, 4, 2).process_of_rank, (std::vector<int>{3, 2, 2, 3}));
+  // Both ranks in one process, 2 replicas in 2 processes.
+  c.placement.clear();
+  EXPECT_EQ(make_placement(c, 2, 1).process_of_rank, (std::vector<int>{1, 1, 1, 1}));
+}
+
+TEST(Placement, ReplicasThatDoNotDivideTheWorldAreRefused) {
+  ParallelConfig c = ranks(2);
+  c.data_parallel_size = 2;
+  try {
+    make_placement(c, 3, 0);
+    FAIL() << "3 processes cannot hold 2 replicas";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("do not split into parallel.data_parallel_size=2"), std::string::npos) << e.what();
+  }
+  try {
+    make_placement(c, 8, 0);
+    FAIL() << "4 processes per replica for 2 ranks";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("4 processes per replica"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Placement, EveryScheduleReceivesInSendOrderAcrossProcesses) {

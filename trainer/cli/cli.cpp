@@ -20,7 +20,7 @@ RunOptions parse_cli(int argc, const char* const* argv) {
   std::vector<std::string> sets;
   std::string scheduler, schedule, microbatches, stages, virtual_stages, steps, device, output_dir, seed, dtype,
       partition, lr, checkpoint_interval, checkpoint_dir, transport, placement, peer_timeout, schedule_file,
-      overlap_f_b, sync_mode;
+      overlap_f_b, sync_mode, data_parallel;
   int nproc_per_node = 0, nnodes = 1, node_rank = 0, master_port = 29500;
   std::string master_addr = "127.0.0.1";
   app.add_option("--config", opts.config_path, "YAML config (sections model, dataset, training, parallel)");
@@ -53,6 +53,9 @@ RunOptions parse_cli(int argc, const char* const* argv) {
   app.add_option("--checkpoint-interval", checkpoint_interval, "Checkpoint every N steps (training.checkpoint_interval)");
   app.add_option("--checkpoint-dir", checkpoint_dir, "Checkpoint folder (training.checkpoint_dir)");
   app.add_option("--transport", transport, "auto | inprocess | gloo | nccl (parallel.transport)");
+  app.add_option("--data-parallel-size", data_parallel,
+                 "Replicas of the whole pipeline, each with WORLD_SIZE / N processes, averaging their gradients "
+                 "(parallel.data_parallel_size)");
   app.add_option("--placement", placement, "Process of each pipeline rank, e.g. \"[0,0,1,1]\" (parallel.placement)");
   app.add_option("--peer-timeout", peer_timeout, "Seconds to wait for a peer rank (parallel.peer_timeout_s)");
   auto* nproc = app.add_option("--nproc-per-node", nproc_per_node,
@@ -105,6 +108,7 @@ RunOptions parse_cli(int argc, const char* const* argv) {
   direct(checkpoint_dir, "training.checkpoint_dir");
   direct(transport, "parallel.transport");
   direct(placement, "parallel.placement");
+  direct(data_parallel, "parallel.data_parallel_size");
   direct(peer_timeout, "parallel.peer_timeout_s");
   if (resume_from->count() > 0) opts.resume = true;
   if (nproc->count() > 0) {

@@ -246,6 +246,10 @@ const std::vector<Field>& field_table() {
                                   [](const std::vector<int64_t>& v) {
                                     return std::all_of(v.begin(), v.end(), [](int64_t x) { return x >= 0; });
                                   }),
+      field<int>("parallel", "data_parallel_size", [](C& c) -> auto& { return c.parallel.data_parallel_size; },
+                 "an integer >= 1", [](int v) { return v >= 1; }),
+      field<double>("parallel", "dp_bucket_mb", [](C& c) -> auto& { return c.parallel.dp_bucket_mb; },
+                    "a number of MiB > 0", [](double v) { return finite(v) && v > 0; }),
       field<double>("parallel", "peer_timeout_s", [](C& c) -> auto& { return c.parallel.peer_timeout_s; },
                     "a number of seconds > 0", [](double v) { return finite(v) && v > 0; }),
   };
@@ -346,6 +350,19 @@ void check_cross_fields(const PipelineConfig& c) {
     throw ConfigError("training.num_microbatches " + std::to_string(c.training.num_microbatches) +
                       " does not divide dataset.batch_size " + std::to_string(c.dataset.batch_size) +
                       "; micro-batches must be equal (pick a divisor of the batch size)");
+  if (c.training.num_microbatches % par.data_parallel_size != 0)
+    throw ConfigError("training.num_microbatches " + std::to_string(c.training.num_microbatches) +
+                      " does not split over parallel.data_parallel_size " + std::to_string(par.data_parallel_size) +
+                      " replicas; each replica runs an equal share: use a multiple of data_parallel_size");
+  if (par.data_parallel_size > 1 && par.sync_mode == "asp")
+    throw ConfigError("parallel.sync_mode is asp with parallel.data_parallel_size " +
+                      std::to_string(par.data_parallel_size) + ": asp updates each stage after every backward, "
+                      "which replicas averaging once per step cannot follow; use sync_mode: bsp or data_parallel_size: 1");
+  // The schedule's micro-batches: one replica's share.
+  const int replica_microbatches = c.training.num_microbatches / par.data_parallel_size;
+  const std::string microbatches_field = par.data_parallel_size == 1
+                                             ? "training.num_microbatches"
+                                             : "training.num_microbatches / parallel.data_parallel_size";
   if (!par.schedule_file.empty()) {
     // The file says the order and placement; its shape is checked against the config when it is
     // read (schedule_from_file), not against the generators' rules below.
@@ -353,10 +370,10 @@ void check_cross_fields(const PipelineConfig& c) {
     // Round-robin multi-stage schedules, any parallel.virtual_stages as torch's classes take it
     // (trainer/schedule/schedule.h has the full rules).
     // torch's rule for the interleaved ones: the micro-batches go in max(1, m / p) equal rounds.
-    const int m = c.training.num_microbatches;
+    const int m = replica_microbatches;
     const int rounds = std::max(1, m / par.model_parallel_size);
     if (par.schedule != "looped_bfs" && m % rounds != 0)
-      throw ConfigError("parallel.schedule " + par.schedule + " needs training.num_microbatches (" + std::to_string(m) +
+      throw ConfigError("parallel.schedule " + par.schedule + " needs " + microbatches_field + " (" + std::to_string(m) +
                         ") to split into max(1, num_microbatches / model_parallel_size) = " + std::to_string(rounds) +
                         " equal rounds: use at most " + std::to_string(2 * par.model_parallel_size - 1) +
                         " micro-batches or a multiple of parallel.model_parallel_size (" +
@@ -366,9 +383,9 @@ void check_cross_fields(const PipelineConfig& c) {
       throw ConfigError("parallel.schedule " + par.schedule + " needs parallel.virtual_stages: 2 (got " +
                         std::to_string(par.virtual_stages) + "): its V placement puts stages r and " +
                         "2 x model_parallel_size - 1 - r on rank r");
-    if (par.schedule == "dualpipev" && c.training.num_microbatches < 2 * par.model_parallel_size)
-      throw ConfigError("parallel.schedule dualpipev needs training.num_microbatches (" +
-                        std::to_string(c.training.num_microbatches) + ") >= the stage count 2 x " +
+    if (par.schedule == "dualpipev" && replica_microbatches < 2 * par.model_parallel_size)
+      throw ConfigError("parallel.schedule dualpipev needs " + microbatches_field + " (" +
+                        std::to_string(replica_microbatches) + ") >= the stage count 2 x " +
                         "parallel.model_parallel_size (" + std::to_string(2 * par.model_parallel_size) + ")");
   } else if (par.virtual_stages != 1) {
     throw ConfigError("parallel.virtual_stages is " + std::to_string(par.virtual_stages) + " but parallel.schedule " +

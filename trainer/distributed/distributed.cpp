@@ -49,6 +49,21 @@ c10::intrusive_ptr<c10d::Store> open_store(const WorldInfo& world, const Distrib
 
 }  // namespace
 
+c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                    std::chrono::milliseconds timeout) {
+  auto opts = c10d::ProcessGroupGloo::Options::create();
+  opts->timeout = timeout;
+  if (const char* ifnames = std::getenv("GLOO_SOCKET_IFNAME"); ifnames != nullptr && *ifnames != '\0') {
+    std::stringstream list(ifnames);
+    for (std::string name; std::getline(list, name, ',');) {
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+    }
+  } else {
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  }
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
+}
+
 void Distributed::Impl::fail(const std::string& reason) {
   // From here on the peers' sockets close one by one; c10d would log each with a backtrace.
   FLAGS_caffe2_log_level = 2;  // errors only
@@ -208,18 +223,8 @@ std::unique_ptr<Distributed> Distributed::connect(const WorldInfo& world, const 
     for (int k = 1; k < world.world_size; ++k) check_hash(k);
   }
   try {
-    auto opts = c10d::ProcessGroupGloo::Options::create();
-    opts->timeout = options.timeout;
-    if (const char* ifnames = std::getenv("GLOO_SOCKET_IFNAME"); ifnames != nullptr && *ifnames != '\0') {
-      std::stringstream list(ifnames);
-      for (std::string name; std::getline(list, name, ',');) {
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
-      }
-    } else {
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-    }
-    impl->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("gloo", impl->store),
-                                                           world.rank, world.world_size, opts);
+    impl->gloo = make_gloo_backend(c10::make_intrusive<c10d::PrefixStore>("gloo", impl->store), world.rank,
+                                   world.world_size, options.timeout);
   } catch (const std::exception& e) {
     throw RendezvousError(fmt::format("rank {} could not connect its Gloo process group to the other ranks: {} "
                                       "(GLOO_SOCKET_IFNAME picks the network interface)", world.rank, error_text(e)));

@@ -53,6 +53,11 @@ inline std::string error_text(const std::exception& e) {
   return e.what();
 }
 
+// A Gloo process group of `size` processes meeting in `store` (GLOO_SOCKET_IFNAME picks the
+// interfaces); blocks until all joined or `timeout`.
+c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                    std::chrono::milliseconds timeout);
+
 // Creates the Gloo cross-process transport (process_transport.cpp) and the NCCL one
 // (nccl_transport.cpp, CUDA builds only).
 std::unique_ptr<Transport> make_gloo_process_transport(Distributed::Impl& dist, const Placement& placement,

@@ -52,6 +52,8 @@ class ActionRunner {
                      Key neighbour_key, const char* what);
   // Removes and returns what a send ships: F's activation or B/I's input gradient. Locks mu_.
   Message take_output(std::map<Key, Message>& outbox, Key key, const char* producer);
+  // The stage's last .grad-writing action of this rank's program (see last_gradient_action_).
+  bool is_last_gradient(const Action& a) const;
   std::shared_ptr<const ReadyEvent> last_forward(int stage) const;
   std::shared_ptr<const ReadyEvent> last_write(int stage) const;
   std::shared_ptr<const ReadyEvent> grads_accumulated() const;  // locks mu_
@@ -89,6 +91,9 @@ class ActionRunner {
   bool asynchronous() const { return static_cast<bool>(ctx_.update_after_backward); }
   int stream_microbatch(const Action& a) const { return asynchronous() ? 0 : a.microbatch; }
   std::map<int, std::shared_ptr<const ReadyEvent>> last_forward_, last_write_;  // by stage
+  // Per stage of this rank: its program's last action that writes .grad (B, I or W), for
+  // ctx_.before_last_gradient / after_last_gradient.
+  std::map<int, Action> last_gradient_action_;
 };
 
 // LibTorch hands the backward of a CUDA graph to one autograd worker thread per device, shared by

@@ -58,7 +58,16 @@ std::vector<std::shared_ptr<const TimingEvent>> record_gpu_step_marks(const Step
 
 ActionRunner::ActionRunner(const StepContext& ctx, int rank, RankStreams& streams, const ExecutorOptions& options,
                            std::shared_ptr<const TimingEvent> gpu_step_mark)
-    : ctx_(ctx), rank_(rank), streams_(streams), options_(options), gpu_step_mark_(std::move(gpu_step_mark)) {}
+    : ctx_(ctx), rank_(rank), streams_(streams), options_(options), gpu_step_mark_(std::move(gpu_step_mark)) {
+  if (ctx_.before_last_gradient || ctx_.after_last_gradient) {
+    for (const Action& a : ctx_.schedule->per_rank.at(static_cast<size_t>(rank_))) {
+      if (a.type == ActionType::kBackward || a.type == ActionType::kBackwardInput ||
+          a.type == ActionType::kBackwardWeight) {
+        last_gradient_action_.insert_or_assign(a.stage, a);
+      }
+    }
+  }
+}
 
 void ActionRunner::gpu_span_begin(GpuSpan& span) {
   if (gpu_step_mark_) span.start = record_timing_event(ctx_.rank_devices.at(static_cast<size_t>(rank_)));
@@ -104,8 +113,10 @@ void ActionRunner::dispatch(const Action& a, GpuSpan& span) {
   switch (a.type) {
     case ActionType::kForward: return forward(a, span);
     case ActionType::kBackward:
-    case ActionType::kBackwardInput: return backward(a, span);
-    case ActionType::kBackwardWeight: return backward_weight(a, span);
+    case ActionType::kBackwardInput:
+    case ActionType::kBackwardWeight:
+      if (ctx_.before_last_gradient && is_last_gradient(a)) ctx_.before_last_gradient(a.stage);
+      return a.type == ActionType::kBackwardWeight ? backward_weight(a, span) : backward(a, span);
     case ActionType::kSendForward: return send_forward(a);
     case ActionType::kRecvForward: return recv_forward(a);
     case ActionType::kSendBackward: return send_backward(a);
@@ -205,6 +216,9 @@ void ActionRunner::backward(const Action& a, GpuSpan& span) {
   // asp: the stage's update follows its backward at once, on this stream (the next F of the
   // stage, on another stream, waits for it through the weights-ready event below).
   if (a.type == ActionType::kBackward && ctx_.update_after_backward) ctx_.update_after_backward(a.stage);
+  // Replicas: the rest of the stage's gradient all-reduce starts here, on this stream (ordered
+  // after the backward's kernels).
+  if (ctx_.after_last_gradient && is_last_gradient(a)) ctx_.after_last_gradient(a.stage);
   gpu_span_end(span);  // autograd made this stream wait for the backward kernels it ran on F(mb)'s stream
   auto accumulated = streams_.record_ready();
   auto sent = st.spec().is_first() ? nullptr : streams_.record_ready();
@@ -221,10 +235,16 @@ void ActionRunner::backward_weight(const Action& a, GpuSpan& span) {
   RankStreams::wait(grads_accumulated());
   gpu_span_begin(span);
   stage(a.stage).backward_weight(a.microbatch);
+  if (ctx_.after_last_gradient && is_last_gradient(a)) ctx_.after_last_gradient(a.stage);
   gpu_span_end(span);
   auto accumulated = streams_.record_ready();
   std::lock_guard<std::mutex> lock(mu_);
   grads_accumulated_ = std::move(accumulated);
+}
+
+bool ActionRunner::is_last_gradient(const Action& a) const {
+  auto it = last_gradient_action_.find(a.stage);
+  return it != last_gradient_action_.end() && it->second == a;
 }
 
 std::shared_ptr<const ReadyEvent> ActionRunner::last_forward(int stage) const {

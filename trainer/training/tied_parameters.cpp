@@ -24,8 +24,8 @@ std::string shape_text(at::IntArrayRef shape) {
 
 TiedParameters::TiedParameters(const ModelInterface& model, const std::vector<StageSpec>& specs,
                                const std::vector<std::unique_ptr<StageRuntime>>& stages, const Schedule& schedule,
-                               const Placement& placement, Distributed* dist)
-    : dist_(dist) {
+                               const Placement& placement, ProcessGroup* replica_processes)
+    : group_(replica_processes) {
   for (TiedParameter& tied : model.tied_parameters()) {
     if (tied.members.size() < 2) continue;  // nothing shared
     Group group;
@@ -80,13 +80,13 @@ at::Tensor TiedParameters::total(const Group& group, const std::vector<at::Tenso
     else sum.add_(part.detach().to(sum.device()));
   }
   if (!group.spans_processes) return sum;
-  if (!dist_) throw std::logic_error("a tied parameter spans processes but the trainer has no Distributed");
+  if (!group_) throw std::logic_error("a tied parameter spans processes but the trainer has no process group");
   // Every process joins, those without a copy (or without a gradient) with zeros.
   at::Tensor host = sum.defined() ? sum.to(at::kCPU).contiguous()
                                   : at::zeros(group.tied.shape, at::TensorOptions().dtype(
                                                                     group.copies.empty() ? at::kFloat
                                                                                          : group.copies.front().scalar_type()));
-  dist_->all_reduce_sum_in_place(host);
+  group_->all_reduce_sum_in_place(host);
   if (group.copies.empty()) return {};
   return host.to(group.copies.front().device());
 }

@@ -7,8 +7,8 @@
 // backward (each copy's gradient becomes the sum of all copies', so the per-stage optimizers take
 // identical steps); the gradient norm and the parameter count skip every copy but the first
 // member's (is_duplicate). Copies in one process are summed directly; a group whose copies live in
-// several processes is summed by a Gloo all-reduce over all processes (those holding no copy add
-// zeros), in the same group order everywhere.
+// several processes is summed by a Gloo all-reduce over the pipeline replica's processes (those
+// holding no copy add zeros), in the same group order everywhere.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -23,7 +23,7 @@
 
 namespace gpipe {
 
-class Distributed;
+class ProcessGroup;
 class StageRuntime;
 
 class TiedParameters {
@@ -33,7 +33,7 @@ class TiedParameters {
   // (StageModule::layer_parameter) or a copy has another shape than the group's.
   TiedParameters(const ModelInterface& model, const std::vector<StageSpec>& specs,
                  const std::vector<std::unique_ptr<StageRuntime>>& stages, const Schedule& schedule,
-                 const Placement& placement, Distributed* dist);
+                 const Placement& placement, ProcessGroup* replica_processes);
 
   bool empty() const { return groups_.empty(); }
   void synchronize_values();
@@ -56,7 +56,7 @@ class TiedParameters {
 
   std::vector<Group> groups_;
   std::unordered_set<const c10::TensorImpl*> duplicates_;
-  Distributed* dist_ = nullptr;
+  ProcessGroup* group_ = nullptr;  // this replica's processes; null in a single process
 };
 
 }  // namespace gpipe

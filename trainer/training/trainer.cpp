@@ -21,6 +21,7 @@
 #include "trainer/device/device.h"
 #include "trainer/launch/world.h"
 #include "trainer/distributed/distributed.h"
+#include "trainer/distributed/gradient_reducer.h"
 #include "trainer/launch/orion_preload.h"
 #include "trainer/log/engine_log.h"
 #include "trainer/execution/executor.h"
@@ -37,7 +38,11 @@
 
 namespace gpipe {
 
-Schedule build_schedule(const ParallelConfig& parallel, const TrainingConfig& training) {
+Schedule build_schedule(const ParallelConfig& parallel, const TrainingConfig& global_training) {
+  // One replica's pipeline: with parallel.data_parallel_size replicas, each runs its share of the
+  // micro-batches (validate() checked that they divide).
+  TrainingConfig training = global_training;
+  training.num_microbatches /= std::max(1, parallel.data_parallel_size);
   if (!parallel.schedule_file.empty()) {
     // Read, checked against the config's shape, lowered if compute-only, and validated.
     try {
@@ -93,8 +98,11 @@ void check_model_fits(ModelInterface& model, const PipelineConfig& config) {
   const double activations = est.activation_bytes_per_token * microbatch_tokens;
   const std::vector<c10::Device> devices =
       resolve_rank_devices(config.parallel.device, config.parallel.model_parallel_size);
+  // Each pipeline replica holds the whole model: its share of the processes is what counts.
+  const double processes_per_replica = static_cast<double>(world_from_environment().world_size) /
+                                       static_cast<double>(std::max(1, config.parallel.data_parallel_size));
   const double capacity =
-      static_cast<double>(total_memory_bytes(devices)) * static_cast<double>(world_from_environment().world_size);
+      static_cast<double>(total_memory_bytes(devices)) * std::max(1.0, processes_per_replica);
   if (state + activations <= capacity) return;
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   throw ConfigError(fmt::format(
@@ -189,8 +197,22 @@ PipelineTrainer::PipelineTrainer(PipelineConfig config, PipelineComponents compo
     throw ConfigError("model.vocab_size is unresolved (-1): build the components with create_components()");
   }
   const auto& p = config_.parallel;
-  placement_ = make_placement(p, dist_ ? dist_->world_size() : 1);
+  if (p.data_parallel_size > 1 && !dist_) {
+    throw ConfigError(fmt::format(
+        "parallel.data_parallel_size={} replicates the pipeline over processes, but this is one process: launch "
+        "a multiple of {} processes (gpipe_runner --nproc-per-node, torchrun, srun)", p.data_parallel_size,
+        p.data_parallel_size));
+  }
+  placement_ = make_placement(p, dist_ ? dist_->world_size() : 1, dist_ ? dist_->rank() : 0);
   local_ranks_ = placement_.ranks_of(dist_ ? dist_->rank() : 0);
+  if (dist_) {
+    // This replica's processes: their tied-parameter sums and gradient norm are the pipeline's.
+    std::vector<int> members;
+    for (int k = 0; k < placement_.processes_per_replica; ++k) {
+      members.push_back(placement_.replica * placement_.processes_per_replica + k);
+    }
+    replica_group_ = dist_->new_group(fmt::format("replica{}", placement_.replica), members, "gloo");
+  }
   if (dist_) {
     // One device per process (cuda:LOCAL_RANK, as torchrun runs), shared by its ranks.
     const int local_rank = dist_->world().local_rank;
@@ -286,13 +308,38 @@ PipelineTrainer::PipelineTrainer(PipelineConfig config, PipelineComponents compo
     }
     const c10::Device device = rank_devices_.at(static_cast<size_t>(schedule_.rank_of_stage(spec.stage)));
     stages_.push_back(std::make_unique<StageRuntime>(spec, std::move(module), *components_.stage, device,
-                                                     config_.training.num_microbatches));
+                                                     schedule_.num_microbatches));
     optimizers_->per_stage.push_back(make_adamw(stages_.back()->parameters(), config_.training));
   }
   // Tied parameters: the copies on different stages start equal (in every process, in the same
   // order: a group spanning processes is an all-reduce).
-  tied_ = std::make_unique<TiedParameters>(*components_.model, specs, stages_, schedule_, placement_, dist_);
+  tied_ = std::make_unique<TiedParameters>(*components_.model, specs, stages_, schedule_, placement_,
+                                           replica_group_.get());
   tied_->synchronize_values();
+  if (p.data_parallel_size > 1) {
+    // One group per stage and its replicas, made in stage order everywhere (each waits for its
+    // members): two stages of one process never share a group, so their rank threads' collectives
+    // cannot interleave differently in different replicas. The replicas start from equal weights
+    // (the layers' seeds do not depend on the placement).
+    reducers_.resize(stages_.size());
+    const auto bucket_bytes = static_cast<size_t>(p.dp_bucket_mb * 1024.0 * 1024.0);
+    std::string groups;
+    for (size_t s = 0; s < stages_.size(); ++s) {
+      if (!stages_[s]) continue;
+      std::vector<int> members;
+      const int rank = schedule_.rank_of_stage(static_cast<int>(s));
+      for (int r = 0; r < placement_.data_parallel_size; ++r) members.push_back(placement_.process_in_replica(rank, r));
+      auto group = dist_->new_group(fmt::format("stage{}", s), members, cuda ? "nccl" : "gloo");
+      groups += fmt::format("{}stage {}: ranks", groups.empty() ? "" : "; ", s);
+      for (int m : members) groups += " " + std::to_string(m);
+      reducers_[s] = std::make_unique<GradientReducer>(fmt::format("stage {}", s), stages_[s]->parameters(),
+                                                       replica_collective(std::move(group)), bucket_bytes);
+      groups += fmt::format(" ({} buckets)", reducers_[s]->num_buckets());
+    }
+    log_info("replica {} of {} ({} of the {} micro-batches per step); gradient all-reduce groups ({}): {}",
+             placement_.replica, placement_.data_parallel_size, schedule_.num_microbatches,
+             config_.training.num_microbatches, cuda ? "nccl" : "gloo", groups);
+  }
   if (schedule_.sync_mode == SyncMode::kAsp) {
     if (!tied_->empty()) {
       throw ConfigError("parallel.sync_mode=asp: this model ties parameters across stages, whose copies asynchronous "
@@ -344,12 +391,19 @@ int64_t PipelineTrainer::total_steps() const {
   return std::max<int64_t>(1, per_epoch * config_.training.epochs);
 }
 
-double PipelineTrainer::forward_backward(const Batch& batch, ActionRecorder* recorder) {
-  const int m = config_.training.num_microbatches;
-  if (batch.input_ids.size(0) % m != 0) {
-    throw ConfigError(fmt::format("a batch of {} sequences does not split into training.num_microbatches={}",
-                                  batch.input_ids.size(0), m));
+double PipelineTrainer::forward_backward(const Batch& global_batch, ActionRecorder* recorder) {
+  const int replicas = placement_.data_parallel_size;
+  const int64_t rows = global_batch.input_ids.size(0);
+  if (rows % config_.training.num_microbatches != 0) {
+    throw ConfigError(fmt::format("a batch of {} sequences does not split into training.num_microbatches={}", rows,
+                                  config_.training.num_microbatches));
   }
+  // This replica's share: micro-batches r x m .. (r + 1) x m - 1 of the step's.
+  const int m = schedule_.num_microbatches;
+  const Batch batch =
+      replicas == 1 ? global_batch
+                    : Batch{global_batch.input_ids.narrow(0, placement_.replica * (rows / replicas), rows / replicas),
+                            global_batch.targets.narrow(0, placement_.replica * (rows / replicas), rows / replicas)};
   StepContext ctx;
   ctx.schedule = &schedule_;
   ctx.rank_devices = rank_devices_;
@@ -385,11 +439,21 @@ double PipelineTrainer::forward_backward(const Batch& batch, ActionRecorder* rec
     async_norm_sum_ = 0;
     async_updates_ = 0;
   }
+  if (!reducers_.empty()) {
+    ctx.before_last_gradient = [this](int stage) { reducers_.at(static_cast<size_t>(stage))->begin_last_backward(); };
+    ctx.after_last_gradient = [this](int stage) { reducers_.at(static_cast<size_t>(stage))->end_last_backward(); };
+  }
   try {
     executor_->run_step(ctx);
+    for (auto& r : reducers_) {
+      if (r) r->finish();  // each stage's gradients: the replicas' mean
+    }
   } catch (...) {
     for (auto& s : stages_) {
       if (s) s->discard_step();  // a later step starts clean
+    }
+    for (auto& r : reducers_) {
+      if (r) r->discard();
     }
     throw;
   }
@@ -402,8 +466,9 @@ double PipelineTrainer::forward_backward(const Batch& batch, ActionRecorder* rec
     }
     loss = last->loss_sum() / m;
   }
-  // The last stage's process has the loss; every process needs it (logs, the NaN guard).
-  if (dist_) loss = dist_->all_reduce_sum({loss}).front();
+  // The last stage's process of each replica has its replica's mean loss; every process needs
+  // the step's (logs, the NaN guard): the mean over the replicas' equal shares.
+  if (dist_) loss = dist_->all_reduce_sum({loss}).front() / replicas;
   return loss;
 }
 
@@ -466,7 +531,8 @@ std::pair<double, double> PipelineTrainer::optimizer_step(int64_t step) {
   for (const auto& [device, parts] : squared_per_device) {
     squared += at::stack(parts).to(at::kDouble).sum().item<double>();
   }
-  if (dist_) squared = dist_->all_reduce_sum({squared}).front();
+  // Over this replica's processes: after the all-reduce every replica holds the same gradients.
+  if (replica_group_) squared = replica_group_->all_reduce_sum({squared}).front();
   const double norm = std::sqrt(squared);
   // A NaN/inf norm fails `norm > clip`, so clipping would be skipped and AdamW would write
   // NaN into every weight: stop before the update instead of silently corrupting the model.
@@ -507,7 +573,9 @@ nlohmann::json PipelineTrainer::train() {
   info.microbatches = t.num_microbatches;
   info.tokens_per_step = config_.dataset.batch_size * config_.model.sequence_length;
   info.parameters = num_parameters();
-  if (dist_) info.parameters = static_cast<int64_t>(dist_->all_reduce_sum({static_cast<double>(info.parameters)}).front());
+  if (replica_group_) {
+    info.parameters = static_cast<int64_t>(replica_group_->all_reduce_sum({static_cast<double>(info.parameters)}).front());
+  }
   info.flops_per_token = components_.model->training_flops_per_token();
   info.num_gpus = info.device == "cuda" ? (dist_ ? dist_->world_size() : count_distinct_devices(rank_devices_)) : 0;
   if (info.device == "cuda") {
@@ -623,6 +691,14 @@ nlohmann::json PipelineTrainer::train() {
                  t.profile_iteration, step - 1, timeline_path);
   }
   const int64_t steps_run = step - first_step;
+  for (size_t s = 0; s < reducers_.size(); ++s) {
+    if (!reducers_[s]) continue;
+    // The all-reduce's overlap with the backward: what the hooks started before the stage's last
+    // gradient action ended (the first step learns the counts, so it starts none early).
+    log_info("stage {} replicas' gradient all-reduce: {} of {} buckets started during the last backward of the "
+             "last step (parallel.dp_bucket_mb={})", s, reducers_[s]->started_during_backward(),
+             reducers_[s]->num_buckets(), p.dp_bucket_mb);
+  }
   if (dist_) {
     // What crossed process boundaries, against what the model implies: per micro-batch and
     // boundary one activation and one gradient of (micro-batch, sequence, hidden) values.

@@ -35,6 +35,10 @@ std::string PipelineTrainer::checkpoint_config_hash() const {
   trajectory.training.max_steps = -1;
   trajectory.training.epochs = 1;
   trajectory.parallel.peer_timeout_s = 1;
+  // Replicas average their gradients at the same global batch and micro-batches: a run with
+  // data_parallel_size 2 follows the same trajectory as one without, and may resume it.
+  trajectory.parallel.data_parallel_size = 1;
+  trajectory.parallel.dp_bucket_mb = 1;
   return config_hash(trajectory.to_yaml());
 }
 
@@ -47,7 +51,7 @@ void PipelineTrainer::save_checkpoint(int64_t step, int epoch, int64_t batch_ind
   const TrainingPosition position{step, epoch, batch_index};
   const std::string hash = checkpoint_config_hash();
   std::vector<StageCheckpointFile> files;
-  for (size_t s = 0; s < stages_.size(); ++s) {
+  for (size_t s = 0; s < stages_.size() && placement_.replica == 0; ++s) {  // replicas hold equal copies
     if (!stages_[s]) continue;
     files.push_back(write_stage_checkpoint(folder, static_cast<int>(s), stages_[s]->module(), *optimizers_->per_stage[s],
                                            stages_[s]->device(), position, hash));

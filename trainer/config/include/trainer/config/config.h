@@ -100,6 +100,15 @@ struct ParallelConfig {
   // Process of each pipeline rank when several processes run (WORLD_SIZE > 1); empty: contiguous
   // blocks of model_parallel_size / WORLD_SIZE ranks per process. E.g. [0, 0, 1, 1].
   std::vector<int64_t> placement;
+  // Replicated stages (VPipe's stage_to_rank_map, Megatron's data parallelism): this many copies
+  // of the whole pipeline, each in its own WORLD_SIZE / data_parallel_size processes (replica r
+  // holds processes r x that .. (r + 1) x that - 1; parallel.placement applies inside each). Each
+  // replica takes training.num_microbatches / data_parallel_size of the step's micro-batches; the
+  // replicas of a stage average their gradients (one c10d group per stage: Gloo on CPU, NCCL on
+  // CUDA) in buckets, each started as soon as the stage's last backward has produced it (DDP).
+  int data_parallel_size = 1;
+  // Bucket size of that all-reduce in MiB (DDP's bucket_cap_mb).
+  double dp_bucket_mb = 25;
   // How long a rank waits for a peer (rendezvous, a receive, a silent heartbeat) before it gives
   // up with an error naming that peer.
   double peer_timeout_s = 120;

@@ -29,6 +29,8 @@ class ActionRecorder;
 class Transport;
 class Distributed;
 class TiedParameters;
+class ProcessGroup;
+class GradientReducer;
 
 struct PipelineComponents {
   std::unique_ptr<ModelInterface> model;
@@ -73,7 +75,9 @@ class PipelineTrainer {
   // Optimizer steps the LR schedule spans: max_steps if set, else epochs x batches per epoch.
   int64_t total_steps() const;
 
-  // Splits `batch` into micro-batches, clears gradients and runs the executor once, then sums
+  // Splits `batch` into micro-batches (with parallel.data_parallel_size D, this replica's rows
+  // [r x B/D, (r + 1) x B/D) into num_microbatches / D of them), clears gradients and runs the
+  // executor once (replicas: each stage's gradients then hold the replicas' mean), then sums
   // the gradients of the copies of each tied parameter (ModelInterface::tied_parameters) into
   // every copy. Returns the mean micro-batch loss (= the full-batch loss for equal micro-batches).
   // No optimizer step.
@@ -115,6 +119,10 @@ class PipelineTrainer {
   struct Optimizers;
   std::unique_ptr<Optimizers> optimizers_;
   std::unique_ptr<TiedParameters> tied_;  // copies of tied parameters across stages
+  // With `dist`: this pipeline replica's processes (the tied-parameter sums, the gradient norm).
+  std::unique_ptr<ProcessGroup> replica_group_;
+  // parallel.data_parallel_size > 1: per virtual stage here, the all-reduce over its replicas.
+  std::vector<std::unique_ptr<GradientReducer>> reducers_;
   // asp: one stage's update after a backward (called on the stage's rank thread).
   void update_stage_async(int stage, double lr);
   int64_t async_step_ = 0;
