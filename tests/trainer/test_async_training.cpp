@@ -1,11 +1,15 @@
 // parallel.sync_mode: asp through the runner's path (create_components + PipelineTrainer): the
 // small GPT trains with per-backward stage updates (weight stashing on and off), both executors
-// agree, stage 0 holds the stashed versions 1F1B-async needs, and impossible asp configs are named.
+// agree, stage 0 holds the stashed versions 1F1B-async needs, asp windows run several steps
+// without draining (and still log, checkpoint and resume per step), and impossible asp configs
+// are named.
 #include <gtest/gtest.h>
 
 #include <ATen/Parallel.h>
 
+#include <fstream>
 #include <string>
+#include <vector>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -96,6 +100,88 @@ TEST(AsyncTraining, StageZeroHoldsTheVersionsItsMicroBatchesInFlightNeed) {
   EXPECT_EQ(stash->most_held(), 3u) << "1F1B-async on 4 ranks: stage 0 keeps 3 versions for its 4 in flight";
   EXPECT_EQ(static_cast<int>(stash->most_held()), stashed_versions(trainer.schedule())[0]) << "as the schedule says";
   EXPECT_EQ(stash->held(), 0u);
+  testing::remove_tree(c.training.output_dir);
+}
+
+TEST(AsyncTraining, AWindowRunsTheNextStepBeforeThisOneDrains) {
+  // Two steps as one 1F1B-async pipeline (an asp window) against the same two steps drained in
+  // between. Step 0's micro-batches see the same weight versions either way (the schedules agree
+  // until step 0's cool-down), so its loss is identical; step 1's first forwards run before step
+  // 0's last backwards updated the weights in the window, so its loss differs. A window that
+  // drained would give step 1's loss too.
+  at::set_num_threads(1);
+  auto losses = [](bool window) {
+    PipelineConfig c = asp_config(window ? "window" : "drained");
+    c.parallel.asp_window_steps = window ? 0 : 1;
+    PipelineComponents parts = create_components(c);
+    const Batch b0 = parts.dataset->process_batch(0, 0), b1 = parts.dataset->process_batch(0, 1);
+    PipelineTrainer trainer(c, std::move(parts));
+    std::vector<double> out;
+    if (window) {
+      out = trainer.forward_backward_steps({b0, b1}, 0);
+    } else {
+      out.push_back(trainer.forward_backward_steps({b0}, 0).front());
+      out.push_back(trainer.forward_backward_steps({b1}, 1).front());
+    }
+    const WeightStash* stash = trainer.stages().at(0)->weight_stash();
+    EXPECT_EQ(stash->version(), 8) << "one update per micro-batch either way";
+    EXPECT_EQ(stash->held(), 0u);
+    testing::remove_tree(c.training.output_dir);
+    return out;
+  };
+  const auto drained = losses(false);
+  const auto window = losses(true);
+  ASSERT_EQ(window.size(), 2u);
+  EXPECT_EQ(window[0], drained[0]);
+  EXPECT_NE(window[1], drained[1]) << "the window drained between its steps";
+  EXPECT_NEAR(window[1], drained[1], 0.05) << "the same data, one update apart";
+}
+
+TEST(AsyncTraining, WindowedRunLogsEveryStepCheckpointsAndResumes) {
+  // asp_window_steps 0: windows end at checkpoints (every 3 steps here): steps 0-2 and 3-5. Every
+  // step still gets its metrics line; resuming from step 3 gives the same steps 3-5.
+  at::set_num_threads(1);
+  PipelineConfig c = asp_config("windows");
+  c.parallel.asp_window_steps = 0;
+  c.training.max_steps = 6;
+  c.training.checkpoint_interval = 3;
+  c.training.keep_checkpoints = 0;
+  c.training.log_interval = 1;
+  c.training.checkpoint_dir = c.training.output_dir + "/ckpt";
+  auto read_losses = [](const std::string& dir) {
+    std::vector<std::pair<int64_t, double>> out;
+    std::ifstream in(dir + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      if (line.empty()) continue;
+      const auto j = nlohmann::json::parse(line);
+      out.emplace_back(j.at("step").get<int64_t>(), j.at("loss").get<double>());
+    }
+    return out;
+  };
+  {
+    PipelineConfig run = c;
+    PipelineComponents parts = create_components(run);
+    PipelineTrainer trainer(run, std::move(parts));
+    trainer.train();
+  }
+  const auto full = read_losses(c.training.output_dir);
+  ASSERT_EQ(full.size(), 6u);
+  for (int64_t k = 0; k < 6; ++k) EXPECT_EQ(full[static_cast<size_t>(k)].first, k);
+  EXPECT_NE(full[0].second, full[1].second) << "each step's own loss, not the window's";
+  PipelineConfig again = c;
+  again.training.output_dir = c.training.output_dir + "/resumed";
+  {
+    PipelineComponents parts = create_components(again);
+    PipelineTrainer trainer(again, std::move(parts));
+    trainer.resume_from(c.training.checkpoint_dir + "/step_00000003");
+    trainer.train();
+  }
+  const auto resumed = read_losses(again.training.output_dir);
+  ASSERT_EQ(resumed.size(), 3u);
+  for (size_t k = 0; k < 3; ++k) {
+    EXPECT_EQ(resumed[k].first, full[k + 3].first);
+    EXPECT_NEAR(resumed[k].second, full[k + 3].second, 1e-6);
+  }
   testing::remove_tree(c.training.output_dir);
 }
 

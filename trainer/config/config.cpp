@@ -222,6 +222,9 @@ const std::vector<Field>& field_table() {
                          "bsp, asp", one_of({"bsp", "asp"})),
       field<bool>("parallel", "weight_stashing", [](C& c) -> auto& { return c.parallel.weight_stashing; },
                   "true or false"),
+      field<int>("parallel", "asp_window_steps", [](C& c) -> auto& { return c.parallel.asp_window_steps; },
+                 "an integer >= 0 (0: until a checkpoint, the profiled step or the epoch's end)",
+                 [](int v) { return v >= 0; }),
       field<std::string>("parallel", "priority", [](C& c) -> auto& { return c.parallel.priority; },
                          "backward_first, forward_first, none", one_of({"backward_first", "forward_first", "none"})),
       partition_field(field<std::string>("parallel", "partition", [](C& c) -> auto& { return c.parallel.partition; },
@@ -358,6 +361,10 @@ void check_cross_fields(const PipelineConfig& c) {
     throw ConfigError("parallel.sync_mode is asp with parallel.data_parallel_size " +
                       std::to_string(par.data_parallel_size) + ": asp updates each stage after every backward, "
                       "which replicas averaging once per step cannot follow; use sync_mode: bsp or data_parallel_size: 1");
+  if (par.asp_window_steps != 1 && par.sync_mode != "asp")
+    throw ConfigError("parallel.asp_window_steps is " + std::to_string(par.asp_window_steps) + " but parallel.sync_mode is " +
+                      par.sync_mode + ": only asp runs steps without draining between them (bsp's update needs every "
+                      "micro-batch's gradient first); set sync_mode: asp or asp_window_steps: 1");
   // The schedule's micro-batches: one replica's share.
   const int replica_microbatches = c.training.num_microbatches / par.data_parallel_size;
   const std::string microbatches_field = par.data_parallel_size == 1

@@ -20,7 +20,7 @@ class CrossProcessTransport : public Transport {
  public:
   CrossProcessTransport(Distributed::Impl& dist, const Placement& placement, const Schedule& schedule)
       : dist_(dist), placement_(placement), num_ranks_(schedule.num_ranks), num_stages_(schedule.num_stages()),
-        num_microbatches_(schedule.num_microbatches), stage_to_rank_(schedule.stage_to_rank),
+        stage_to_rank_(schedule.stage_to_rank),
         local_(make_inprocess_transport(schedule.num_ranks)) {}
 
   void send(const TransferKey& key, Message message) final {
@@ -78,7 +78,7 @@ class CrossProcessTransport : public Transport {
 
   Distributed::Impl& dist_;
   const Placement placement_;
-  const int num_ranks_, num_stages_, num_microbatches_;
+  const int num_ranks_, num_stages_;
   const std::vector<int> stage_to_rank_;  // Schedule::stage_to_rank; empty: round robin
   const std::unique_ptr<Transport> local_;
   std::atomic<uint64_t> bytes_sent_{0};

@@ -92,9 +92,10 @@ class GlooProcessTransport final : public CrossProcessTransport {
     for (const auto& w : receives) w->abort();
   }
 
-  // Unique per message of a step: kind x stage x micro-batch.
+  // Unique per message of a step: kind x stage x micro-batch, micro-batch outermost, so that a
+  // run with more micro-batches than the schedule it was made for (an asp window) stays unique.
   int tag_of(const TransferKey& key) const {
-    return (static_cast<int>(key.kind) * num_stages_ + key.stage) * num_microbatches_ + key.microbatch;
+    return (key.microbatch * 2 + static_cast<int>(key.kind)) * num_stages_ + key.stage;
   }
 
   // The reason another rank posted to the store, if any (the store may be gone too).

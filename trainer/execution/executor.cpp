@@ -215,7 +215,7 @@ void ActionRunner::backward(const Action& a, GpuSpan& span) {
                                                           : st.backward_input(a.microbatch, output_grad);
   // asp: the stage's update follows its backward at once, on this stream (the next F of the
   // stage, on another stream, waits for it through the weights-ready event below).
-  if (a.type == ActionType::kBackward && ctx_.update_after_backward) ctx_.update_after_backward(a.stage);
+  if (a.type == ActionType::kBackward && ctx_.update_after_backward) ctx_.update_after_backward(a.stage, a.microbatch);
   // Replicas: the rest of the stage's gradient all-reduce starts here, on this stream (ordered
   // after the backward's kernels).
   if (ctx_.after_last_gradient && is_last_gradient(a)) ctx_.after_last_gradient(a.stage);

@@ -66,7 +66,7 @@ at::Tensor StageRuntime::forward(int microbatch, const Batch& batch, const at::T
     Batch on_device{batch.input_ids.to(device_), batch.targets.to(device_)};
     at::Tensor loss = stage_interface_.compute_loss(out, on_device);
     std::lock_guard<std::mutex> lock(mu_);
-    losses_.push_back(loss.detach());
+    losses_[microbatch] = loss.detach();
     stash.output = loss / (loss_divisor_ > 0 ? loss_divisor_ : static_cast<double>(num_microbatches_));
     result = loss.detach();
   } else {
@@ -169,7 +169,20 @@ size_t StageRuntime::deferred_weight_grads(int microbatch) const {
 double StageRuntime::loss_sum() const {
   std::lock_guard<std::mutex> lock(mu_);
   double sum = 0;
-  for (const auto& l : losses_) sum += l.item<double>();
+  for (const auto& [mb, l] : losses_) sum += l.item<double>();
+  return sum;
+}
+
+double StageRuntime::loss_sum(int first_microbatch, int count) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  double sum = 0;
+  for (int mb = first_microbatch; mb < first_microbatch + count; ++mb) {
+    auto it = losses_.find(mb);
+    if (it == losses_.end()) {
+      throw std::logic_error(fmt::format("stage {}: no loss of micro-batch {} was recorded this step", spec_.stage, mb));
+    }
+    sum += it->second.item<double>();
+  }
   return sum;
 }
 

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <thread>
 
@@ -391,21 +392,23 @@ int64_t PipelineTrainer::total_steps() const {
   return std::max<int64_t>(1, per_epoch * config_.training.epochs);
 }
 
-double PipelineTrainer::forward_backward(const Batch& global_batch, ActionRecorder* recorder) {
+double PipelineTrainer::forward_backward(const Batch& batch, ActionRecorder* recorder) {
+  return forward_backward_steps({batch}, async_step_, recorder).front();
+}
+
+std::vector<double> PipelineTrainer::forward_backward_steps(const std::vector<Batch>& global_batches,
+                                                            int64_t first_step, ActionRecorder* recorder) {
   const int replicas = placement_.data_parallel_size;
-  const int64_t rows = global_batch.input_ids.size(0);
-  if (rows % config_.training.num_microbatches != 0) {
-    throw ConfigError(fmt::format("a batch of {} sequences does not split into training.num_microbatches={}", rows,
-                                  config_.training.num_microbatches));
+  const int steps = static_cast<int>(global_batches.size());
+  if (steps < 1) throw std::invalid_argument("forward_backward_steps needs at least one batch");
+  if (steps > 1 && schedule_.sync_mode != SyncMode::kAsp) {
+    throw std::logic_error("several steps in one pipeline run need parallel.sync_mode asp");
   }
-  // This replica's share: micro-batches r x m .. (r + 1) x m - 1 of the step's.
+  // One replica's micro-batches per step; an asp window runs `steps` steps' worth as one schedule.
   const int m = schedule_.num_microbatches;
-  const Batch batch =
-      replicas == 1 ? global_batch
-                    : Batch{global_batch.input_ids.narrow(0, placement_.replica * (rows / replicas), rows / replicas),
-                            global_batch.targets.narrow(0, placement_.replica * (rows / replicas), rows / replicas)};
+  const Schedule& schedule = steps == 1 ? schedule_ : window_schedule(steps);
   StepContext ctx;
-  ctx.schedule = &schedule_;
+  ctx.schedule = &schedule;
   ctx.rank_devices = rank_devices_;
   ctx.local_ranks = local_ranks_;
   ctx.transport = transport_.get();
@@ -420,9 +423,23 @@ double PipelineTrainer::forward_backward(const Batch& global_batch, ActionRecord
                                                                         : c10::Device(c10::kCPU);
     return device.is_cuda() ? t.pin_memory().to(device, /*non_blocking=*/true) : t;
   };
-  const auto inputs = to_stage_device(batch.input_ids, 0).chunk(m, 0);
-  const auto targets = to_stage_device(batch.targets, schedule_.num_stages() - 1).chunk(m, 0);
-  for (int i = 0; i < m; ++i) ctx.microbatches.push_back(Batch{inputs[static_cast<size_t>(i)], targets[static_cast<size_t>(i)]});
+  for (const Batch& global_batch : global_batches) {
+    const int64_t rows = global_batch.input_ids.size(0);
+    if (rows % config_.training.num_microbatches != 0) {
+      throw ConfigError(fmt::format("a batch of {} sequences does not split into training.num_microbatches={}", rows,
+                                    config_.training.num_microbatches));
+    }
+    // This replica's share: micro-batches r x m .. (r + 1) x m - 1 of the step's.
+    const Batch batch =
+        replicas == 1 ? global_batch
+                      : Batch{global_batch.input_ids.narrow(0, placement_.replica * (rows / replicas), rows / replicas),
+                              global_batch.targets.narrow(0, placement_.replica * (rows / replicas), rows / replicas)};
+    const auto inputs = to_stage_device(batch.input_ids, 0).chunk(m, 0);
+    const auto targets = to_stage_device(batch.targets, schedule.num_stages() - 1).chunk(m, 0);
+    for (int i = 0; i < m; ++i) {
+      ctx.microbatches.push_back(Batch{inputs[static_cast<size_t>(i)], targets[static_cast<size_t>(i)]});
+    }
+  }
   for (auto& s : stages_) {
     if (s) {
       s->begin_step();
@@ -430,11 +447,14 @@ double PipelineTrainer::forward_backward(const Batch& global_batch, ActionRecord
     }
     ctx.stages.push_back(s.get());
   }
-  if (schedule_.sync_mode == SyncMode::kAsp) {
-    // Each stage's update right after each of its backwards (on that stage's rank thread).
-    const double lr = learning_rate_at(async_step_, total_steps(), config_.training.learning_rate,
-                                       config_.training.warmup_steps, config_.training.min_lr_ratio);
-    ctx.update_after_backward = [this, lr](int stage) { update_stage_async(stage, lr); };
+  if (schedule.sync_mode == SyncMode::kAsp) {
+    // Each stage's update right after each of its backwards (on that stage's rank thread), at the
+    // learning rate of the step the micro-batch belongs to.
+    ctx.update_after_backward = [this, first_step, m](int stage, int microbatch) {
+      const auto& t = config_.training;
+      update_stage_async(stage, learning_rate_at(first_step + microbatch / m, total_steps(), t.learning_rate,
+                                                 t.warmup_steps, t.min_lr_ratio));
+    };
     std::lock_guard<std::mutex> lock(async_mu_);
     async_norm_sum_ = 0;
     async_updates_ = 0;
@@ -459,43 +479,21 @@ double PipelineTrainer::forward_backward(const Batch& global_batch, ActionRecord
   }
   // Megatron's embedding all-reduce: every copy of a tied parameter gets the sum of their gradients.
   tied_->reduce_gradients();
-  double loss = 0;
+  std::vector<double> losses(static_cast<size_t>(steps), 0.0);
   if (const StageRuntime* last = stages_.back().get()) {
-    if (last->losses_recorded() != m) {
-      throw std::runtime_error(fmt::format("the last stage computed {} losses for {} micro-batches", last->losses_recorded(), m));
+    if (last->losses_recorded() != m * steps) {
+      throw std::runtime_error(fmt::format("the last stage computed {} losses for {} micro-batches",
+                                           last->losses_recorded(), m * steps));
     }
-    loss = last->loss_sum() / m;
+    for (int k = 0; k < steps; ++k) losses[static_cast<size_t>(k)] = last->loss_sum(k * m, m) / m;
   }
-  // The last stage's process of each replica has its replica's mean loss; every process needs
-  // the step's (logs, the NaN guard): the mean over the replicas' equal shares.
-  if (dist_) loss = dist_->all_reduce_sum({loss}).front() / replicas;
-  return loss;
-}
-
-void PipelineTrainer::update_stage_async(int stage, double lr) {
-  StageRuntime& st = *stages_.at(static_cast<size_t>(stage));
-  torch::optim::AdamW& opt = *optimizers_->per_stage.at(static_cast<size_t>(stage));
-  double norm = 0;
-  st.apply_update([&] {
-    // Clipped per stage: a global norm would wait for every stage's backward, the flush asp avoids.
-    std::vector<at::Tensor> grads;
-    for (const auto& p : st.parameters()) {
-      if (p.grad().defined()) grads.push_back(p.grad());
-    }
-    if (grads.empty()) return;
-    norm = at::stack(at::_foreach_norm(grads, 2, at::kFloat)).pow(2).sum().sqrt().item<double>();
-    if (!std::isfinite(norm)) {
-      throw std::runtime_error(fmt::format("non-finite gradient norm on stage {} (sync_mode asp); lower "
-                                           "training.learning_rate or check the data", stage));
-    }
-    const double clip = config_.training.grad_clip;
-    if (clip > 0 && norm > clip) at::_foreach_mul_(grads, clip / (norm + 1e-6));
-    for (auto& group : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-    fused_adamw_step(opt, /*keep_autograd_versions=*/true);  // graphs in flight saved these parameters
-  });
-  std::lock_guard<std::mutex> lock(async_mu_);
-  async_norm_sum_ += norm;
-  ++async_updates_;
+  // The last stage's process of each replica has its replica's mean losses; every process needs
+  // the steps' (logs, the NaN guard): the mean over the replicas' equal shares.
+  if (dist_) {
+    losses = dist_->all_reduce_sum(losses);
+    for (double& l : losses) l /= replicas;
+  }
+  return losses;
 }
 
 std::pair<double, double> PipelineTrainer::optimizer_step(int64_t step) {
@@ -619,39 +617,57 @@ nlohmann::json PipelineTrainer::train() {
   if (resume_) std::tie(step, first_epoch, first_index) = load_checkpoint();
   const int64_t first_step = step;
   const int64_t batches = components_.dataset->num_batches();
+  // asp windows: steps run as one pipeline that does not drain between them (bsp: one step).
+  const int64_t window_steps = schedule_.sync_mode == SyncMode::kAsp && p.asp_window_steps != 1
+                                   ? (p.asp_window_steps == 0 ? std::numeric_limits<int64_t>::max() : p.asp_window_steps)
+                                   : 1;
+  struct Pending {
+    int epoch;
+    int64_t index;
+    Batch batch;
+  };
+  std::vector<Pending> window;
   bool stop = false;
-  for (int epoch = first_epoch; epoch < t.epochs && !stop; ++epoch) {
-    for (int64_t index = epoch == first_epoch ? first_index : 0; index < batches && !stop; ++index) {
-      if (t.max_steps >= 0 && step >= t.max_steps) {
-        stop = true;
-        break;
-      }
-      const Batch batch = components_.dataset->process_batch(epoch, index);
-      reset_peak_memory(rank_devices_);
-      // The profiled step also gets a PyTorch profiler (Kineto) trace, as the Python OurGPipe
-      // writes one: CPU ops of every action thread, and GPU kernels with their streams.
-      std::optional<KinetoStepProfile> kineto;
-      if (step == t.profile_iteration) kineto.emplace(rank_devices_.front().is_cuda());
-      const auto start = std::chrono::steady_clock::now();
-      async_step_ = step;  // asp: the learning rate of this step's updates
-      const double loss = forward_backward(batch, &recorder);
-      // Checked before optimizer_step: a non-finite loss means non-finite gradients, and
-      // stepping on them would write NaN into the weights.
+  // Runs the steps in `window` (one pipeline run), then logs one metrics line per step and
+  // checkpoints when the last of them is due.
+  auto run_window = [&] {
+    const auto n = static_cast<int64_t>(window.size());
+    reset_peak_memory(rank_devices_);
+    // The profiled step also gets a PyTorch profiler (Kineto) trace, as the Python OurGPipe
+    // writes one: CPU ops of every action thread, and GPU kernels with their streams.
+    const bool profile_now = t.profile_iteration >= step && t.profile_iteration < step + n;
+    std::optional<KinetoStepProfile> kineto;
+    if (profile_now) kineto.emplace(rank_devices_.front().is_cuda());
+    const auto start = std::chrono::steady_clock::now();
+    async_step_ = step;  // asp: the learning rate of this step's updates
+    std::vector<Batch> step_batches;
+    for (const Pending& w : window) step_batches.push_back(w.batch);
+    const std::vector<double> step_losses = forward_backward_steps(step_batches, step, &recorder);
+    // Checked before optimizer_step: a non-finite loss means non-finite gradients, and
+    // stepping on them would write NaN into the weights.
+    for (int64_t k = 0; k < n; ++k) {
+      const double loss = step_losses[static_cast<size_t>(k)];
       if (!std::isfinite(loss)) {
         throw std::runtime_error(fmt::format("the loss is {} at step {}: lower training.learning_rate or raise "
-                                             "training.warmup_steps", loss, step));
+                                             "training.warmup_steps", loss, step + k));
       }
-      const auto [grad_norm, lr] = optimizer_step(step);
-      synchronize_devices(rank_devices_);
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    }
+    const auto [grad_norm, lr] = optimizer_step(step + n - 1);
+    synchronize_devices(rank_devices_);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (n > 1 && main_process && t.log_interval > 0) {
+      log_info("asp window: steps {}..{} in one pipeline run of {:.1f} ms ({} micro-batches, drained once)", step,
+               step + n - 1, ms, n * t.num_microbatches);
+    }
+    for (int64_t k = 0; k < n; ++k, ++step) {
       IterationMetrics it;
       it.step = step;
-      it.epoch = epoch;
-      it.loss = loss;
-      it.learning_rate = lr;
+      it.epoch = window[static_cast<size_t>(k)].epoch;
+      it.loss = step_losses[static_cast<size_t>(k)];
+      it.learning_rate = n == 1 ? lr : learning_rate_at(step, total_steps(), t.learning_rate, t.warmup_steps, t.min_lr_ratio);
       it.grad_norm = grad_norm;
-      it.step_time_ms = ms;
-      it.tokens_per_s = static_cast<double>(info.tokens_per_step) / (ms / 1e3);
+      it.step_time_ms = ms / static_cast<double>(n);  // a window's steps share its time evenly
+      it.tokens_per_s = static_cast<double>(info.tokens_per_step) / (it.step_time_ms / 1e3);
       it.bubble_fraction = recorder.bubble_fraction();
       it.bubble_clock = to_string(recorder.clock());
       it.peak_memory_bytes = peak_memory_bytes(rank_devices_);
@@ -661,30 +677,50 @@ nlohmann::json PipelineTrainer::train() {
       }
       if (main_process && t.log_interval > 0 && step % t.log_interval == 0) {
         log_info("epoch {} step {} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.1f} ms | {:.0f} tokens/s | "
-                     "bubble {:.1f}%{}", epoch, step, loss, lr, grad_norm, ms, it.tokens_per_s,
-                     100.0 * it.bubble_fraction, it.mfu ? fmt::format(" | MFU {:.2f}%", 100.0 * *it.mfu) : "");
-      }
-      if (step == t.profile_iteration) {
-        write_chrome_trace(recorder, static_cast<int>(step), timeline_path);
-        log_info("timeline of step {} written to {}", step, timeline_path);
-        const std::filesystem::path trace_dir = std::filesystem::path(t.output_dir) /
-                                                fmt::format("profiler_{}", p.scheduler) /
-                                                fmt::format("rank{}", dist_ ? dist_->rank() : 0);
-        log_info("PyTorch profiler trace of step {} written to {} (TensorBoard's profiler plugin, Perfetto)", step,
-                 kineto->finish(trace_dir.string()));
-        profiled = true;
-        if (t.exit_after_profile) {
-          log_info("training.exit_after_profile: stopping after the profiled step");
-          stop = true;
-        }
-      }
-      ++step;
-      if (t.checkpoint_interval > 0 && step % t.checkpoint_interval == 0) {
-        const bool epoch_done = index + 1 >= batches;
-        save_checkpoint(step, epoch_done ? epoch + 1 : epoch, epoch_done ? 0 : index + 1);
+                 "bubble {:.1f}%{}", it.epoch, step, it.loss, it.learning_rate, grad_norm, it.step_time_ms,
+                 it.tokens_per_s, 100.0 * it.bubble_fraction, it.mfu ? fmt::format(" | MFU {:.2f}%", 100.0 * *it.mfu) : "");
       }
     }
+    if (profile_now) {
+      write_chrome_trace(recorder, static_cast<int>(t.profile_iteration), timeline_path);
+      log_info("timeline of step {} written to {}", t.profile_iteration, timeline_path);
+      const std::filesystem::path trace_dir = std::filesystem::path(t.output_dir) /
+                                              fmt::format("profiler_{}", p.scheduler) /
+                                              fmt::format("rank{}", dist_ ? dist_->rank() : 0);
+      log_info("PyTorch profiler trace of step {} written to {} (TensorBoard's profiler plugin, Perfetto)",
+               t.profile_iteration, kineto->finish(trace_dir.string()));
+      profiled = true;
+      if (t.exit_after_profile) {
+        log_info("training.exit_after_profile: stopping after the profiled step");
+        stop = true;
+      }
+    }
+    if (t.checkpoint_interval > 0 && step % t.checkpoint_interval == 0) {
+      const Pending& last = window.back();
+      const bool epoch_done = last.index + 1 >= batches;
+      save_checkpoint(step, epoch_done ? last.epoch + 1 : last.epoch, epoch_done ? 0 : last.index + 1);
+    }
+    window.clear();
+  };
+  for (int epoch = first_epoch; epoch < t.epochs && !stop; ++epoch) {
+    for (int64_t index = epoch == first_epoch ? first_index : 0; index < batches && !stop; ++index) {
+      const int64_t next = step + static_cast<int64_t>(window.size());  // this batch's step
+      if (t.max_steps >= 0 && next >= t.max_steps) {
+        stop = true;
+        break;
+      }
+      window.push_back(Pending{epoch, index, components_.dataset->process_batch(epoch, index)});
+      // A window ends where the run must drain: its length, the last step, a checkpoint, the
+      // epoch's end, and around the profiled step (a window of its own: the profiler and the
+      // timeline cover that step alone).
+      const bool ends = static_cast<int64_t>(window.size()) >= window_steps ||
+                        (t.max_steps >= 0 && next + 1 >= t.max_steps) || index + 1 >= batches ||
+                        (t.checkpoint_interval > 0 && (next + 1) % t.checkpoint_interval == 0) ||
+                        next == t.profile_iteration || next + 1 == t.profile_iteration;
+      if (ends) run_window();
+    }
   }
+  if (!window.empty()) run_window();  // (every path above ends its window; kept for safety)
   if (!profiled && step > 0 && recorder.wall_us() > 0) {
     write_chrome_trace(recorder, static_cast<int>(step - 1), timeline_path);
     log_info("training.profile_iteration={} was not reached; timeline of the last step ({}) written to {}",

@@ -1,4 +1,4 @@
-// Private to the PipelineTrainer sources (trainer.cpp, trainer_checkpoints.cpp).
+// Private to the PipelineTrainer sources (trainer.cpp, trainer_checkpoints.cpp, trainer_async.cpp).
 #pragma once
 
 #include <torch/optim/adamw.h>

@@ -84,6 +84,11 @@ struct ParallelConfig {
   // asp: each backward runs on the weights its forward used (PipeDream's weight stashing); false:
   // on the newest weights.
   bool weight_stashing = true;
+  // asp: how many steps one pipeline runs without draining. The next step's first forwards then
+  // run during this step's last backwards, as PipeDream's pipeline never flushes; metrics are
+  // still one line per step (the window's time split evenly). 0: drain only where the run must
+  // (a checkpoint, the profiled step, an epoch's end, the last step); 1: every step (bsp's rhythm).
+  int asp_window_steps = 1;
   std::string priority = "backward_first";  // backward_first | forward_first | none
   std::string partition = "uniform";        // uniform | explicit | parameters | time
   std::vector<int64_t> partition_layers;    // explicit per-stage layer counts, e.g. [12, 13, 13, 11]

@@ -39,8 +39,8 @@ struct StepContext {
   Transport* transport = nullptr;
   ActionRecorder* recorder = nullptr;      // optional: spans of every action
   // Asynchronous schedules (sync_mode asp): called on the rank's thread right after each B of
-  // `stage`, to update that stage's weights (StageRuntime::apply_update).
-  std::function<void(int stage)> update_after_backward;
+  // `stage` (of `microbatch`), to update that stage's weights (StageRuntime::apply_update).
+  std::function<void(int stage, int microbatch)> update_after_backward;
   // Replicated stages (parallel.data_parallel_size > 1): called on the rank's thread right before
   // and right after the last action of the step that writes `stage`'s .grad (its last B, I or W),
   // so the replicas' gradient all-reduce can start bucket by bucket during it (GradientReducer).

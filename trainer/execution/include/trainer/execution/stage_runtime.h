@@ -51,6 +51,9 @@ class StageRuntime {
 
   // Sum of the unscaled micro-batch losses since begin_step() (last stage only; 0 otherwise).
   double loss_sum() const;
+  // The same over micro-batches [first_microbatch, first_microbatch + count) (one step of an asp
+  // window); throws std::logic_error naming a micro-batch without a loss.
+  double loss_sum(int first_microbatch, int count) const;
   int losses_recorded() const {
     std::lock_guard<std::mutex> lock(mu_);
     return static_cast<int>(losses_.size());
@@ -104,7 +107,7 @@ class StageRuntime {
   int num_microbatches_;
   mutable std::mutex mu_;  // guards stash_ (the map, not its entries) and losses_
   std::map<int, Stash> stash_;
-  std::vector<at::Tensor> losses_;  // detached, unscaled, one per micro-batch
+  std::map<int, at::Tensor> losses_;  // detached, unscaled, by micro-batch
 };
 
 }  // namespace gpipe

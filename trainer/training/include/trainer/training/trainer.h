@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -82,6 +83,11 @@ class PipelineTrainer {
   // every copy. Returns the mean micro-batch loss (= the full-batch loss for equal micro-batches).
   // No optimizer step.
   double forward_backward(const Batch& batch, ActionRecorder* recorder = nullptr);
+  // parallel.sync_mode asp: the steps first_step, first_step + 1, ... of `batches` (one each) as
+  // one pipeline run that does not drain between them (an asp window); each micro-batch's update
+  // takes its own step's learning rate. Returns each step's mean loss. One batch: forward_backward.
+  std::vector<double> forward_backward_steps(const std::vector<Batch>& batches, int64_t first_step,
+                                             ActionRecorder* recorder = nullptr);
   // Clips the global gradient norm to training.grad_clip (if > 0; a tied parameter counts once),
   // sets the learning rate for `step` and steps every stage's AdamW. Returns {grad norm before
   // clipping, learning rate}.
@@ -126,6 +132,9 @@ class PipelineTrainer {
   // asp: one stage's update after a backward (called on the stage's rank thread).
   void update_stage_async(int stage, double lr);
   int64_t async_step_ = 0;
+  // The schedule of an asp window of `steps` steps (made once per length; under async_mu_).
+  const Schedule& window_schedule(int steps);
+  std::map<int, Schedule> window_schedules_;
   std::mutex async_mu_;  // guards the two below (stages update from their rank threads)
   double async_norm_sum_ = 0;
   int async_updates_ = 0;
