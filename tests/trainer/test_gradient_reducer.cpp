@@ -138,7 +138,9 @@ TEST(GradientReducer, AWeightAccumulatedTwiceIsSummedOnlyAfterBoth) {
     // Had w2's bucket started after its first accumulation, the fake's "other replica" would hold
     // a partial gradient and the mean would not be 2 x the final one.
     EXPECT_TRUE(at::allclose(h.stage.w2.grad(), 2.0 * local[2], 1e-12, 1e-12)) << "step " << step;
-    if (step > 0) EXPECT_EQ(h.reducer->started_during_backward(), 3);
+    if (step > 0) {
+      EXPECT_EQ(h.reducer->started_during_backward(), 3);
+    }
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <numeric>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -225,6 +226,9 @@ std::unique_ptr<Distributed> Distributed::connect(const WorldInfo& world, const 
   try {
     impl->gloo = make_gloo_backend(c10::make_intrusive<c10d::PrefixStore>("gloo", impl->store), world.rank,
                                    world.world_size, options.timeout);
+    std::vector<int> everyone(static_cast<size_t>(world.world_size));
+    std::iota(everyone.begin(), everyone.end(), 0);
+    impl->world_group = make_process_group(*impl, "world", "gloo", world.rank, std::move(everyone), impl->gloo);
   } catch (const std::exception& e) {
     throw RendezvousError(fmt::format("rank {} could not connect its Gloo process group to the other ranks: {} "
                                       "(GLOO_SOCKET_IFNAME picks the network interface)", world.rank, error_text(e)));
@@ -306,19 +310,10 @@ void Distributed::Impl::wait_collective(const c10::intrusive_ptr<c10d::Work>& wo
 }
 
 std::vector<double> Distributed::all_reduce_sum(std::vector<double> values) {
-  std::vector<at::Tensor> tensors{at::tensor(values, at::kDouble)};
-  impl_->wait_collective(impl_->gloo->allreduce(tensors), "all-reduce");
-  const at::Tensor& t = tensors.front();
-  return {t.data_ptr<double>(), t.data_ptr<double>() + t.numel()};
+  return impl_->world_group->all_reduce_sum(std::move(values));
 }
 
-void Distributed::all_reduce_sum_in_place(at::Tensor& tensor) {
-  if (!tensor.device().is_cpu() || !tensor.is_contiguous()) {
-    throw std::invalid_argument("Distributed::all_reduce_sum_in_place needs a contiguous CPU tensor");
-  }
-  std::vector<at::Tensor> tensors{tensor};
-  impl_->wait_collective(impl_->gloo->allreduce(tensors), "all-reduce");
-}
+void Distributed::all_reduce_sum_in_place(at::Tensor& tensor) { impl_->world_group->all_reduce_sum_in_place(tensor); }
 
 void Distributed::barrier() {
   impl_->wait_collective(impl_->gloo->barrier(), "barrier");

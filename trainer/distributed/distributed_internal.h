@@ -26,6 +26,7 @@ struct Distributed::Impl {
   c10::intrusive_ptr<c10d::Store> store;     // the main thread's client (prefixed)
   c10::intrusive_ptr<c10d::Store> monitor_store;  // the monitor's own connection
   c10::intrusive_ptr<c10d::Backend> gloo;
+  std::unique_ptr<ProcessGroup> world_group;  // `gloo` as a ProcessGroup: the all-reduces over every rank
 
   std::thread monitor;
   std::mutex mu;
@@ -57,6 +58,12 @@ inline std::string error_text(const std::exception& e) {
 // interfaces); blocks until all joined or `timeout`.
 c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                     std::chrono::milliseconds timeout);
+
+// A ProcessGroup over an existing c10d backend (process_group.cpp): Distributed::new_group's
+// groups and the world group.
+std::unique_ptr<ProcessGroup> make_process_group(Distributed::Impl& dist, std::string name, std::string backend_name,
+                                                 int rank, std::vector<int> members,
+                                                 c10::intrusive_ptr<c10d::Backend> backend);
 
 // Creates the Gloo cross-process transport (process_transport.cpp) and the NCCL one
 // (nccl_transport.cpp, CUDA builds only).

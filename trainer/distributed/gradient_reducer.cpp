@@ -96,7 +96,6 @@ void GradientReducer::begin_last_backward() {
   next_bucket_ = 0;
   started_early_ = 0;
   for (auto& b : buckets_) {
-    b.started = false;
     b.flat = at::Tensor();
     b.wait = nullptr;
     b.remaining = 0;
@@ -143,7 +142,6 @@ void GradientReducer::start(Bucket& bucket) {
   }
   bucket.flat = at::cat(parts);
   bucket.wait = replicas_->start_sum(bucket.flat);
-  bucket.started = true;
 }
 
 void GradientReducer::end_last_backward() {
@@ -194,7 +192,6 @@ void GradientReducer::discard() {
   for (auto& b : buckets_) {
     b.flat = at::Tensor();
     b.wait = nullptr;
-    b.started = false;
   }
   next_bucket_ = 0;
 }

@@ -39,7 +39,6 @@ ProcessGroup::Pending::Pending(std::unique_ptr<Impl> impl) : impl_(std::move(imp
 ProcessGroup::Pending::Pending(Pending&&) noexcept = default;
 ProcessGroup::Pending& ProcessGroup::Pending::operator=(Pending&&) noexcept = default;
 ProcessGroup::Pending::~Pending() = default;
-bool ProcessGroup::Pending::started() const { return impl_ != nullptr; }
 
 void ProcessGroup::Pending::wait() {
   if (!impl_) throw std::logic_error("ProcessGroup::Pending::wait: nothing was started");
@@ -83,6 +82,19 @@ ProcessGroup::Pending ProcessGroup::start_all_reduce_sum(at::Tensor tensor) {
   return Pending(std::move(pending));
 }
 
+std::unique_ptr<ProcessGroup> make_process_group(Distributed::Impl& dist, std::string name, std::string backend_name,
+                                                 int rank, std::vector<int> members,
+                                                 c10::intrusive_ptr<c10d::Backend> backend) {
+  auto impl = std::make_unique<ProcessGroup::Impl>();
+  impl->dist = &dist;
+  impl->name = std::move(name);
+  impl->backend_name = std::move(backend_name);
+  impl->rank = rank;
+  impl->members = std::move(members);
+  impl->backend = std::move(backend);
+  return std::make_unique<ProcessGroup>(std::move(impl));
+}
+
 std::unique_ptr<ProcessGroup> Distributed::new_group(const std::string& name, std::vector<int> members,
                                                      const std::string& backend) {
   std::sort(members.begin(), members.end());
@@ -96,24 +108,20 @@ std::unique_ptr<ProcessGroup> Distributed::new_group(const std::string& name, st
       throw std::logic_error(fmt::format("process group {}: member {} is not a rank of WORLD_SIZE={}", name, m, world_size()));
     }
   }
-  auto impl = std::make_unique<ProcessGroup::Impl>();
-  impl->dist = impl_.get();
-  impl->name = name;
-  impl->backend_name = backend;
-  impl->rank = static_cast<int>(me - members.begin());
-  impl->members = members;
+  const int group_rank = static_cast<int>(me - members.begin());
   const int size = static_cast<int>(members.size());
   auto store = c10::make_intrusive<c10d::PrefixStore>("group/" + name, impl_->store);
+  c10::intrusive_ptr<c10d::Backend> backend_ptr;
   std::string members_text;
   for (int m : members) members_text += (members_text.empty() ? "" : ",") + std::to_string(m);
   try {
     if (backend == "gloo") {
-      impl->backend = make_gloo_backend(store, impl->rank, size, impl_->options.timeout);
+      backend_ptr = make_gloo_backend(store, group_rank, size, impl_->options.timeout);
     } else if (backend == "nccl") {
 #ifdef OURGPIPE_HAVE_NCCL
       auto options = c10d::ProcessGroupNCCL::Options::create();
       options->timeout = impl_->options.timeout;
-      impl->backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, impl->rank, size, options);
+      backend_ptr = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, group_rank, size, options);
 #else
       throw ConfigError("process group " + name + " needs NCCL (CUDA stages) but this build has none: configure on a "
                         "machine with the CUDA toolkit and LibTorch-CUDA");
@@ -131,7 +139,7 @@ std::unique_ptr<ProcessGroup> Distributed::new_group(const std::string& name, st
                                       rank(), backend, name, members_text, impl_->options.timeout.count() / 1000.0,
                                       error_text(e)));
   }
-  return std::unique_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
+  return make_process_group(*impl_, name, backend, group_rank, std::move(members), std::move(backend_ptr));
 }
 
 }  // namespace gpipe

@@ -99,7 +99,6 @@ Placement make_placement(const ParallelConfig& parallel, int world_size, int wor
   placement.data_parallel_size = replicas;
   placement.processes_per_replica = world_size / replicas;
   placement.replica = world_rank / placement.processes_per_replica;
-  placement.num_processes = world_size;
   const int first = placement.replica * placement.processes_per_replica;
   for (int p : replica_layout(parallel, placement.processes_per_replica, replicas)) {
     placement.process_of_rank.push_back(first + p);

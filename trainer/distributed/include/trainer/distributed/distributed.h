@@ -49,7 +49,6 @@ class ProcessGroup {
     ~Pending();
     // Blocks until the sum is in the tensors; throws naming the failure (lost rank, timeout).
     void wait();
-    bool started() const;
     struct Impl;
     explicit Pending(std::unique_ptr<Impl> impl);
 

@@ -64,7 +64,6 @@ class GradientReducer {
     int64_t numel = 0;
     int remaining = 0;           // parameters still to fire their learned count this step
     bool hookable = false;       // every member fires in the last action (learned)
-    bool started = false;
     at::Tensor flat;
     std::function<void()> wait;
   };

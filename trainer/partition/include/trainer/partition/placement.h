@@ -12,7 +12,6 @@
 namespace gpipe {
 
 struct Placement {
-  int num_processes = 1;             // WORLD_SIZE
   std::vector<int> process_of_rank;  // indexed by pipeline rank: this replica's processes (world ranks)
   // parallel.data_parallel_size copies of the pipeline, replica r on world ranks
   // [r x processes_per_replica, (r + 1) x processes_per_replica); this process is in `replica`.

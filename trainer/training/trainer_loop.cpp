@@ -1,0 +1,239 @@
+// PipelineTrainer's run (train()): the loop over epochs and steps, asp windows of several steps,
+// metrics and timelines per step, the profiled step's traces, checkpoints every N steps.
+#include "trainer/training/trainer.h"
+
+#include "trainer_internal.h"
+
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+#include <optional>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "trainer/device/device.h"
+#include "trainer/distributed/distributed.h"
+#include "trainer/distributed/gradient_reducer.h"
+#include "trainer/distributed/transport.h"
+#include "trainer/execution/executor.h"
+#include "trainer/execution/stage_runtime.h"
+#include "trainer/launch/orion_preload.h"
+#include "trainer/metrics/kineto_profile.h"
+#include "trainer/metrics/metrics.h"
+#include "trainer/metrics/timeline.h"
+#include "trainer/training/lr_schedule.h"
+
+namespace gpipe {
+
+nlohmann::json PipelineTrainer::train() {
+  if (!components_.dataset) throw std::invalid_argument("train() needs a dataset");
+  const auto& t = config_.training;
+  const auto& p = config_.parallel;
+  const bool main_process = !dist_ || dist_->rank() == 0;
+  const char* orion_env = std::getenv("USE_ORION_SCHEDULER");
+  RunInfo info;
+  info.schedule = p.schedule;
+  info.executor = executor_->name();
+  info.device = rank_devices_.front().is_cuda() ? "cuda" : "cpu";
+  info.device_name = device_display_name(rank_devices_.front());
+  info.dtype = bf16_ ? "bf16" : "fp32";
+  info.priority = p.priority;
+  info.ranks = p.model_parallel_size;
+  info.stages = schedule_.num_stages();
+  info.microbatches = t.num_microbatches;
+  info.tokens_per_step = config_.dataset.batch_size * config_.model.sequence_length;
+  info.parameters = num_parameters();
+  if (replica_group_) {
+    info.parameters = static_cast<int64_t>(replica_group_->all_reduce_sum({static_cast<double>(info.parameters)}).front());
+  }
+  info.flops_per_token = components_.model->training_flops_per_token();
+  info.num_gpus = info.device == "cuda" ? (dist_ ? dist_->world_size() : count_distinct_devices(rank_devices_)) : 0;
+  if (info.device == "cuda") {
+    info.peak_flops_per_gpu = peak_flops_override_from_env();
+    if (!info.peak_flops_per_gpu) info.peak_flops_per_gpu = peak_flops_for_device_name(info.device_name);
+  }
+  info.use_orion_scheduler = p.use_orion_scheduler;
+  info.orion_env = orion_env ? orion_env : "";
+
+  log_info("model: {} parameters, {:.3g} training FLOPs/token; {} virtual stages on {} ranks", info.parameters,
+               info.flops_per_token, info.stages, info.ranks);
+  for (const auto& s : stages_) {
+    if (!s) continue;
+    log_info("  stage {} (rank {}): layers [{}, {}), recompute {:.2f}", s->spec().stage,
+                 schedule_.rank_of_stage(s->spec().stage), s->spec().first_layer, s->spec().last_layer,
+                 s->spec().recompute_ratio);
+  }
+  log_info("executor {} | schedule {} | device {} ({}) | dtype {} | intra-op threads {}", info.executor,
+               info.schedule, info.device, info.device_name, info.dtype, at::get_num_threads());
+  const auto stream_lines = executor_->describe_streams(rank_devices_);
+  for (int r : local_ranks_) log_info("  {}", stream_lines.at(static_cast<size_t>(r)));
+  log_info("orion scheduler: parallel.use_orion_scheduler={} USE_ORION_SCHEDULER={} | Orion scheduler library loaded: {}",
+           p.use_orion_scheduler ? "true" : "false", orion_env ? orion_env : "(unset)",
+           orion_scheduler_loaded() ? "yes" : "no");
+  if (p.use_orion_scheduler && (orion_env == nullptr || std::string(orion_env) != "1")) {
+    log_warn("parallel.use_orion_scheduler is true but USE_ORION_SCHEDULER=1 is not set: run with "
+                 "USE_ORION_SCHEDULER=1 LD_PRELOAD=.../libgpu_scheduler.so for the shim to schedule kernels");
+  }
+
+  // Rank 0 writes the metrics and the summary; each process writes the timeline of its ranks.
+  std::optional<MetricsLog> metrics;
+  if (main_process) metrics.emplace(t.output_dir, info);
+  std::filesystem::create_directories(t.output_dir);
+  ActionRecorder recorder;
+  const std::string timeline_name = main_process ? "timeline.json" : fmt::format("timeline.rank{}.json", dist_->rank());
+  const std::string timeline_path = (std::filesystem::path(t.output_dir) / timeline_name).string();
+  bool profiled = false;
+  int64_t step = 0;
+  int first_epoch = 0;
+  int64_t first_index = 0;
+  if (resume_) std::tie(step, first_epoch, first_index) = load_checkpoint();
+  const int64_t first_step = step;
+  const int64_t batches = components_.dataset->num_batches();
+  // asp windows: steps run as one pipeline that does not drain between them (bsp: one step).
+  const int64_t window_steps = schedule_.sync_mode == SyncMode::kAsp && p.asp_window_steps != 1
+                                   ? (p.asp_window_steps == 0 ? std::numeric_limits<int64_t>::max() : p.asp_window_steps)
+                                   : 1;
+  struct Pending {
+    int epoch;
+    int64_t index;
+    Batch batch;
+  };
+  std::vector<Pending> window;
+  bool stop = false;
+  // Runs the steps in `window` (one pipeline run), then logs one metrics line per step and
+  // checkpoints when the last of them is due.
+  auto run_window = [&] {
+    const auto n = static_cast<int64_t>(window.size());
+    reset_peak_memory(rank_devices_);
+    // The profiled step also gets a PyTorch profiler (Kineto) trace, as the Python OurGPipe
+    // writes one: CPU ops of every action thread, and GPU kernels with their streams.
+    const bool profile_now = t.profile_iteration >= step && t.profile_iteration < step + n;
+    std::optional<KinetoStepProfile> kineto;
+    if (profile_now) kineto.emplace(rank_devices_.front().is_cuda());
+    const auto start = std::chrono::steady_clock::now();
+    async_step_ = step;  // asp: the learning rate of this step's updates
+    std::vector<Batch> step_batches;
+    for (const Pending& w : window) step_batches.push_back(w.batch);
+    const std::vector<double> step_losses = forward_backward_steps(step_batches, step, &recorder);
+    // Checked before optimizer_step: a non-finite loss means non-finite gradients, and
+    // stepping on them would write NaN into the weights.
+    for (int64_t k = 0; k < n; ++k) {
+      const double loss = step_losses[static_cast<size_t>(k)];
+      if (!std::isfinite(loss)) {
+        throw std::runtime_error(fmt::format("the loss is {} at step {}: lower training.learning_rate or raise "
+                                             "training.warmup_steps", loss, step + k));
+      }
+    }
+    const double grad_norm = optimizer_step(step + n - 1).first;
+    synchronize_devices(rank_devices_);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (n > 1 && main_process && t.log_interval > 0) {
+      log_info("asp window: steps {}..{} in one pipeline run of {:.1f} ms ({} micro-batches, drained once)", step,
+               step + n - 1, ms, n * t.num_microbatches);
+    }
+    for (int64_t k = 0; k < n; ++k, ++step) {
+      IterationMetrics it;
+      it.step = step;
+      it.epoch = window[static_cast<size_t>(k)].epoch;
+      it.loss = step_losses[static_cast<size_t>(k)];
+      it.learning_rate = learning_rate_at(step, total_steps(), t.learning_rate, t.warmup_steps, t.min_lr_ratio);
+      it.grad_norm = grad_norm;
+      it.step_time_ms = ms / static_cast<double>(n);  // a window's steps share its time evenly
+      it.tokens_per_s = static_cast<double>(info.tokens_per_step) / (it.step_time_ms / 1e3);
+      it.bubble_fraction = recorder.bubble_fraction();
+      it.bubble_clock = to_string(recorder.clock());
+      it.peak_memory_bytes = peak_memory_bytes(rank_devices_);
+      if (metrics) {
+        it.mfu = metrics->mfu(it.tokens_per_s);
+        metrics->add(it);
+      }
+      if (main_process && t.log_interval > 0 && step % t.log_interval == 0) {
+        log_info("epoch {} step {} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.1f} ms | {:.0f} tokens/s | "
+                 "bubble {:.1f}%{}", it.epoch, step, it.loss, it.learning_rate, grad_norm, it.step_time_ms,
+                 it.tokens_per_s, 100.0 * it.bubble_fraction, it.mfu ? fmt::format(" | MFU {:.2f}%", 100.0 * *it.mfu) : "");
+      }
+    }
+    if (profile_now) {
+      write_chrome_trace(recorder, static_cast<int>(t.profile_iteration), timeline_path);
+      log_info("timeline of step {} written to {}", t.profile_iteration, timeline_path);
+      const std::filesystem::path trace_dir = std::filesystem::path(t.output_dir) /
+                                              fmt::format("profiler_{}", p.scheduler) /
+                                              fmt::format("rank{}", dist_ ? dist_->rank() : 0);
+      log_info("PyTorch profiler trace of step {} written to {} (TensorBoard's profiler plugin, Perfetto)",
+               t.profile_iteration, kineto->finish(trace_dir.string()));
+      profiled = true;
+      if (t.exit_after_profile) {
+        log_info("training.exit_after_profile: stopping after the profiled step");
+        stop = true;
+      }
+    }
+    if (t.checkpoint_interval > 0 && step % t.checkpoint_interval == 0) {
+      const Pending& last = window.back();
+      const bool epoch_done = last.index + 1 >= batches;
+      save_checkpoint(step, epoch_done ? last.epoch + 1 : last.epoch, epoch_done ? 0 : last.index + 1);
+    }
+    window.clear();
+  };
+  for (int epoch = first_epoch; epoch < t.epochs && !stop; ++epoch) {
+    for (int64_t index = epoch == first_epoch ? first_index : 0; index < batches && !stop; ++index) {
+      const int64_t next = step + static_cast<int64_t>(window.size());  // this batch's step
+      if (t.max_steps >= 0 && next >= t.max_steps) {
+        stop = true;
+        break;
+      }
+      window.push_back(Pending{epoch, index, components_.dataset->process_batch(epoch, index)});
+      // A window ends where the run must drain: its length, the last step, a checkpoint, the
+      // epoch's end, and around the profiled step (a window of its own: the profiler and the
+      // timeline cover that step alone).
+      const bool ends = static_cast<int64_t>(window.size()) >= window_steps ||
+                        (t.max_steps >= 0 && next + 1 >= t.max_steps) || index + 1 >= batches ||
+                        (t.checkpoint_interval > 0 && (next + 1) % t.checkpoint_interval == 0) ||
+                        next == t.profile_iteration || next + 1 == t.profile_iteration;
+      if (ends) run_window();
+    }
+  }
+  if (!window.empty()) run_window();  // (every path above ends its window; kept for safety)
+  if (!profiled && step > 0 && recorder.wall_us() > 0) {
+    write_chrome_trace(recorder, static_cast<int>(step - 1), timeline_path);
+    log_info("training.profile_iteration={} was not reached; timeline of the last step ({}) written to {}",
+                 t.profile_iteration, step - 1, timeline_path);
+  }
+  const int64_t steps_run = step - first_step;
+  for (size_t s = 0; s < reducers_.size(); ++s) {
+    if (!reducers_[s]) continue;
+    // The all-reduce's overlap with the backward: what the hooks started before the stage's last
+    // gradient action ended (the first step learns the counts, so it starts none early).
+    log_info("stage {} replicas' gradient all-reduce: {} of {} buckets started during the last backward of the "
+             "last step (parallel.dp_bucket_mb={})", s, reducers_[s]->started_during_backward(),
+             reducers_[s]->num_buckets(), p.dp_bucket_mb);
+  }
+  if (dist_) {
+    // What crossed process boundaries, against what the model implies: per micro-batch and
+    // boundary one activation and one gradient of (micro-batch, sequence, hidden) values.
+    const double sent = dist_->all_reduce_sum({static_cast<double>(transport_->bytes_sent())}).front();
+    int boundaries = 0;
+    for (int s = 0; s + 1 < schedule_.num_stages(); ++s) {
+      if (placement_.process_of(schedule_.rank_of_stage(s)) != placement_.process_of(schedule_.rank_of_stage(s + 1))) ++boundaries;
+    }
+    const double element = 4.0;  // a block ends in a residual add, so activations cross in fp32 even under autocast
+    const double implied = 2.0 * boundaries * static_cast<double>(config_.dataset.batch_size) *
+                           static_cast<double>(config_.model.sequence_length * config_.model.hidden_size) * element;
+    if (main_process && steps_run > 0) {
+      log_info("bytes sent between processes: {:.0f} per step over {} process boundar{} (the model implies {:.0f} "
+               "for activations and gradients: ratio {:.4f})", sent / static_cast<double>(steps_run), boundaries,
+               boundaries == 1 ? "y" : "ies", implied, implied > 0 ? sent / static_cast<double>(steps_run) / implied : 0.0);
+    }
+  }
+  if (!metrics) return nlohmann::json::object();
+  const std::string summary_path = metrics->write_summary();
+  std::printf("%s\n", metrics->summary_text().c_str());
+  log_info("summary written to {}", summary_path);
+  return metrics->summary();
+}
+
+}  // namespace gpipe
