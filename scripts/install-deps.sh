@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what the build needs, idempotently: Debian packages (apt-get update only when one is
 # missing) and LibTorch as shipped in the PyTorch 2.11.0 wheel from PyPI, in a git-ignored
-# virtual environment (.venv, or $OURGPIPE_VENV). The CUDA toolkit is used where it is.
+# virtual environment (.venv, or $OURGPIPE_VENV), with TensorBoard (the runs' scalars and traces). The CUDA toolkit is used where it is.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 TORCH_VERSION=2.11.0
@@ -9,7 +9,8 @@ venv=${OURGPIPE_VENV:-$root/.venv}
 
 debs=(cmake ninja-build g++ pkg-config python3-venv zlib1g-dev
       libspdlog-dev libfmt-dev libtbb-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
-      libgloo-dev libgtest-dev libgmock-dev libbenchmark-dev libsentencepiece-dev sentencepiece)
+      libgloo-dev libgtest-dev libgmock-dev libbenchmark-dev libsentencepiece-dev sentencepiece
+      libprotobuf-dev protobuf-compiler libboost-dev)
 # Slurm and munge for tests/slurm/local_slurm_check.sh (a one-machine cluster; it needs root).
 if [ "${OURGPIPE_WITH_SLURM:-0}" = "1" ] || { [ -n "${CI:-}" ] && [ "$(id -u)" -eq 0 ]; }; then
   debs+=(slurm-wlm munge)
@@ -26,10 +27,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 if [ "${OURGPIPE_NO_TORCH:-0}" != "1" ]; then
-  if ! "$venv/bin/python" -c "import torch,sys,yaml,matplotlib; sys.exit(0 if torch.__version__.startswith('$TORCH_VERSION') else 1)" 2>/dev/null; then
+  if ! "$venv/bin/python" -c "import torch,sys,yaml,matplotlib,tensorboard,torch_tb_profiler; sys.exit(0 if torch.__version__.startswith('$TORCH_VERSION') else 1)" 2>/dev/null; then
     echo "[install-deps] installing PyTorch $TORCH_VERSION (LibTorch inside the wheel) into $venv"
     [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-    "$venv/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy pyyaml matplotlib
+    "$venv/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy pyyaml matplotlib tensorboard torch-tb-profiler
   fi
 fi
 echo "[install-deps] ok"

@@ -31,6 +31,14 @@ SetThreadClassFn find_orion_set_thread_class() {
   return fn;
 }
 
+std::optional<OrionCounts> read_orion_counts() {
+  static const auto get_stats = reinterpret_cast<orion_get_stats_fn>(dlsym(RTLD_DEFAULT, "orion_get_stats"));
+  if (get_stats == nullptr) return std::nullopt;
+  orion_stats stats{};
+  if (get_stats(&stats, sizeof stats) != 0) return std::nullopt;  // ENODEV: scheduling is off
+  return OrionCounts{stats.deferred, stats.submitted};
+}
+
 OrionThreadClassScope::OrionThreadClassScope(const char* cls, SetThreadClassFn set) {
   if (cls == nullptr || set == nullptr) return;
   set_ = set;

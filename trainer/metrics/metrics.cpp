@@ -13,6 +13,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "trainer/tensorboard/event_writer.h"
+
 namespace gpipe {
 
 std::optional<double> peak_flops_for_device_name(const std::string& device_name) {
@@ -59,7 +61,25 @@ nlohmann::json to_json(const IterationMetrics& m) {
           {"bubble_fraction", m.bubble_fraction},
           {"bubble_clock", m.bubble_clock},
           {"mfu", m.mfu ? nlohmann::json(*m.mfu) : nlohmann::json(nullptr)},
-          {"peak_memory_bytes", m.peak_memory_bytes}};
+          {"peak_memory_bytes", m.peak_memory_bytes},
+          {"rank_busy", m.rank_busy},
+          {"scheduler_held", m.scheduler_held ? nlohmann::json(*m.scheduler_held) : nlohmann::json(nullptr)},
+          {"scheduler_admitted", m.scheduler_admitted ? nlohmann::json(*m.scheduler_admitted) : nlohmann::json(nullptr)}};
+}
+
+std::vector<std::pair<std::string, double>> tensorboard_scalars(const IterationMetrics& m) {
+  std::vector<std::pair<std::string, double>> s{{"train/loss", m.loss},
+                                                {"train/learning_rate", m.learning_rate},
+                                                {"train/grad_norm", m.grad_norm},
+                                                {"throughput/tokens_per_s", m.tokens_per_s},
+                                                {"throughput/step_time_ms", m.step_time_ms}};
+  if (m.mfu) s.emplace_back("throughput/mfu", *m.mfu);
+  s.emplace_back("pipeline/bubble_fraction", m.bubble_fraction);
+  for (size_t r = 0; r < m.rank_busy.size(); ++r) s.emplace_back(fmt::format("pipeline/rank{}_busy", r), m.rank_busy[r]);
+  s.emplace_back("memory/peak_MiB", static_cast<double>(m.peak_memory_bytes) / (1024.0 * 1024.0));
+  if (m.scheduler_held) s.emplace_back("scheduler/held", static_cast<double>(*m.scheduler_held));
+  if (m.scheduler_admitted) s.emplace_back("scheduler/admitted", static_cast<double>(*m.scheduler_admitted));
+  return s;
 }
 
 MetricsLog::MetricsLog(const std::string& output_dir, RunInfo info) : output_dir_(output_dir), info_(std::move(info)) {
@@ -71,7 +91,13 @@ MetricsLog::MetricsLog(const std::string& output_dir, RunInfo info) : output_dir
     throw std::runtime_error("cannot write metrics to '" + path +
                              "': set training.output_dir to a writable folder");
   }
+  tensorboard_ = std::make_unique<TensorBoardEventWriter>(output_dir_);
 }
+
+MetricsLog::~MetricsLog() = default;
+MetricsLog::MetricsLog(MetricsLog&&) noexcept = default;
+
+const std::string& MetricsLog::tensorboard_path() const { return tensorboard_->path(); }
 
 std::optional<double> MetricsLog::mfu(double tokens_per_s) const {
   if (!info_.peak_flops_per_gpu || info_.num_gpus <= 0 || info_.flops_per_token <= 0) return std::nullopt;
@@ -82,6 +108,7 @@ void MetricsLog::add(const IterationMetrics& m) {
   iterations_.push_back(m);
   jsonl_ << to_json(m).dump() << '\n';
   jsonl_.flush();
+  tensorboard_->add_scalars(m.step, tensorboard_scalars(m));
 }
 
 namespace {

@@ -232,6 +232,9 @@ PipelineTrainer::PipelineTrainer(PipelineConfig config, PipelineComponents compo
     // ranks' devices are alike) under the run's dtype and intra-op threads.
     LayerProfileOptions profile;
     profile.bf16_autocast = bf16_;
+    log_info("parallel.partition=time: timing each of the model's {} layers alone (forward+backward of one "
+             "micro-batch, {} warm-up and {} timed runs) to balance the stages ...",
+             components_.model->layer_costs().size(), std::max(1, profile.warmup_runs), profile.timed_runs);
     const auto start = std::chrono::steady_clock::now();
     measured_layer_ms_ = measure_layer_ms(*components_.model, *components_.stage, config_, rank_devices_.front(), profile);
     if (dist_) {

@@ -101,8 +101,15 @@ std::tuple<int64_t, int, int64_t> PipelineTrainer::load_checkpoint() {
   }
   const Manifest manifest = read_manifest(folder, checkpoint_config_hash(), static_cast<int>(stages_.size()));
   TrainingPosition position = manifest.position;
+  const auto local_stages = std::count_if(stages_.begin(), stages_.end(), [](const auto& s) { return s != nullptr; });
+  engine_log_info(fmt::format("loading checkpoint {} (step {}): weights and AdamW state of {} stage{} ...", folder,
+                              manifest.position.step, local_stages, local_stages == 1 ? "" : "s"));
+  int loaded = 0;
   for (size_t s = 0; s < stages_.size(); ++s) {
     if (!stages_[s]) continue;
+    if (local_stages > 1) {
+      engine_log_info(fmt::format("  stage {} ({} of {})", s, ++loaded, local_stages));
+    }
     const TrainingPosition stored = read_stage_checkpoint(folder, static_cast<int>(s), stages_[s]->module(),
                                                           *optimizers_->per_stage[s], stages_[s]->device());
     if (!(stored == manifest.position)) {

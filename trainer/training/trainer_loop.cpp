@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trainer/device/device.h"
+#include "trainer/device/orion_thread_class.h"
 #include "trainer/distributed/distributed.h"
 #include "trainer/distributed/gradient_reducer.h"
 #include "trainer/distributed/transport.h"
@@ -29,6 +30,14 @@
 #include "trainer/training/lr_schedule.h"
 
 namespace gpipe {
+namespace {
+// 75 s -> "1:15", 3725 s -> "1:02:05".
+std::string format_duration(double seconds) {
+  const auto total = static_cast<int64_t>(std::llround(seconds));
+  const int64_t h = total / 3600, m = total / 60 % 60, s = total % 60;
+  return h > 0 ? fmt::format("{}:{:02}:{:02}", h, m, s) : fmt::format("{}:{:02}", m, s);
+}
+}  // namespace
 
 nlohmann::json PipelineTrainer::train() {
   if (!components_.dataset) throw std::invalid_argument("train() needs a dataset");
@@ -82,7 +91,10 @@ nlohmann::json PipelineTrainer::train() {
 
   // Rank 0 writes the metrics and the summary; each process writes the timeline of its ranks.
   std::optional<MetricsLog> metrics;
-  if (main_process) metrics.emplace(t.output_dir, info);
+  if (main_process) {
+    metrics.emplace(t.output_dir, info);
+    log_info("TensorBoard scalars: {} (tensorboard --logdir {})", metrics->tensorboard_path(), t.output_dir);
+  }
   std::filesystem::create_directories(t.output_dir);
   ActionRecorder recorder;
   const std::string timeline_name = main_process ? "timeline.json" : fmt::format("timeline.rank{}.json", dist_->rank());
@@ -94,6 +106,12 @@ nlohmann::json PipelineTrainer::train() {
   if (resume_) std::tie(step, first_epoch, first_index) = load_checkpoint();
   const int64_t first_step = step;
   const int64_t batches = components_.dataset->num_batches();
+  // The steps this run ends at (the last epoch's end, or training.max_steps if sooner), for the
+  // log's "step N/total" and the time left.
+  int64_t planned_steps = batches * static_cast<int64_t>(t.epochs);
+  if (t.max_steps >= 0) planned_steps = std::min(planned_steps, t.max_steps);
+  const auto run_start = std::chrono::steady_clock::now();
+  std::optional<OrionCounts> orion_before = read_orion_counts();
   // asp windows: steps run as one pipeline that does not drain between them (bsp: one step).
   const int64_t window_steps = schedule_.sync_mode == SyncMode::kAsp && p.asp_window_steps != 1
                                    ? (p.asp_window_steps == 0 ? std::numeric_limits<int64_t>::max() : p.asp_window_steps)
@@ -132,6 +150,21 @@ nlohmann::json PipelineTrainer::train() {
     const double grad_norm = optimizer_step(step + n - 1).first;
     synchronize_devices(rank_devices_);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    // Each rank's busy share of the step; a multi-process run sums its processes' own ranks over
+    // the replica (every process runs this window, so the collective matches).
+    std::vector<double> rank_busy(static_cast<size_t>(recorder.num_ranks()), 0.0);
+    if (recorder.wall_us() > 0) {
+      for (int r : local_ranks_) rank_busy.at(static_cast<size_t>(r)) = recorder.busy_us(r) / recorder.wall_us();
+    }
+    if (replica_group_) rank_busy = replica_group_->all_reduce_sum(rank_busy);
+    // What the Orion shim held back and admitted during the window (this process's launches).
+    const std::optional<OrionCounts> orion_now = read_orion_counts();
+    std::optional<int64_t> held, admitted;
+    if (orion_now && orion_before) {
+      held = static_cast<int64_t>(orion_now->held - orion_before->held);
+      admitted = static_cast<int64_t>(orion_now->admitted - orion_before->admitted);
+    }
+    orion_before = orion_now;
     if (n > 1 && main_process && t.log_interval > 0) {
       log_info("asp window: steps {}..{} in one pipeline run of {:.1f} ms ({} micro-batches, drained once)", step,
                step + n - 1, ms, n * t.num_microbatches);
@@ -148,14 +181,28 @@ nlohmann::json PipelineTrainer::train() {
       it.bubble_fraction = recorder.bubble_fraction();
       it.bubble_clock = to_string(recorder.clock());
       it.peak_memory_bytes = peak_memory_bytes(rank_devices_);
+      it.rank_busy = rank_busy;
+      if (held) {  // a window's steps share its counts evenly, as they share its time
+        it.scheduler_held = *held / n + (k < *held % n ? 1 : 0);
+        it.scheduler_admitted = *admitted / n + (k < *admitted % n ? 1 : 0);
+      }
       if (metrics) {
         it.mfu = metrics->mfu(it.tokens_per_s);
         metrics->add(it);
       }
-      if (main_process && t.log_interval > 0 && step % t.log_interval == 0) {
-        log_info("epoch {} step {} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.1f} ms | {:.0f} tokens/s | "
-                 "bubble {:.1f}%{}", it.epoch, step, it.loss, it.learning_rate, grad_norm, it.step_time_ms,
-                 it.tokens_per_s, 100.0 * it.bubble_fraction, it.mfu ? fmt::format(" | MFU {:.2f}%", 100.0 * *it.mfu) : "");
+      // "step N/total": N steps done (metrics.jsonl's 0-based `step` is N-1), logged for the
+      // first step, every training.log_interval steps and the last. The time left extrapolates
+      // this run's mean step time (a resumed run counts only its own steps).
+      const int64_t done = step + 1;
+      if (main_process && t.log_interval > 0 &&
+          (done % t.log_interval == 0 || done == first_step + 1 || done == planned_steps)) {
+        const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+        const double left = elapsed / static_cast<double>(done - first_step) * static_cast<double>(planned_steps - done);
+        log_info("step {}/{} (epoch {}) | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.1f} ms | {:.0f} tokens/s | "
+                 "bubble {:.1f}%{} | elapsed {} | left {}", done, planned_steps, it.epoch, it.loss, it.learning_rate,
+                 grad_norm, it.step_time_ms, it.tokens_per_s, 100.0 * it.bubble_fraction,
+                 it.mfu ? fmt::format(" | MFU {:.2f}%", 100.0 * *it.mfu) : "", format_duration(elapsed),
+                 format_duration(std::max(0.0, left)));
       }
     }
     if (profile_now) {
@@ -164,8 +211,9 @@ nlohmann::json PipelineTrainer::train() {
       const std::filesystem::path trace_dir = std::filesystem::path(t.output_dir) /
                                               fmt::format("profiler_{}", p.scheduler) /
                                               fmt::format("rank{}", dist_ ? dist_->rank() : 0);
-      log_info("PyTorch profiler trace of step {} written to {} (TensorBoard's profiler plugin, Perfetto)",
-               t.profile_iteration, kineto->finish(trace_dir.string()));
+      const std::string trace_path = kineto->finish(trace_dir.string());
+      log_info("PyTorch profiler trace of step {} written to {}: {} (TensorBoard's profiler plugin, Perfetto)",
+               t.profile_iteration, trace_path, kineto->contents());
       profiled = true;
       if (t.exit_after_profile) {
         log_info("training.exit_after_profile: stopping after the profiled step");

@@ -4,6 +4,8 @@
 // issues them knows which action it is running, and says so around each one. Torch-free.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "trainer/schedule/schedule.h"
@@ -33,5 +35,14 @@ class OrionThreadClassScope {
  private:
   SetThreadClassFn set_ = nullptr;
 };
+
+// The shim's running totals of what it held back (queued, `deferred` in orion_stats) and what it
+// handed to the driver (`submitted`). nullopt without the shim or with scheduling off
+// (USE_ORION_SCHEDULER unset): there is nothing to count then.
+struct OrionCounts {
+  uint64_t held = 0;
+  uint64_t admitted = 0;
+};
+std::optional<OrionCounts> read_orion_counts();
 
 }  // namespace gpipe

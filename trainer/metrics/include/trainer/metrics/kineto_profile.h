@@ -21,9 +21,13 @@ class KinetoStepProfile {
   KinetoStepProfile& operator=(const KinetoStepProfile&) = delete;
   // Stops and writes the trace into `dir` (created if missing); returns the file's path.
   std::string finish(const std::string& dir);
+  // What the trace holds, for the log: CPU ops of every action thread, and GPU activity on a GPU.
+  std::string contents() const;
 
  private:
   bool active_ = false;
+  bool cuda_ = false;
+  int saved_log_level_ = 0;  // LibTorch's log level, silenced to errors while the step is profiled
 };
 
 // Joins the calling (non-main) thread to an active profile for its lifetime, so that its ops are

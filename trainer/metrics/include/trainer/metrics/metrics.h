@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +38,12 @@ struct IterationMetrics {
   std::string bubble_clock = "host";
   std::optional<double> mfu;
   int64_t peak_memory_bytes = 0;
+  // Each pipeline rank's busy share of the step's wall time (index = rank; 1 - share is its
+  // bubble). Empty when no rank recorded a span.
+  std::vector<double> rank_busy;
+  // Under the Orion shim (LD_PRELOAD libgpu_scheduler.so, USE_ORION_SCHEDULER=1): stream-ordered
+  // ops it held back, and ops it handed to the driver, during this step. nullopt without it.
+  std::optional<int64_t> scheduler_held, scheduler_admitted;
 };
 nlohmann::json to_json(const IterationMetrics& m);
 
@@ -51,11 +58,25 @@ struct RunInfo {
   std::string orion_env;             // USE_ORION_SCHEDULER as found in the environment ("" if unset)
 };
 
-// Collects iterations; writes each to metrics.jsonl as it comes; summarises at the end.
+class TensorBoardEventWriter;
+
+// The TensorBoard scalars of one step: (tag, value), in the order they are written. Tags are
+// grouped as TensorBoard's dashboard shows them: train/loss, train/learning_rate,
+// train/grad_norm, throughput/tokens_per_s, throughput/step_time_ms, throughput/mfu (when
+// known), pipeline/bubble_fraction, pipeline/rank<r>_busy, memory/peak_MiB, scheduler/held and
+// scheduler/admitted (under the shim).
+std::vector<std::pair<std::string, double>> tensorboard_scalars(const IterationMetrics& m);
+
+// Collects iterations; writes each to metrics.jsonl and to a TensorBoard event file in the
+// output folder as it comes; summarises at the end.
 class MetricsLog {
  public:
-  // Opens `<output_dir>/metrics.jsonl` (truncating it); throws std::runtime_error naming the file.
+  // Opens `<output_dir>/metrics.jsonl` (truncating it) and a new TensorBoard event file
+  // `<output_dir>/events.out.tfevents.*`; throws std::runtime_error naming the file.
   MetricsLog(const std::string& output_dir, RunInfo info);
+  ~MetricsLog();
+  MetricsLog(MetricsLog&&) noexcept;
+  const std::string& tensorboard_path() const;
   // MFU = flops_per_token x tokens/s / (peak per GPU x GPUs), when the peak is known.
   std::optional<double> mfu(double tokens_per_s) const;
   void add(const IterationMetrics& m);
@@ -75,6 +96,7 @@ class MetricsLog {
   std::string output_dir_;
   RunInfo info_;
   std::ofstream jsonl_;
+  std::unique_ptr<TensorBoardEventWriter> tensorboard_;
   std::vector<IterationMetrics> iterations_;
 };
 
