@@ -91,13 +91,20 @@ MetricsLog::MetricsLog(const std::string& output_dir, RunInfo info) : output_dir
     throw std::runtime_error("cannot write metrics to '" + path +
                              "': set training.output_dir to a writable folder");
   }
-  tensorboard_ = std::make_unique<TensorBoardEventWriter>(output_dir_);
+  if (TensorBoardEventWriter::unavailable_reason() == nullptr) {
+    tensorboard_ = std::make_unique<TensorBoardEventWriter>(output_dir_);
+  }
 }
 
 MetricsLog::~MetricsLog() = default;
 MetricsLog::MetricsLog(MetricsLog&&) noexcept = default;
 
-const std::string& MetricsLog::tensorboard_path() const { return tensorboard_->path(); }
+std::optional<std::string> MetricsLog::tensorboard_path() const {
+  if (!tensorboard_) return std::nullopt;
+  return tensorboard_->path();
+}
+
+const char* MetricsLog::tensorboard_unavailable_reason() { return TensorBoardEventWriter::unavailable_reason(); }
 
 std::optional<double> MetricsLog::mfu(double tokens_per_s) const {
   if (!info_.peak_flops_per_gpu || info_.num_gpus <= 0 || info_.flops_per_token <= 0) return std::nullopt;
@@ -108,7 +115,7 @@ void MetricsLog::add(const IterationMetrics& m) {
   iterations_.push_back(m);
   jsonl_ << to_json(m).dump() << '\n';
   jsonl_.flush();
-  tensorboard_->add_scalars(m.step, tensorboard_scalars(m));
+  if (tensorboard_) tensorboard_->add_scalars(m.step, tensorboard_scalars(m));
 }
 
 namespace {

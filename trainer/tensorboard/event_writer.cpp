@@ -3,7 +3,6 @@
 
 #include <unistd.h>
 
-#include <boost/crc.hpp>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -11,9 +10,14 @@
 
 #include <fmt/format.h>
 
+#ifndef OURGPIPE_TENSORBOARD_UNAVAILABLE
+#include <boost/crc.hpp>
+
 #include "proto/tensorboard_event.pb.h"
+#endif
 
 namespace gpipe {
+#ifndef OURGPIPE_TENSORBOARD_UNAVAILABLE
 namespace {
 
 double wall_seconds() {
@@ -27,6 +31,8 @@ std::string host_name() {
 }
 
 }  // namespace
+
+const char* TensorBoardEventWriter::unavailable_reason() { return nullptr; }
 
 uint32_t tfrecord_masked_crc32c(const void* data, size_t size) {
   // CRC-32C: polynomial 0x1EDC6F41, reflected in and out, initial and final XOR all ones.
@@ -79,5 +85,19 @@ void TensorBoardEventWriter::write_record(const std::string& bytes) {
   out_.flush();
   if (!out_) throw std::runtime_error("writing TensorBoard events to '" + path_ + "' failed (disk full?)");
 }
+
+#else  // OURGPIPE_TENSORBOARD_UNAVAILABLE
+const char* TensorBoardEventWriter::unavailable_reason() {
+  return "this gpipe_runner was built without protobuf or Boost's headers, so it writes no TensorBoard "
+         "scalars (metrics.jsonl has the same values): install libprotobuf-dev, protobuf-compiler and "
+         "libboost-dev (scripts/install-deps.sh) and rebuild";
+}
+
+TensorBoardEventWriter::TensorBoardEventWriter(const std::string&) { throw std::runtime_error(unavailable_reason()); }
+void TensorBoardEventWriter::add_scalars(int64_t, const std::vector<std::pair<std::string, double>>&) {}
+void TensorBoardEventWriter::write_record(const std::string&) {}
+uint32_t tfrecord_masked_crc32c(const void*, size_t) { throw std::runtime_error(TensorBoardEventWriter::unavailable_reason()); }
+
+#endif  // OURGPIPE_TENSORBOARD_UNAVAILABLE
 
 }  // namespace gpipe

@@ -93,7 +93,11 @@ nlohmann::json PipelineTrainer::train() {
   std::optional<MetricsLog> metrics;
   if (main_process) {
     metrics.emplace(t.output_dir, info);
-    log_info("TensorBoard scalars: {} (tensorboard --logdir {})", metrics->tensorboard_path(), t.output_dir);
+    if (const auto events = metrics->tensorboard_path()) {
+      log_info("TensorBoard scalars: {} (tensorboard --logdir {})", *events, t.output_dir);
+    } else {
+      log_warn("no TensorBoard scalars: {}", MetricsLog::tensorboard_unavailable_reason());
+    }
   }
   std::filesystem::create_directories(t.output_dir);
   ActionRecorder recorder;

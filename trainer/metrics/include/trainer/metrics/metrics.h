@@ -72,11 +72,14 @@ std::vector<std::pair<std::string, double>> tensorboard_scalars(const IterationM
 class MetricsLog {
  public:
   // Opens `<output_dir>/metrics.jsonl` (truncating it) and a new TensorBoard event file
-  // `<output_dir>/events.out.tfevents.*`; throws std::runtime_error naming the file.
+  // `<output_dir>/events.out.tfevents.*` (when this build has the writer); throws
+  // std::runtime_error naming the file.
   MetricsLog(const std::string& output_dir, RunInfo info);
   ~MetricsLog();
   MetricsLog(MetricsLog&&) noexcept;
-  const std::string& tensorboard_path() const;
+  // The event file, or nullopt when this build writes none (tensorboard_unavailable_reason()).
+  std::optional<std::string> tensorboard_path() const;
+  static const char* tensorboard_unavailable_reason();
   // MFU = flops_per_token x tokens/s / (peak per GPU x GPUs), when the peak is known.
   std::optional<double> mfu(double tokens_per_s) const;
   void add(const IterationMetrics& m);

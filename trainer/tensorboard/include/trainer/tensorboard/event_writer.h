@@ -18,6 +18,10 @@ namespace gpipe {
 
 class TensorBoardEventWriter {
  public:
+  // nullptr when this build writes event files; otherwise why not (built without protobuf or
+  // Boost) and what to do. The constructor throws that text when it is not null.
+  static const char* unavailable_reason();
+
   // Creates `<log_dir>` and the event file in it, and writes the file-version event TensorBoard
   // expects first. Throws std::runtime_error naming the file when it cannot be written.
   explicit TensorBoardEventWriter(const std::string& log_dir);
