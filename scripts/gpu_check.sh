@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU machine's one-shot check: build (Release, CUDA on), ctest, then the GPU checks
+# The GPU machine's check: build (Release, CUDA on), ctest of the GPU-only tests, then the checks
 #   a  gpu_hp_be_kernels with and without the shim (HP latency ratio)
 #   b  PyTorch under the shim: cuBLASLt bf16, cuDNN, Triton, CUDA graph, NCCL (results, launch counts)
 #   c  compute-sanitizer memcheck on (a) under the shim
@@ -17,25 +17,63 @@
 #      scheduler/workloads/orion_inference_training.jsonl and pipeline_stage.jsonl, no shim then
 #      passthrough, priority, orion, partition under the shim: HP p99 / BE throughput against
 #      each client alone, and the simulator's error per run
-# Each writes a log under OUTDIR/logs and a row to OUTDIR/results.md; a failed check does not stop
-# the others; the exit status is non-zero if any check failed or could not run.
 #
-#   scripts/gpu_check.sh OUTDIR
-# Environment: GPU_CHECK_ONLY ("build ctest a b c d e f g h", a subset to run), GPU_CHECK_SKIP_BUILD=1 (reuse
-# build-gpu), GPU_CHECK_BUDGET_S (540: checks that no longer fit are recorded as not run),
-# GPU_CHECK_PYTHON (python3), GPU_CHECK_BUILD_DIR (build-gpu), GPU_CHECK_TRAINER_STEPS (6).
-# Needs .deps/ (../shared/device/stage-debs.sh python3-yaml libgloo-dev on the dev machine: Gloo's
-# headers for c10d's ProcessGroupGloo) carried to the GPU machine.
+#   scripts/gpu_check.sh [--call 1|2|3] OUT
+#
+# The GPU machine is lent in commands of at most 10 minutes, each usually on a bare machine, and
+# gives back at most 8 files, two folders down, 16 MiB each. So the checks are split into three
+# calls that each stand alone (GPU_CALL_PLAN below; docs/results/README.md has the budget), and OUT
+# only ever holds results.md, logs.tar.gz (logs and small JSON summaries, no traces) and, after
+# call 1, gpu-bin.tar.gz (the stripped binaries later calls unpack instead of building: carry it
+# as .gpu-bin/gpu-bin.tar.gz). Both are refreshed after every step, so a command killed at its
+# limit still returns what it did. Everything else is written to the work folder
+# ($GPU_CHECK_WORK, default .gpu-work/, emptied first).
+#
+# Each step runs under a time limit with GPU_CHECK_STEP_TAG in its environment; when it ends
+# (or is killed), every process still carrying its tag is killed too, whatever process group or
+# session it made for itself, and a row says so.
+#
+# Environment: GPU_CHECK_ONLY ("build ctest a b c d e f g h", a subset; overrides --call),
+# GPU_CHECK_BUDGET_S (540: checks that no longer fit are recorded as not run; GPU_CHECK_MIN_STEP_S,
+# 30, is the least a step starts with), GPU_CHECK_STEP_DIR (the step scripts), GPU_CHECK_PYTHON
+# (python3), GPU_CHECK_BUILD_DIR (build-gpu), GPU_CHECK_TRAINER_STEPS (6), GPU_CHECK_COMMIT (the
+# commit the tree is, for the results: the GPU machine's copy has no .git), GPU_CHECK_WORK.
+# Needs .deps/ (scripts/gpu/stage-debs.sh on the dev machine) carried to the GPU machine.
 set -uo pipefail
-[ $# -eq 1 ] || { echo "usage: scripts/gpu_check.sh OUTDIR" >&2; exit 2; }
+call=""
+if [ "${1:-}" = "--call" ]; then
+  call=${2:-}
+  shift 2 || true
+fi
+[ $# -eq 1 ] || { echo "usage: scripts/gpu_check.sh [--call 1|2|3] OUT" >&2; exit 2; }
 mkdir -p "$1" || exit 2
-OUTDIR=$(cd "$1" && pwd)
-export OUTDIR
+OUT=$(cd "$1" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+WORK=${GPU_CHECK_WORK:-$root/.gpu-work}
+case "$WORK" in "$OUT" | "$OUT"/*) echo "GPU_CHECK_WORK must lie outside OUT" >&2; exit 2 ;; esac
+rm -rf "$WORK" && mkdir -p "$WORK" || exit 2
+OUTDIR=$(cd "$WORK" && pwd)
+export OUTDIR GPU_CHECK_OUT=$OUT
 # shellcheck source=scripts/gpu/common.sh
 source "$here/gpu/common.sh"
+# Where the step scripts live (a test points this at stand-ins).
+step_dir=${GPU_CHECK_STEP_DIR:-$here/gpu}
+
+# The three device calls. Each starts with `build`, which on a bare machine unpacks the archive
+# call 1 returned (carried as .gpu-bin/gpu-bin.tar.gz) or else builds just what the checks need.
+declare -A GPU_CALL_PLAN=(
+  [1]="build ctest a b c"
+  [2]="build d e f"
+  [3]="build g h"
+)
+if [ -n "$call" ]; then
+  [ -n "${GPU_CALL_PLAN[$call]:-}" ] || { echo "--call: 1, 2 or 3 (got '$call')" >&2; exit 2; }
+  only=" ${GPU_CHECK_ONLY:-${GPU_CALL_PLAN[$call]}} "
+else
+  only=" ${GPU_CHECK_ONLY:-build ctest a b c d e f g h} "
+fi
 budget=${GPU_CHECK_BUDGET_S:-540}
-only=" ${GPU_CHECK_ONLY:-build ctest a b c d e f g h} "
 known=" build ctest a b c d e f g h "
 for name in $only; do
   case "$known" in
@@ -43,42 +81,71 @@ for name in $only; do
     *) echo "GPU_CHECK_ONLY: unknown check '$name' (known:${known% })" >&2; exit 2 ;;
   esac
 done
-[ "${GPU_CHECK_SKIP_BUILD:-0}" = 1 ] && only=${only/ build / }
 
 gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)
+commit=${GPU_CHECK_COMMIT:-$(git -C "$GPU_ROOT" rev-parse --short HEAD 2>/dev/null || echo 'unknown: set GPU_CHECK_COMMIT')}
 {
   echo "# GPU check, $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo
   echo "- GPU: ${gpu:-none visible (nvidia-smi failed)}"
   echo "- Host: $(nproc) cores; $("$PYTHON" -c 'import torch;print("torch", torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null || echo "no torch in $PYTHON")"
-  echo "- Tree: $(git -C "$GPU_ROOT" rev-parse --short HEAD 2>/dev/null || echo 'no git metadata') ; command: scripts/gpu_check.sh $1"
+  echo "- Tree: $commit ; command: scripts/gpu_check.sh ${call:+--call $call }OUT ; checks:$only"
   echo
   echo "| check | status | detail |"
   echo "|---|---|---|"
 } >"$OUTDIR/results.md"
 
+# publish: results.md and logs.tar.gz into OUT, replaced atomically. The archive holds the work
+# folder's logs and small summaries (.log .json .md .txt .csv .png under 1 MiB), never traces.
+publish() {
+  cp "$OUTDIR/results.md" "$OUT/results.md.tmp" && mv "$OUT/results.md.tmp" "$OUT/results.md"
+  (cd "$OUTDIR" && find . -type f -size -1024k \
+      \( -name '*.log' -o -name '*.json' -o -name '*.md' -o -name '*.txt' -o -name '*.csv' -o -name '*.png' \) \
+      ! -name '*trace*.json' -print0 | tar --null -czf "$OUT/logs.tar.gz.tmp" -T -) \
+    && mv "$OUT/logs.tar.gz.tmp" "$OUT/logs.tar.gz"
+  rm -f "$OUT/logs.tar.gz.tmp"
+}
+
+# sweep TAG: kills every process whose environment carries GPU_CHECK_STEP_TAG=TAG; prints how many.
+sweep() {
+  local tag=$1 pid n=0
+  for pid in $(grep -lsxa "GPU_CHECK_STEP_TAG=$tag" --null-data /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3); do
+    [ "$pid" = "$$" ] && continue
+    kill -KILL "$pid" 2>/dev/null && n=$((n + 1))
+  done
+  echo "$n"
+}
+
 # step NAME SCRIPT SECONDS: runs one check under a time limit; records what the check did not.
 step() {
-  local name=$1 script=$2 limit=$3 rows_before rc
+  local name=$1 script=$2 limit=$3 rows_before rc left tag leftover
   case "$only" in *" $name "*) ;; *) return 0 ;; esac
-  local left=$((budget - SECONDS))
-  if [ "$left" -lt 30 ]; then
+  left=$((budget - SECONDS))
+  if [ "$left" -lt "${GPU_CHECK_MIN_STEP_S:-30}" ]; then
     record "$name" FAIL "not run: only ${left}s of the ${budget}s budget left"
+    publish
     return 0
   fi
   [ "$limit" -gt "$left" ] && limit=$left
   rows_before=$(wc -l <"$OUTDIR/results.md")
+  tag="$name.$$.$SECONDS.$RANDOM"
   echo "[gpu_check] $name (limit ${limit}s, ${SECONDS}s elapsed)"
-  timeout "$limit" "$here/gpu/$script" "$OUTDIR"; rc=$?
-  if [ $rc -eq 124 ]; then
-    record "$name" FAIL "timed out after ${limit}s (logs/)"
+  GPU_CHECK_STEP_TAG=$tag timeout -k 5 "$limit" "$step_dir/$script" "$OUTDIR"; rc=$?
+  leftover=$(sweep "$tag")
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    record "$name" FAIL "timed out after ${limit}s (logs.tar.gz)"
   elif [ "$(wc -l <"$OUTDIR/results.md")" -eq "$rows_before" ]; then
     record "$name" FAIL "exited with status $rc without a result row"
   fi
+  if [ "$leftover" -gt 0 ]; then
+    record "$name: processes" INFO "$leftover process(es) of this step outlived it and were killed"
+  fi
+  publish
 }
 
-step build build.sh 240
-step ctest ctest.sh 90
+publish
+step build build.sh 300
+step ctest ctest.sh 120
 step a check_hp_be.sh 45
 step b check_torch_shim.sh 150
 step c check_memcheck.sh 60
@@ -88,7 +155,11 @@ step f check_driver_rules.sh 120
 step g check_schedules.sh 480
 step h check_replay.sh 120
 
+if ! rules=$("$PYTHON" "$here/gpu/check_outdir.py" "$OUT" --only results.md logs.tar.gz gpu-bin.tar.gz 2>&1); then
+  record "returned folder" FAIL "$rules"
+fi
+publish
 failed=$(grep -c '| FAIL |' "$OUTDIR/results.md")
-echo "[gpu_check] done in ${SECONDS}s: $failed failed; table in $OUTDIR/results.md"
+echo "[gpu_check] done in ${SECONDS}s: $failed failed; table in $OUT/results.md, logs in $OUT/logs.tar.gz"
 cat "$OUTDIR/results.md"
 [ "$failed" -eq 0 ]

@@ -14,9 +14,13 @@ if [ -z "$exe" ] || [ ! -f "$SHIM" ] || [ ! -x "$sanitizer" ]; then
   exit 1
 fi
 log=$OUTDIR/logs/memcheck.log
-# --target-processes all: the environment (LD_PRELOAD) reaches the program, not the sanitizer.
-timeout 120 "$sanitizer" --tool memcheck --error-exitcode 99 --target-processes all \
-  env LD_PRELOAD="$SHIM" USE_ORION_SCHEDULER=1 ORION_POLICY=orion "$exe" 20 2 >"$log" 2>&1; rc=$?
+# The shim goes in LD_PRELOAD *around* compute-sanitizer: the sanitizer adds its own injection
+# library to the target's LD_PRELOAD, and setting LD_PRELOAD inside its command (env ...) would
+# replace that. The shim in the sanitizer's own process passes every call through (it makes no
+# CUDA calls of its own that the shim holds).
+LD_PRELOAD="$SHIM" USE_ORION_SCHEDULER=1 ORION_POLICY=orion \
+  timeout 120 "$sanitizer" --tool memcheck --error-exitcode 99 --target-processes all \
+  "$exe" 20 2 >"$log" 2>&1; rc=$?
 summary=$(grep -E "ERROR SUMMARY" "$log" | tail -n 1)
 if [ $rc -ne 0 ] || ! grep -q "ERROR SUMMARY: 0 errors" "$log"; then
   record "c: memcheck" FAIL "rc=$rc ${summary:-no ERROR SUMMARY line} (logs/memcheck.log)"

@@ -13,7 +13,8 @@ OUTDIR=${1:?usage: scripts/gpu/check_schedules.sh OUTDIR}
 # shellcheck source=scripts/gpu/common.sh
 source "$(dirname "$0")/common.sh"
 cd "$GPU_ROOT" || exit 1
-profiled=2  # the warm-up steps left out of the table; the last one is traced
+warmup=2    # steps 0 and 1 are left out of the table (schedules_summary.py --warmup)
+profiled=$((warmup - 1))  # the last warm-up step is traced: a profiled step is never a timed one
 need_trainer "g: schedules" || exit 1
 dir=$OUTDIR/schedules
 mkdir -p "$dir"
@@ -47,4 +48,4 @@ run dualpipev_pairs dualpipev auto 0
 run dualpipev_shim dualpipev false 1
 run dualpipev_pairs_shim dualpipev auto 1
 report_runs "g: schedules" "$failed" "8 runs completed, losses finite; ratios in the rows above" \
-  "logs/schedules_*.log" scripts/gpu/schedules_summary.py "$dir" --warmup "$profiled"
+  "logs/schedules_*.log" scripts/gpu/schedules_summary.py "$dir" --warmup "$warmup"

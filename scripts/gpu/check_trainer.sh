@@ -18,7 +18,8 @@ mkdir -p "$dir"
 failed=0
 run_ours() {  # variant, then extra arguments
   local variant=$1; shift
-  gpu_runner "trainer_$variant" "$dir/$variant" "$steps" "$warmup" "$@" \
+  # The last warm-up step is the profiled one: a profiled step is never a timed one.
+  gpu_runner "trainer_$variant" "$dir/$variant" "$steps" "$((warmup - 1))" "$@" \
     || { echo "gpipe_runner $variant failed: logs/trainer_$variant.log"; failed=1; }
 }
 run_ours async --set parallel.scheduler=async_threaded

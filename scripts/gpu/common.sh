@@ -1,5 +1,7 @@
 # shellcheck shell=bash disable=SC2034
-# Sourced by scripts/gpu_check.sh and the check scripts in scripts/gpu/. Needs OUTDIR set.
+# Sourced by scripts/gpu_check.sh and the check scripts in scripts/gpu/. Needs OUTDIR set: the
+# work folder (gpu_check.sh's, not the folder that comes back from the GPU machine; gpu_check.sh
+# publishes results.md and logs.tar.gz from it after every step).
 # Every check writes its log under $OUTDIR/logs/ and one row to $OUTDIR/results.md.
 
 GPU_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -8,6 +10,23 @@ DEPS_PREFIX=$GPU_ROOT/.deps/prefix/usr
 PYTHON=${GPU_CHECK_PYTHON:-python3}
 SHIM=$BUILD_DIR/intercept/libgpu_scheduler.so
 RUNNER=$BUILD_DIR/trainer/gpipe_runner
+# What the GPU build makes: the programs the checks run and the executables of the tests labelled
+# `gpu` (scripts/gpu/ctest.sh). The archive for later calls holds the programs only (ctest runs in
+# call 1), found by name under the build folder.
+GPU_BUILD_TARGETS="gpipe_runner gpu_scheduler gpu_hp_be_kernels gpu_driver_rules orion-replay-gpu engine_tests replay_gpu_gpu_tests"
+GPU_PACKED_FILES="gpipe_runner libgpu_scheduler.so gpu_hp_be_kernels gpu_driver_rules orion-replay-gpu"
+# Every call on the GPU machine starts bare: the staged Debian packages (.deps/debs, carried) are
+# unpacked here, by whichever script runs first, not only by the build step (a carried .deps
+# replaces the machine's copy, so an earlier call's .deps/prefix is gone).
+ensure_deps() {
+  [ -d "$DEPS_PREFIX" ] && return 0
+  ls "$GPU_ROOT"/.deps/debs/*.deb >/dev/null 2>&1 || return 1
+  local f
+  for f in "$GPU_ROOT"/.deps/debs/*.deb; do
+    dpkg -x "$f" "$GPU_ROOT/.deps/prefix" || { rm -rf "$GPU_ROOT/.deps/prefix"; return 1; }
+  done
+}
+ensure_deps || true  # the build step names what is missing; the other checks need only the libraries
 export LD_LIBRARY_PATH="$DEPS_PREFIX/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 [ -d /usr/local/cuda/bin ] && export PATH="/usr/local/cuda/bin:$PATH"
 mkdir -p "$OUTDIR/logs"

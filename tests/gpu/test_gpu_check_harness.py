@@ -1,0 +1,163 @@
+"""scripts/gpu_check.sh's harness on CPU, with stand-in steps (GPU_CHECK_STEP_DIR): what comes back
+from the GPU machine (results.md and logs.tar.gz only, refreshed after each step, no traces), the
+time limit, processes that outlive their step (killed, and said so), a step without a row, and
+scripts/gpu/check_outdir.py's rules for the returned folder. Also the three-call plan's shape."""
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import unittest
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECK = ROOT / "scripts" / "gpu_check.sh"
+OUTDIR_RULES = ROOT / "scripts" / "gpu" / "check_outdir.py"
+sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
+from rehearse import marked_processes as tagged_processes  # noqa: E402  (pids whose environment has a marker)
+
+ROW = 'printf "| %s | %s | %s |\\n" "$NAME" "$STATUS" "$DETAIL" >>"$1/results.md"\n'
+STANDINS = {
+    # build: a row, a log, a trace that must not come back, and a log too big to come back.
+    "build.sh": 'mkdir -p "$1/logs" "$1/trainer/run"; echo built >"$1/logs/build.log"\n'
+                'head -c 2000 /dev/zero >"$1/trainer/run/host_1.pt.trace.json"\n'
+                'head -c 2000000 /dev/zero >"$1/logs/huge.log"\n'
+                'echo \'{"ok": 1}\' >"$1/trainer/run/summary.json"\n'
+                'NAME=build STATUS=PASS DETAIL=stand-in; ' + ROW,
+    # ctest: leaves a process behind in a session of its own (what an inner `timeout` or a
+    # daemonising program does), then records its row.
+    "ctest.sh": 'setsid sleep 300 </dev/null >/dev/null 2>&1 &\n'
+                'NAME=ctest STATUS=PASS DETAIL=stand-in; ' + ROW,
+    # a: exits without a row.
+    "check_hp_be.sh": 'exit 3\n',
+    # b: runs past its limit (the budget left), with a child that would outlive it.
+    "check_torch_shim.sh": 'sleep 300 & sleep 300\n',
+}
+
+
+class GpuCheckHarness(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        base = Path(cls.tmp.name)
+        steps = base / "steps"
+        steps.mkdir()
+        for name, body in STANDINS.items():
+            (steps / name).write_text("#!/usr/bin/env bash\n" + body)
+            (steps / name).chmod(0o755)
+        cls.out = base / "out"
+        cls.marker = f"GPU_HARNESS_TEST={os.getpid()}"
+        env = dict(os.environ, GPU_CHECK_STEP_DIR=str(steps), GPU_CHECK_WORK=str(base / "work"),
+                   GPU_CHECK_ONLY="build ctest a b c", GPU_CHECK_BUDGET_S="8", GPU_CHECK_MIN_STEP_S="2",
+                   GPU_CHECK_COMMIT="abc1234", GPU_HARNESS_TEST=str(os.getpid()))
+        start = time.monotonic()
+        cls.proc = subprocess.run(["bash", str(CHECK), str(cls.out)], capture_output=True, text=True,
+                                  env=env, timeout=120)
+        cls.seconds = time.monotonic() - start
+        cls.results = (cls.out / "results.md").read_text() if (cls.out / "results.md").exists() else ""
+
+    @classmethod
+    def tearDownClass(cls):
+        for pid in tagged_processes(cls.marker):  # never leave the stand-ins' sleeps behind
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+        cls.tmp.cleanup()
+
+    def row(self, check):
+        m = re.search(rf"^\| {re.escape(check)} \| (\w+) \| (.*) \|$", self.results, re.M)
+        self.assertIsNotNone(m, f"no row for {check!r} in:\n{self.results}\n{self.proc.stdout}\n{self.proc.stderr}")
+        return m.group(1), m.group(2)
+
+    def test_only_the_table_and_the_log_archive_come_back(self):
+        self.assertEqual(sorted(p.name for p in self.out.iterdir()), ["logs.tar.gz", "results.md"])
+        rules = subprocess.run([sys.executable, str(OUTDIR_RULES), str(self.out)], capture_output=True, text=True)
+        self.assertEqual(rules.returncode, 0, rules.stdout)
+        with tarfile.open(self.out / "logs.tar.gz") as tar:
+            names = {os.path.normpath(n) for n in tar.getnames()}
+        self.assertIn("logs/build.log", names)
+        self.assertIn("results.md", names)
+        self.assertIn("trainer/run/summary.json", names)
+        self.assertNotIn("trainer/run/host_1.pt.trace.json", names)  # traces stay behind
+        self.assertNotIn("logs/huge.log", names)  # over 1 MiB
+
+    def test_rows_say_what_each_step_did(self):
+        self.assertIn("- Tree: abc1234 ;", self.results)
+        self.assertEqual(self.row("build")[0], "PASS")
+        self.assertEqual(self.row("ctest")[0], "PASS")
+        status, detail = self.row("ctest: processes")
+        self.assertEqual(status, "INFO")
+        self.assertIn("1 process(es) of this step outlived it and were killed", detail)
+        status, detail = self.row("a")
+        self.assertEqual((status, "without a result row" in detail), ("FAIL", True), detail)
+        status, detail = self.row("b")
+        self.assertEqual(status, "FAIL")
+        self.assertIn("timed out", detail)
+        status, detail = self.row("c")
+        self.assertEqual(status, "FAIL")
+        self.assertIn("not run", detail)
+        self.assertNotEqual(self.proc.returncode, 0)
+
+    def test_no_process_outlives_its_step(self):
+        self.assertEqual(tagged_processes(self.marker), [])
+        self.assertLess(self.seconds, 60, "the budget of 8 s bounds the run")
+
+    def test_the_three_calls_each_start_with_build_and_cover_every_check(self):
+        text = CHECK.read_text()
+        plan = dict(re.findall(r'^\s*\[(\d)\]="([^"]+)"', text, re.M))
+        self.assertEqual(sorted(plan), ["1", "2", "3"])
+        covered = []
+        for call, checks in plan.items():
+            self.assertEqual(checks.split()[0], "build", call)
+            covered += checks.split()[1:]
+        self.assertEqual(sorted(covered), sorted("ctest a b c d e f g h".split()))
+
+
+class CheckOutdirRules(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.out = Path(self.tmp.name)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def rules(self, *extra):
+        return subprocess.run([sys.executable, str(OUTDIR_RULES), str(self.out), *extra], capture_output=True, text=True)
+
+    def test_a_good_folder_passes(self):
+        (self.out / "results.md").write_text("x")
+        (self.out / "a").mkdir()
+        (self.out / "a" / "b").mkdir()
+        (self.out / "a" / "b" / "two_down.txt").write_text("x")
+        out = self.rules()
+        self.assertEqual(out.returncode, 0, out.stdout)
+
+    def test_each_rule_fails_naming_the_file(self):
+        for i in range(9):
+            (self.out / f"f{i}.log").write_text("x")
+        deep = self.out / "a" / "b" / "c"
+        deep.mkdir(parents=True)
+        (deep / "three_down.log").write_text("x")
+        with open(self.out / "big.bin", "wb") as f:
+            f.truncate((16 << 20) + 1)
+        (self.out / "link").symlink_to(self.out / "f0.log")
+        (self.out / "odd name.log").write_text("x")
+        out = self.rules()
+        self.assertEqual(out.returncode, 1)
+        for expected in ("files (at most 8", "three_down.log: 3 folders down", "big.bin: 16.0 MiB",
+                         "link: a link", "odd name.log: a name with odd characters"):
+            self.assertIn(expected, out.stdout)
+
+    def test_only_names_the_files_allowed(self):
+        (self.out / "results.md").write_text("x")
+        (self.out / "stray.json").write_text("x")
+        out = self.rules("--only", "results.md", "logs.tar.gz")
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("stray.json: not one of the files", out.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
