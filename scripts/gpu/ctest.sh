@@ -8,7 +8,7 @@ OUTDIR=${1:?usage: scripts/gpu/ctest.sh OUTDIR}
 source "$(dirname "$0")/common.sh"
 log=$OUTDIR/logs/ctest.log
 start=$SECONDS
-ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure -j 16 --timeout 120 >"$log" 2>&1
+ctest --test-dir "$BUILD_DIR" -L '^gpu$' --output-on-failure -j 16 --timeout 120 >"$log" 2>&1
 rc=$?
 summary=$(grep -E "tests passed|tests failed" "$log" | tail -n 1)
 skipped=$(grep -c "Skipped" "$log")
