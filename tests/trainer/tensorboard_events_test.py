@@ -6,8 +6,11 @@ reads the run folder with tensorboard's EventAccumulator, the loader `tensorboar
 Every scalar of every step must equal the same step's value in metrics.jsonl (to float32, the
 precision TensorBoard stores), no tag may be missing or extra, and the profiler trace that
 TensorBoard's profiler plugin reads must sit in the same folder.
-Usage: tensorboard_events_test.py GPIPE_RUNNER PROJECT_ROOT
+With the shim and the fake driver (a build with the intercept tests), one more run has the
+shim preloaded and must report its held/admitted counts as scalars.
+Usage: tensorboard_events_test.py GPIPE_RUNNER PROJECT_ROOT [SHIM_SO FAKE_DRIVER_DIR]
 """
+import os
 import json
 import math
 import pathlib
@@ -25,6 +28,8 @@ except ImportError as error:  # a missing reader is a failure, never a skip
 
 RUNNER = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else None
 ROOT = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else pathlib.Path(__file__).resolve().parents[2]
+SHIM = pathlib.Path(sys.argv[3]) if len(sys.argv) > 4 else None
+FAKE_DRIVER_DIR = pathlib.Path(sys.argv[4]) if len(sys.argv) > 4 else None
 CONFIG = ROOT / "configs" / "gpt_cpu_tiny.yaml"
 MIB = 1024.0 * 1024.0
 SPDLOG_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}\] \[(info|warning|error)\] ")
@@ -51,10 +56,10 @@ def expected_scalars(record):
     return out
 
 
-def run(out_dir, *extra):
+def run(out_dir, *extra, env=None):
     cmd = [str(RUNNER), "--config", str(CONFIG), "--steps", "4", "--output-dir", str(out_dir),
            "--set", "training.log_interval=1", "--set", "training.profile_iteration=1", *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     if proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc.stdout + proc.stderr
@@ -131,6 +136,19 @@ class TensorBoardEvents(unittest.TestCase):
             for record in self.check_run(out_dir, ranks=4):
                 for rank, busy in enumerate(record["rank_busy"]):
                     self.assertGreater(busy, 0.0, f"rank {rank} at step {record['step']}")
+
+    def test_under_the_shim_its_counts_are_scalars(self):
+        if SHIM is None:
+            self.skipTest("this build has no shim or no fake driver (OURGPIPE_BUILD_INTERCEPT off or no CUDA toolkit)")
+        env = dict(os.environ, LD_PRELOAD=str(SHIM), USE_ORION_SCHEDULER="1",
+                   LD_LIBRARY_PATH=f"{FAKE_DRIVER_DIR}:{os.environ.get('LD_LIBRARY_PATH', '')}")
+        with tempfile.TemporaryDirectory() as tmp:
+            out_dir = pathlib.Path(tmp) / "run_shim"
+            run(out_dir, env=env)
+            records = self.check_run(out_dir, ranks=4)
+            for record in records:
+                # A CPU run makes no CUDA call: the shim is loaded and scheduling, and held nothing.
+                self.assertEqual((record["scheduler_held"], record["scheduler_admitted"]), (0, 0))
 
 
 if __name__ == "__main__":
