@@ -9,8 +9,12 @@ OUTDIR=${1:?usage: scripts/gpu/check_memcheck.sh OUTDIR}
 source "$(dirname "$0")/common.sh"
 exe=$(find "$BUILD_DIR" -name gpu_hp_be_kernels -type f -perm -u+x 2>/dev/null | head -n 1)
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-if [ -z "$exe" ] || [ ! -f "$SHIM" ] || [ ! -x "$sanitizer" ]; then
-  record "c: memcheck" FAIL "missing ${exe:-gpu_hp_be_kernels} / $SHIM / compute-sanitizer"
+missing=()
+[ -n "$exe" ] || missing+=("gpu_hp_be_kernels (not built)")
+[ -f "$SHIM" ] || missing+=("$SHIM")
+[ -x "$sanitizer" ] || missing+=("compute-sanitizer (not on PATH nor in /usr/local/cuda/bin)")
+if [ ${#missing[@]} -gt 0 ]; then
+  record "c: memcheck" FAIL "missing: ${missing[*]}"
   exit 1
 fi
 log=$OUTDIR/logs/memcheck.log
