@@ -116,6 +116,10 @@ def rehearse_call(n: int, work: Path, python: str, commit: str, archive):
     results = (out / "results.md").read_text() if (out / "results.md").exists() else "(no results.md came back)\n"
     if not (out / "results.md").exists():
         problems.append("no results.md in the returned folder")
+    leaked = re.findall(r"^\| (\S+): processes \| INFO \| (.*) \|$", results, re.M)
+    if leaked:  # the harness killed them; a check that leaks processes is still worth knowing
+        problems.append("steps whose processes outlived them (killed by the harness): " +
+                        ", ".join(f"{step} ({what})" for step, what in leaked))
     if n == 1 and not (out / "gpu-bin.tar.gz").exists():
         problems.append("call 1 returned no gpu-bin.tar.gz (later calls would build again)")
     return {"n": n, "wall": wall, "cpu": cpu, "steps": steps, "rules": rules.stdout.strip(), "results": results,

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "temp_dir.h"
@@ -42,7 +43,10 @@ TEST(LayerProfilerTest, OnePositiveTimePerLayer) {
   model->configure(c.model);
   LayerProfileOptions options;
   options.timed_runs = 3;
+  std::vector<std::pair<int, int>> rounds;  // the progress the trainer logs from
+  options.on_round = [&](int done, int total) { rounds.emplace_back(done, total); };
   const std::vector<double> ms = measure_layer_ms(*model, *stage, c, c10::Device(c10::kCPU), options);
+  EXPECT_EQ(rounds, (std::vector<std::pair<int, int>>{{1, 5}, {2, 5}, {3, 5}, {4, 5}, {5, 5}}));  // 2 warm-up + 3
   ASSERT_EQ(ms.size(), static_cast<size_t>(c.model.num_layers + 2));
   ASSERT_EQ(ms.size(), model->layer_costs().size());
   for (size_t i = 0; i < ms.size(); ++i) EXPECT_GT(ms[i], 0.0) << "layer " << i;

@@ -94,6 +94,11 @@ std::vector<double> measure_layer_ms(const ModelInterface& model, const StageInt
     return y.detach();
   };
   const int warmup_rounds = std::max(1, options.warmup_runs);
+  const int rounds = warmup_rounds + options.timed_runs;
+  int rounds_done = 0;
+  auto round_done = [&] {
+    if (options.on_round) options.on_round(++rounds_done, rounds);
+  };
   for (int w = 0; w < warmup_rounds; ++w) {
     for (int64_t i = 0; i < num_layers; ++i) {
       const at::Tensor y = run(i);
@@ -103,6 +108,7 @@ std::vector<double> measure_layer_ms(const ModelInterface& model, const StageInt
                                                        .requires_grad_(y.is_floating_point());
       }
     }
+    round_done();
   }
   for (int r = 0; r < options.timed_runs; ++r) {
     for (int64_t i = 0; i < num_layers; ++i) {
@@ -113,6 +119,7 @@ std::vector<double> measure_layer_ms(const ModelInterface& model, const StageInt
       probes[static_cast<size_t>(i)].ms.push_back(
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
     }
+    round_done();
   }
   std::vector<double> out;
   out.reserve(probes.size());

@@ -236,6 +236,16 @@ PipelineTrainer::PipelineTrainer(PipelineConfig config, PipelineComponents compo
              "micro-batch, {} warm-up and {} timed runs) to balance the stages ...",
              components_.model->layer_costs().size(), std::max(1, profile.warmup_runs), profile.timed_runs);
     const auto start = std::chrono::steady_clock::now();
+    // How far it is, at most every 5 s (a small model finishes before the first line).
+    auto last_said = start;
+    profile.on_round = [&](int done, int total) {
+      const auto now = std::chrono::steady_clock::now();
+      if (done < total && now - last_said >= std::chrono::seconds(5)) {
+        log_info("parallel.partition=time: round {}/{} over every layer done ({:.0f} s)", done, total,
+                 std::chrono::duration<double>(now - start).count());
+        last_said = now;
+      }
+    };
     measured_layer_ms_ = measure_layer_ms(*components_.model, *components_.stage, config_, rank_devices_.front(), profile);
     if (dist_) {
       // Every process must cut the model at the same layers: rank 0's measurement decides.

@@ -3,6 +3,8 @@
 // StageInterface and timed forward + backward on one micro-batch-shaped input.
 #pragma once
 
+#include <functional>
+
 #include <c10/core/Device.h>
 
 #include <vector>
@@ -16,6 +18,9 @@ struct LayerProfileOptions {
   int warmup_runs = 2;  // untimed rounds over all layers (allocator, kernels, caches); at least 1 runs
   int timed_runs = 7;   // timed rounds; each layer's median is reported
   bool bf16_autocast = false;  // time under bf16 autocast (CUDA only, as the executors run it)
+  // Called after each round over all layers (warm-up and timed alike) with the rounds done and
+  // the rounds in all, so a long profile can say how far it is. May be empty.
+  std::function<void(int done, int total)> on_round;
 };
 
 // Milliseconds of forward + backward of each layer alone, one entry per layer of
