@@ -52,6 +52,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 WORK=${GPU_CHECK_WORK:-$root/.gpu-work}
 case "$WORK" in "$OUT" | "$OUT"/*) echo "GPU_CHECK_WORK must lie outside OUT" >&2; exit 2 ;; esac
+case "$(cd "$(dirname "$WORK")" 2>/dev/null && pwd)/$(basename "$WORK")" in
+  / | "$root" | "$HOME" | //*) echo "GPU_CHECK_WORK=$WORK: a folder of its own, please (it is emptied first)" >&2; exit 2 ;;
+esac
 rm -rf "$WORK" && mkdir -p "$WORK" || exit 2
 OUTDIR=$(cd "$WORK" && pwd)
 export OUTDIR GPU_CHECK_OUT=$OUT
