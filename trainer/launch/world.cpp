@@ -2,6 +2,8 @@
 // or SLURM's srun variables, validated, into a WorldInfo.
 #include "trainer/launch/world.h"
 
+#include <unistd.h>
+
 #include <charconv>
 #include <optional>
 #include <string_view>
@@ -173,6 +175,12 @@ WorldInfo world_from_environment(const GetEnv& getenv) {
   if (lookup(getenv, "RANK") || lookup(getenv, "WORLD_SIZE")) return from_torch_env(getenv);
   if (lookup(getenv, "SLURM_PROCID") && lookup(getenv, "SLURM_NTASKS")) return from_slurm_env(getenv);
   return WorldInfo{};
+}
+
+std::string this_host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "localhost";
+  return name;
 }
 
 std::string first_host_of_nodelist(const std::string& nodelist) {

@@ -15,6 +15,8 @@
 
 #include <fmt/format.h>
 
+#include "trainer/launch/world.h"
+
 namespace gpipe {
 namespace {
 namespace prof = torch::autograd::profiler;
@@ -22,11 +24,6 @@ using torch::profiler::impl::ActivityType;
 using torch::profiler::impl::ProfilerConfig;
 using torch::profiler::impl::ProfilerState;
 
-std::string host_name() {
-  char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
-  return name;
-}
 }  // namespace
 
 KinetoStepProfile::KinetoStepProfile(bool cuda) : cuda_(cuda) {
@@ -46,8 +43,13 @@ KinetoStepProfile::KinetoStepProfile(bool cuda) : cuda_(cuda) {
   const ProfilerConfig config(ProfilerState::KINETO, /*report_input_shapes=*/true);
   std::set<ActivityType> activities{ActivityType::CPU};
   if (cuda) activities.insert(ActivityType::CUDA);
-  prof::prepareProfiler(config, activities);
-  prof::enableProfiler(config, activities);
+  try {
+    prof::prepareProfiler(config, activities);
+    prof::enableProfiler(config, activities);
+  } catch (...) {  // no destructor runs for a constructor that throws
+    FLAGS_caffe2_log_level = saved_log_level_;
+    throw;
+  }
   active_ = true;
 }
 
@@ -70,7 +72,7 @@ std::string KinetoStepProfile::finish(const std::string& dir) {
                       std::chrono::system_clock::now().time_since_epoch())
                       .count();
   const std::string path =
-      (std::filesystem::path(dir) / fmt::format("{}_{}.{}.pt.trace.json", host_name(), getpid(), ms)).string();
+      (std::filesystem::path(dir) / fmt::format("{}_{}.{}.pt.trace.json", this_host_name(), getpid(), ms)).string();
   result->save(path);
   FLAGS_caffe2_log_level = saved_log_level_;
   return path;

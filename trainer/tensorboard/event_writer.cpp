@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "trainer/launch/world.h"
+
 #ifndef OURGPIPE_TENSORBOARD_UNAVAILABLE
 #include <boost/crc.hpp>
 
@@ -22,12 +24,6 @@ namespace {
 
 double wall_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-std::string host_name() {
-  char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
-  return name;
 }
 
 }  // namespace
@@ -46,7 +42,7 @@ TensorBoardEventWriter::TensorBoardEventWriter(const std::string& log_dir) {
   std::error_code ec;
   std::filesystem::create_directories(log_dir, ec);
   const auto now = static_cast<int64_t>(wall_seconds());
-  path_ = (std::filesystem::path(log_dir) / fmt::format("events.out.tfevents.{}.{}.{}", now, host_name(), getpid()))
+  path_ = (std::filesystem::path(log_dir) / fmt::format("events.out.tfevents.{}.{}.{}", now, this_host_name(), getpid()))
               .string();
   out_.open(path_, std::ios::binary | std::ios::trunc);
   if (!out_) {
@@ -94,8 +90,11 @@ const char* TensorBoardEventWriter::unavailable_reason() {
 }
 
 TensorBoardEventWriter::TensorBoardEventWriter(const std::string&) { throw std::runtime_error(unavailable_reason()); }
-void TensorBoardEventWriter::add_scalars(int64_t, const std::vector<std::pair<std::string, double>>&) {}
-void TensorBoardEventWriter::write_record(const std::string&) {}
+// Unreachable: no writer can be constructed in this build.
+void TensorBoardEventWriter::add_scalars(int64_t, const std::vector<std::pair<std::string, double>>&) {
+  throw std::logic_error(unavailable_reason());
+}
+void TensorBoardEventWriter::write_record(const std::string&) { throw std::logic_error(unavailable_reason()); }
 uint32_t tfrecord_masked_crc32c(const void*, size_t) { throw std::runtime_error(TensorBoardEventWriter::unavailable_reason()); }
 
 #endif  // OURGPIPE_TENSORBOARD_UNAVAILABLE

@@ -34,6 +34,10 @@ using GetEnv = std::function<const char*(const char*)>;
 // Throws WorldError naming the variable (and its value) when the environment is incomplete or invalid.
 WorldInfo world_from_environment(const GetEnv& getenv = [](const char* n) { return std::getenv(n); });
 
+// This machine's host name (gethostname), "localhost" if it has none: what names this process's
+// files next to its pid (PyTorch's profiler traces, TensorBoard's event files).
+std::string this_host_name();
+
 // First host of a SLURM node list: "node[01-04,07],gpu2" -> "node01"; "a,b" -> "a"; "gpu-[3,5]" -> "gpu-3".
 std::string first_host_of_nodelist(const std::string& nodelist);
 
