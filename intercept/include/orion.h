@@ -49,6 +49,9 @@ typedef struct orion_stats {
   uint64_t partition_moved;      /* ORION_POLICY=partition: best-effort kernels run in a green context */
   uint64_t partition_in_place;   /* ORION_POLICY=partition: best-effort kernels that could not move
                                     (the shim's log at exit says why) */
+  uint64_t release_calls;        /* driver calls of the release_all class (driver_api_classes.csv:
+                                    frees, resets, attribute changes, anything unclassified) */
+  uint64_t release_calls_released; /* of those, calls that found held work and released it */
 } orion_stats;
 
 /* 1 when scheduling is on (USE_ORION_SCHEDULER=1), 0 in pass-through mode. */

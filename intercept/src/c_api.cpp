@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "orion.h"
+#include "driver_functions.h"
 #include "wrapper_support.h"
 
 ORION_EXPORT int orion_is_active(void) { return orion::active_shim() != nullptr ? 1 : 0; }
@@ -55,6 +56,9 @@ ORION_EXPORT int orion_get_stats(orion_stats* out, size_t size) {
     s.partition_moved = p.moved;
     for (uint64_t n : p.in_place) s.partition_in_place += n;
   }
+  const orion::ReleaseCallCounts releases = orion::release_call_counts();
+  s.release_calls = releases.calls;
+  s.release_calls_released = releases.released;
   // An older caller's smaller struct gets the leading fields it knows.
   std::memcpy(out, &s, std::min(size, sizeof s));
   return 0;

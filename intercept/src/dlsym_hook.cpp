@@ -17,10 +17,19 @@
 #include <cstring>
 #include <iterator>
 
+#include "driver_functions.h"
 #include "real_driver.h"
 
 namespace orion {
 namespace {
+// Every cuda.h symbol (generated, sorted by symbol); the wrapper is the shim's definition.
+constinit const DriverFunction kDriverFunctions[] = {
+#define ORION_DRIVER_FUNCTION(base, sym, lo, hi, pt, cls, hand) \
+  {{#base, #sym, lo, hi, pt != 0, reinterpret_cast<void*>(&::sym)}, CallClass::cls, hand != 0},
+#include "driver_functions.inc"
+#undef ORION_DRIVER_FUNCTION
+};
+static_assert(std::size(kDriverFunctions) == static_cast<size_t>(DriverFunctionId::kCount));
 // Constant-initialised: consulted before any constructor has run.
 constinit const EntryInfo kEntries[] = {
 #define ORION_ENTRY(base, sym, pfn, lo, hi, pt) \
@@ -40,6 +49,18 @@ constexpr size_t kAliases = 0
 static_assert(std::size(kEntries) == static_cast<size_t>(Entry::kCount) + kAliases);
 }  // namespace
 std::span<const EntryInfo> entry_table() { return kEntries; }
+std::span<const DriverFunction> driver_functions() { return kDriverFunctions; }
+const DriverFunction* find_driver_function(const char* symbol) {
+  if (symbol == nullptr) return nullptr;
+  size_t lo = 0, hi = std::size(kDriverFunctions);
+  while (lo < hi) {  // no std:: algorithms: this runs uninstrumented, maybe before constructors
+    const size_t mid = lo + (hi - lo) / 2;
+    const int c = std::strcmp(kDriverFunctions[mid].entry.symbol, symbol);
+    if (c == 0) return &kDriverFunctions[mid];
+    if (c < 0) lo = mid + 1; else hi = mid;
+  }
+  return nullptr;
+}
 }  // namespace orion
 
 namespace {
@@ -64,12 +85,11 @@ DlsymFn glibc_dlsym(int version_index) {
   return fn;
 }
 
+// Every cu* symbol cuda.h declares has a wrapper (hand-written or generated).
 const orion::EntryInfo* find_wrapped_symbol(const char* name) {
   if (name == nullptr || name[0] != 'c' || name[1] != 'u') return nullptr;
-  for (const orion::EntryInfo& e : orion::entry_table()) {
-    if (std::strcmp(e.symbol, name) == 0) return &e;
-  }
-  return nullptr;
+  const orion::DriverFunction* f = orion::find_driver_function(name);
+  return f ? &f->entry : nullptr;
 }
 
 }  // namespace

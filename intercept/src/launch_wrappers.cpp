@@ -53,8 +53,9 @@ ORION_LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz, kExPtsz, true)
 ORION_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel, kCooperative, false)
 ORION_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz, kCooperativePtsz, true)
 
-// A graph is one opaque op on its stream: never split, never reordered with its neighbours; one
-// with event-record or event-wait nodes is never deferred either (Shim::launch_graph).
+// A graph is one opaque op on its stream: never split, never reordered with its neighbours nor
+// with the executable's other launches (on any stream); one with event-record or event-wait
+// nodes is never deferred either (Shim::launch_graph).
 #define ORION_GRAPH_LAUNCH(sym, per_thread)                                                    \
   ORION_EXPORT CUresult CUDAAPI sym(CUgraphExec graph, CUstream s) {                           \
     ORION_REQUIRE_REAL(sym);                                                                   \
@@ -63,6 +64,7 @@ ORION_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz, kCooperativePtsz, true)
       sched::Op op;                                                                            \
       op.kind = sched::OpKind::kGraphLaunch;                                                   \
       op.stream = Shim::stream_id(s, per_thread);                                              \
+      op.event = Shim::graph_order_id(graph); /* behind the executable's earlier launches */   \
       op.borrowed = &call;                                                                     \
       op.clone = &decltype(call)::clone;                                                       \
       op.requested_class = Shim::thread_class(op.stream);                                      \

@@ -33,27 +33,35 @@ ORION_EXPORT CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* out, unsigned
   return rc;
 }
 
-ORION_EXPORT CUresult CUDAAPI cuStreamDestroy_v2(CUstream s) {
-  ORION_REQUIRE_REAL(cuStreamDestroy_v2);
-  if (Shim* shim = orion::active_shim()) {
-    // Queued work of a destroyed stream still runs (CUDA semantics): forget_stream drains first.
-    shim->dispatcher().forget_stream(Shim::stream_id(s, false));
-    shim->device().stream_destroying(Shim::stream_id(s, false));
+// Both ABIs (the pre-4000 one has the same semantics).
+#define ORION_STREAM_DESTROY(sym)                                                              \
+  ORION_EXPORT CUresult CUDAAPI sym(CUstream s) {                                              \
+    ORION_REQUIRE_REAL(sym);                                                                   \
+    if (Shim* shim = orion::active_shim()) {                                                   \
+      /* Queued work of a destroyed stream still runs (CUDA semantics): forget_stream drains  \
+         first. */                                                                             \
+      shim->dispatcher().forget_stream(Shim::stream_id(s, false));                             \
+      shim->device().stream_destroying(Shim::stream_id(s, false));                             \
+    }                                                                                          \
+    return real::sym(s);                                                                       \
   }
-  return real::cuStreamDestroy_v2(s);
-}
+ORION_STREAM_DESTROY(cuStreamDestroy)
+ORION_STREAM_DESTROY(cuStreamDestroy_v2)
 
-ORION_EXPORT CUresult CUDAAPI cuEventDestroy_v2(CUevent e) {
-  ORION_REQUIRE_REAL(cuEventDestroy_v2);
-  if (Shim* shim = orion::active_shim()) {
-    // A queued record of this event must reach the driver while the event still exists.
-    int drained = shim->dispatcher().drain_event(orion::event_id(e));
-    shim->dispatcher().forget_event(orion::event_id(e));
-    CUresult rc = real::cuEventDestroy_v2(e);
-    return drained != 0 ? static_cast<CUresult>(drained) : rc;
+#define ORION_EVENT_DESTROY(sym)                                                             \
+  ORION_EXPORT CUresult CUDAAPI sym(CUevent e) {                                             \
+    ORION_REQUIRE_REAL(sym);                                                                 \
+    if (Shim* shim = orion::active_shim()) {                                                 \
+      /* A queued record of this event must reach the driver while the event still exists. */ \
+      int drained = shim->dispatcher().drain_event(orion::event_id(e));                      \
+      shim->dispatcher().forget_event(orion::event_id(e));                                   \
+      CUresult rc = real::sym(e);                                                            \
+      return drained != 0 ? static_cast<CUresult>(drained) : rc;                             \
+    }                                                                                        \
+    return real::sym(e);                                                                     \
   }
-  return real::cuEventDestroy_v2(e);
-}
+ORION_EVENT_DESTROY(cuEventDestroy)
+ORION_EVENT_DESTROY(cuEventDestroy_v2)
 
 // --- handles that queued work may still use: a graph executable destroyed or updated, a module
 // or library unloaded. Its queued launches reach the driver first; after an unload the shim
@@ -69,16 +77,24 @@ ORION_EXPORT CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec g) {
   return real::cuGraphExecDestroy(g);
 }
 // An update may add or remove event nodes: what the executable does is read again.
-ORION_EXPORT CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec g, CUgraph graph, CUgraphExecUpdateResultInfo* info) {
-  ORION_REQUIRE_REAL(cuGraphExecUpdate_v2);
-  if (Shim* shim = orion::scheduling_shim()) {
-    const int drained = shim->dispatcher().drain_all();
-    const CUresult rc = real::cuGraphExecUpdate_v2(g, graph, info);
-    if (rc == CUDA_SUCCESS) shim->graph_instantiated(g, graph);
-    return orion::first_error(drained, rc);
+#define ORION_GRAPH_EXEC_UPDATE(sym, PARAMS, ARGS)                                 \
+  ORION_EXPORT CUresult CUDAAPI sym PARAMS {                                       \
+    ORION_REQUIRE_REAL(sym);                                                       \
+    if (Shim* shim = orion::scheduling_shim()) {                                   \
+      const int drained = shim->dispatcher().drain_all();                          \
+      const CUresult rc = real::sym ARGS;                                          \
+      if (rc == CUDA_SUCCESS) shim->graph_instantiated(g, graph);                  \
+      return orion::first_error(drained, rc);                                      \
+    }                                                                              \
+    return real::sym ARGS;                                                         \
   }
-  return real::cuGraphExecUpdate_v2(g, graph, info);
-}
+ORION_GRAPH_EXEC_UPDATE(cuGraphExecUpdate_v2,
+                        (CUgraphExec g, CUgraph graph, CUgraphExecUpdateResultInfo* info),
+                        (g, graph, info))
+ORION_GRAPH_EXEC_UPDATE(cuGraphExecUpdate,
+                        (CUgraphExec g, CUgraph graph, CUgraphNode* error_node,
+                         CUgraphExecUpdateResult* result),
+                        (g, graph, error_node, result))
 
 // --- instantiation: whether the executable records or waits on events (Shim::graph_instantiated) ---
 #define ORION_GRAPH_INSTANTIATE(sym, last_t)                                             \
@@ -93,6 +109,19 @@ ORION_EXPORT CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec g, CUgraph graph,
 ORION_GRAPH_INSTANTIATE(cuGraphInstantiateWithFlags, unsigned long long)
 ORION_GRAPH_INSTANTIATE(cuGraphInstantiateWithParams, CUDA_GRAPH_INSTANTIATE_PARAMS*)
 ORION_GRAPH_INSTANTIATE(cuGraphInstantiateWithParams_ptsz, CUDA_GRAPH_INSTANTIATE_PARAMS*)
+// The pre-12.0 ABIs: an error node and a log buffer instead of flags.
+#define ORION_GRAPH_INSTANTIATE_V1(sym)                                                     \
+  ORION_EXPORT CUresult CUDAAPI sym(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node, \
+                                    char* log, size_t log_size) {                           \
+    ORION_REQUIRE_REAL(sym);                                                                \
+    const CUresult rc = real::sym(exec, graph, error_node, log, log_size);                  \
+    if (rc == CUDA_SUCCESS && exec != nullptr) {                                            \
+      if (Shim* shim = orion::scheduling_shim()) shim->graph_instantiated(*exec, graph);    \
+    }                                                                                       \
+    return rc;                                                                              \
+  }
+ORION_GRAPH_INSTANTIATE_V1(cuGraphInstantiate)
+ORION_GRAPH_INSTANTIATE_V1(cuGraphInstantiate_v2)
 
 #define ORION_UNLOAD(sym, handle_t)                                             \
   ORION_EXPORT CUresult CUDAAPI sym(handle_t h) {                               \
@@ -110,7 +139,6 @@ ORION_UNLOAD(cuLibraryUnload, CUlibrary)
 
 // --- capture: drain at begin (a deferred error there is returned and no capture begins);
 // nothing is deferred while any capture is active ---
-#define ORION_UNPAREN(...) __VA_ARGS__
 #define ORION_BEGIN_CAPTURE(sym, PARAMS, ARGS)                                 \
   ORION_EXPORT CUresult CUDAAPI sym PARAMS {                                   \
     ORION_REQUIRE_REAL(sym);                                                   \
@@ -119,6 +147,8 @@ ORION_UNLOAD(cuLibraryUnload, CUlibrary)
     }                                                                          \
     return real::sym ARGS;                                                     \
   }
+ORION_BEGIN_CAPTURE(cuStreamBeginCapture, (CUstream s), (s))
+ORION_BEGIN_CAPTURE(cuStreamBeginCapture_ptsz, (CUstream s), (s))
 ORION_BEGIN_CAPTURE(cuStreamBeginCapture_v2, (CUstream s, CUstreamCaptureMode mode), (s, mode))
 ORION_BEGIN_CAPTURE(cuStreamBeginCapture_v2_ptsz, (CUstream s, CUstreamCaptureMode mode), (s, mode))
 ORION_BEGIN_CAPTURE(cuStreamBeginCaptureToGraph,

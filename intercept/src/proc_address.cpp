@@ -1,32 +1,58 @@
 // cuGetProcAddress / cuGetProcAddress_v2: how libcudart and NCCL reach the driver. The real
-// lookup runs first; a non-NULL answer for an entry point we wrap is replaced by our wrapper for
-// the same ABI: the one for the requested version range, and the _ptsz/_ptds one when the caller
-// asked for per-thread default-stream semantics. Anything we do not wrap, or whose requested
-// version we do not know, is left as the driver answered.
+// lookup runs first; a non-NULL answer for any function cuda.h declares is replaced by our
+// wrapper for the same ABI: the one for the requested version range, and the _ptsz/_ptds one when
+// the caller asked for per-thread default-stream semantics. The ranges come from cudaTypedefs.h
+// (gen_driver_api.py; the hand-written entry_points.def must agree, the build checks it); the
+// hand-written table is asked first for its aliases (cuGraphInstantiate at 12000+ answers
+// cuGraphInstantiateWithFlags). A name cuda.h does not declare, or a version outside every known
+// range, is left as the driver answered.
 #include <cstring>
 
+#include "driver_functions.h"
 #include "wrapper_support.h"
 
 namespace orion {
+namespace {
 
-// The wrapper for (base name, version, flags), or nullptr.
-void* wrapper_for(const char* symbol, int version, cuuint64_t flags) {
-  if (symbol == nullptr || symbol[0] != 'c' || symbol[1] != 'u') return nullptr;
-  const bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
-  bool base_has_per_thread = false;
+// Over `entries` (anything with an EntryInfo): whether the base name is there at all, and the
+// wrapper for (version, flags).
+template <typename Range, typename Get>
+bool lookup(const Range& entries, Get get, const char* symbol, int version, bool per_thread,
+            void** out) {
+  bool known = false, base_has_per_thread = false;
   const EntryInfo* legacy = nullptr;
   const EntryInfo* threaded = nullptr;
-  for (const EntryInfo& e : entry_table()) {
+  for (const auto& item : entries) {
+    const EntryInfo& e = get(item);
     if (std::strcmp(e.base, symbol) != 0) continue;
+    known = true;
     if (e.per_thread) base_has_per_thread = true;
     if (version < e.min_version || version >= e.max_version) continue;
     (e.per_thread ? threaded : legacy) = &e;
   }
   if (per_thread && base_has_per_thread) {
     // Never hand a legacy-stream wrapper to a per-thread caller.
-    return threaded ? threaded->wrapper : nullptr;
+    *out = threaded ? threaded->wrapper : nullptr;
+  } else {
+    *out = legacy ? legacy->wrapper : nullptr;
   }
-  return legacy ? legacy->wrapper : nullptr;
+  return known;
+}
+
+}  // namespace
+
+// The wrapper for (base name, version, flags), or nullptr.
+void* wrapper_for(const char* symbol, int version, cuuint64_t flags) {
+  if (symbol == nullptr || symbol[0] != 'c' || symbol[1] != 'u') return nullptr;
+  const bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+  void* out = nullptr;
+  if (lookup(entry_table(), [](const EntryInfo& e) -> const EntryInfo& { return e; }, symbol,
+             version, per_thread, &out)) {
+    return out;
+  }
+  lookup(driver_functions(), [](const DriverFunction& f) -> const EntryInfo& { return f.entry; },
+         symbol, version, per_thread, &out);
+  return out;
 }
 
 }  // namespace orion

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <type_traits>
 
+#include "driver_functions.h"
 #include "log.h"
 
 // Each wrapper must have exactly the ABI the toolkit documents for its symbol.
@@ -55,6 +56,7 @@ bool load_real_driver() {
 #define ORION_RESOLVE_HELPER(sym, pfn) resolve(handle, #sym, &real::sym);
   ORION_HELPER_FUNCTIONS(ORION_RESOLVE_HELPER)
 #undef ORION_RESOLVE_HELPER
+  generated::resolve(handle);
   g_driver_state.store(1, std::memory_order_release);
   return true;
 }

@@ -11,6 +11,7 @@
 #include "log.h"
 
 #include "driver_calls.h"
+#include "driver_functions.h"
 #include "kernel_catalog.h"
 #include "real_driver.h"
 
@@ -180,6 +181,7 @@ void Shim::shutdown() {
                s.submitted, s.submitted_inline, s.deferred,
                s.forced_by_starvation, s.promoted, s.op_classed, s.caller_waits, s.backend_errors);
   if (partitions_ != nullptr) shim_log().info("partition: {}", partitions_->stats().summary());
+  if (std::string releases = release_call_summary(); !releases.empty()) shim_log().info("{}", releases);
 }
 
 int Shim::drain_for_legacy_stream(sched::StreamId id) {
@@ -320,6 +322,7 @@ void Shim::graph_instantiated(CUgraphExec exec, CUgraph graph) {
 }
 
 void Shim::graph_exec_destroyed(CUgraphExec exec) {
+  dispatcher_->forget_event(graph_order_id(exec));
   std::lock_guard lock(graphs_mu_);
   graphs_with_event_nodes_.erase(exec);
 }

@@ -102,6 +102,12 @@ class Shim {
   // a launch of such an executable is never deferred: everything queued reaches the driver before
   // it (queued waits of the events it records, records of those it waits on), then it does.
   void graph_instantiated(CUgraphExec exec, CUgraph graph);
+  // The dispatcher orders the launches of one executable like the records of one event (CUDA
+  // runs each launch behind the executable's earlier ones, whatever their streams): this id,
+  // which no CUevent handle can equal (user-space pointers are below 2^63), is that event.
+  static sched::EventId graph_order_id(CUgraphExec exec) {
+    return reinterpret_cast<uintptr_t>(exec) | (uint64_t{1} << 63);
+  }
   void graph_exec_destroyed(CUgraphExec exec);
   // A launch of `exec` (op.kind kGraphLaunch): deferred like any op unless it has event nodes.
   CUresult launch_graph(CUgraphExec exec, sched::Op&& op);

@@ -455,6 +455,7 @@ int Dispatcher::submit(Op&& op, bool may_defer) { return impl_->submit(std::move
 int Dispatcher::drain_stream(StreamId id) { return impl_->drain_stream(id); }
 int Dispatcher::drain_event(EventId event) { return impl_->drain_event(event); }
 int Dispatcher::drain_all() { return impl_->drain_all(); }
+void Dispatcher::release_all() { impl_->release_all(); }
 int Dispatcher::drain_legacy_sync() { return impl_->drain_legacy_sync(); }
 QueryState Dispatcher::query_stream(StreamId id) { return impl_->query_stream(id); }
 QueryState Dispatcher::query_event(EventId event) { return impl_->query_event(event); }

@@ -89,6 +89,7 @@ struct Dispatcher::Impl final : CompletionListener {
   int drain_stream(StreamId id);
   int drain_event(EventId event);
   int drain_all();
+  void release_all();
   // Nothing queued and no deferred error waiting on any stream (two atomic loads).
   bool holds_nothing() const;
   // Whether an op on the legacy stream must wait for `s`: a blocking stream holding queued work

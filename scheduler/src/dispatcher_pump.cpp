@@ -76,6 +76,11 @@ int Dispatcher::Impl::drain_all() {
   return drain_streams([](const StreamState&) { return true; });
 }
 
+void Dispatcher::Impl::release_all() {
+  if (total_queued.load(std::memory_order_acquire) == 0) return;
+  for (StreamState* s : all_streams()) drain_until(*s, std::numeric_limits<uint64_t>::max());
+}
+
 bool Dispatcher::Impl::holds_nothing() const {
   return total_queued.load(std::memory_order_acquire) == 0 && sticky_errors.load(std::memory_order_acquire) == 0;
 }

@@ -55,8 +55,12 @@ TEST_F(DriverLookup, DlsymOnTheDriverHandleFindsTheShim) {
   EXPECT_TRUE(in_shim(dlsym(driver_, "cuLaunchKernelEx")));
   EXPECT_TRUE(in_shim(dlsym(driver_, "cuLaunchKernel_ptsz")));
   EXPECT_TRUE(in_shim(dlsym(driver_, "cuGetProcAddress")));
-  // Not wrapped: the driver's own function.
-  EXPECT_TRUE(in_fake_driver(dlsym(driver_, "cuFuncGetName")));
+  // Every function cuda.h declares is interposed (driver_api_classes.csv): an order-free query
+  // and a release-class free get generated wrappers too.
+  EXPECT_TRUE(in_shim(dlsym(driver_, "cuFuncGetName")));
+  EXPECT_TRUE(in_shim(dlsym(driver_, "cuMemFreeHost")));
+  // A symbol cuda.h does not declare is the driver's own.
+  EXPECT_TRUE(in_fake_driver(dlsym(driver_, "fake_cuda_set_logging")));
   // Missing symbols stay missing, with the usual dlerror().
   dlerror();
   EXPECT_EQ(dlsym(driver_, "cuNoSuchFunction"), nullptr);
@@ -91,8 +95,14 @@ TEST_F(DriverLookup, CudartSequenceGetsWrappersWithTheRequestedSemantics) {
   EXPECT_EQ(lookup("cuMemcpyHtoDAsync", 1000, 0, CUDA_ERROR_NOT_FOUND), nullptr);
   // Functions without a per-thread variant keep their one ABI under the per-thread flag.
   EXPECT_TRUE(in_shim(lookup("cuEventSynchronize", 2000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)));
-  // Not wrapped: untouched.
-  EXPECT_TRUE(in_fake_driver(lookup("cuFuncGetName", 12030, 0)));
+  // Generated wrappers answer by the versions cudaTypedefs.h gives each ABI.
+  void* get_name = lookup("cuFuncGetName", 12030, 0);
+  EXPECT_TRUE(in_shim(get_name));
+  EXPECT_EQ(get_name, dlsym(driver_, "cuFuncGetName"));
+  const char* name = nullptr;
+  EXPECT_EQ(reinterpret_cast<PFN_cuFuncGetName_v12030>(get_name)(&name, kernel_), CUDA_SUCCESS);
+  ASSERT_NE(name, nullptr);
+  EXPECT_NE(std::string(name).find("kernel"), std::string::npos) << name;
 
   // Each pointer reaches the driver entry point of the same semantics, exactly once.
   int a = 3;

@@ -87,6 +87,9 @@ class Dispatcher {
   int drain_stream(StreamId stream);  // everything queued on `stream`
   int drain_event(EventId event);     // everything up to the event's latest record
   int drain_all();                    // every stream
+  // Submits everything queued (every stream, in order) without taking deferred errors: they stay
+  // for the call that synchronises with their op. Cheap when nothing is queued.
+  void release_all();
   // Whether work on the legacy NULL stream waits for `stream` (CUDA: blocking streams do,
   // non-blocking ones never do). Streams not told otherwise are blocking.
   void set_syncs_with_legacy(StreamId stream, bool syncs);

@@ -338,8 +338,11 @@ FAKE_EXPORT CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribu
   State& s = st();
   std::lock_guard lock(s.mu);
   const bool device = (p != 0 && p < 0x10000000) || (p >= 0x7f0000000000 && p <= s.next_devptr);
-  if (!device) return CUDA_ERROR_INVALID_VALUE;
-  if (attr == CU_POINTER_ATTRIBUTE_MEMORY_TYPE) *static_cast<CUmemorytype*>(data) = CU_MEMORYTYPE_DEVICE;
+  const bool pinned = !device && host_pinned(s, reinterpret_cast<const void*>(p));
+  if (!device && !pinned) return CUDA_ERROR_INVALID_VALUE;
+  if (attr == CU_POINTER_ATTRIBUTE_MEMORY_TYPE) {
+    *static_cast<CUmemorytype*>(data) = device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+  }
   return CUDA_SUCCESS;
 }
 
@@ -453,6 +456,20 @@ FAKE_EXPORT CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec g) {
 FAKE_EXPORT CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec g, CUgraph, CUgraphExecUpdateResultInfo*) {
   return graph_exec_op("cuGraphExecUpdate_v2", g, false);
 }
+FAKE_EXPORT CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec g, CUgraph, CUgraphNode*, CUgraphExecUpdateResult*) {
+  return graph_exec_op("cuGraphExecUpdate", g, false);
+}
+// Edits of an executable: launches that reach the driver afterwards run the edited executable.
+FAKE_EXPORT CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec g, CUgraphNode,
+                                                               const CUDA_KERNEL_NODE_PARAMS*) {
+  return graph_exec_op("cuGraphExecKernelNodeSetParams_v2", g, false);
+}
+FAKE_EXPORT CUresult CUDAAPI cuGraphExecNodeSetParams(CUgraphExec g, CUgraphNode, CUgraphNodeParams*) {
+  return graph_exec_op("cuGraphExecNodeSetParams", g, false);
+}
+FAKE_EXPORT CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec g, CUgraphNode, unsigned int) {
+  return graph_exec_op("cuGraphNodeSetEnabled", g, false);
+}
 // Host functions run when submitted (the fake has no device to wait for), unless captured.
 FAKE_EXPORT CUresult CUDAAPI cuLaunchHostFunc(CUstream s, CUhostFn fn, void* data) {
   bool captured = false;
@@ -481,8 +498,27 @@ FAKE_EXPORT CUresult CUDAAPI cuLaunchHostFunc_ptsz(CUstream s, CUhostFn fn, void
   FAKE_SIMPLE(sym_pt, PARAMS, stream, value)
 
 FAKE_SIMPLE2(cuMemcpyAsync, cuMemcpyAsync_ptsz, (CUdeviceptr, CUdeviceptr, size_t n, CUstream s), s, n)
-FAKE_SIMPLE2(cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr, const void*, size_t n, CUstream s), s, n)
-FAKE_SIMPLE2(cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync_v2_ptsz, (void*, CUdeviceptr, size_t n, CUstream s), s, n)
+// Copies with a host side: host memory freed or unregistered before the copy reached the driver
+// fails it (counted by fake_cuda_host_use_after_free).
+#define FAKE_HOST_COPY(sym, PARAMS, host)                                                 \
+  FAKE_EXPORT CUresult CUDAAPI sym PARAMS {                                             \
+    {                                                                                   \
+      State& st_ = st();                                                                \
+      std::lock_guard lock(st_.mu);                                                     \
+      if (host_freed(st_, host, n)) {                                                   \
+        ++st_.host_use_after_free;                                                      \
+        fake_cuda_call& c = begin(st_, #sym);                                           \
+        c.stream = reinterpret_cast<uint64_t>(s);                                       \
+        c.value = n;                                                                    \
+        return finish(st_, c, CUDA_ERROR_INVALID_VALUE);                                \
+      }                                                                                 \
+    }                                                                                   \
+    return simple(#sym, s, n, 100, false);                                              \
+  }
+FAKE_HOST_COPY(cuMemcpyHtoDAsync_v2, (CUdeviceptr, const void* src, size_t n, CUstream s), src)
+FAKE_HOST_COPY(cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr, const void* src, size_t n, CUstream s), src)
+FAKE_HOST_COPY(cuMemcpyDtoHAsync_v2, (void* dst, CUdeviceptr, size_t n, CUstream s), dst)
+FAKE_HOST_COPY(cuMemcpyDtoHAsync_v2_ptsz, (void* dst, CUdeviceptr, size_t n, CUstream s), dst)
 FAKE_SIMPLE2(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz, (CUdeviceptr, CUdeviceptr, size_t n, CUstream s), s, n)
 FAKE_SIMPLE2(cuMemcpy2DAsync_v2, cuMemcpy2DAsync_v2_ptsz, (const CUDA_MEMCPY2D*, CUstream s), s, 0)
 FAKE_SIMPLE2(cuMemcpy3DAsync_v2, cuMemcpy3DAsync_v2_ptsz, (const CUDA_MEMCPY3D*, CUstream s), s, 0)

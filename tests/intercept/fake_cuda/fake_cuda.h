@@ -86,6 +86,11 @@ uint64_t fake_cuda_green_ctx_violations(void);
 /* A stream's virtual clock: when the work submitted to it so far ends (waits included). */
 int64_t fake_cuda_stream_time_ns(CUstream stream);
 
+/* Copies that reached the driver after their host memory was freed (cuMemFreeHost) or
+ * unregistered (cuMemHostUnregister): the driver fails them with CUDA_ERROR_INVALID_VALUE (a real
+ * GPU would read or write freed memory). */
+uint64_t fake_cuda_host_use_after_free(void);
+
 /* Logged driver calls made so far (counted with logging on or off; never reset). */
 uint64_t fake_cuda_calls_made(void);
 

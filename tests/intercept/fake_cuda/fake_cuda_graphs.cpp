@@ -155,6 +155,13 @@ FAKE_EXPORT CUresult CUDAAPI cuGraphChildGraphNodeGetGraph(CUgraphNode n, CUgrap
 FAKE_EXPORT CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph g, unsigned long long) {
   return instantiate("cuGraphInstantiateWithFlags", exec, g);
 }
+// The pre-12.0 ABIs (an error node and a log buffer instead of flags).
+FAKE_EXPORT CUresult CUDAAPI cuGraphInstantiate(CUgraphExec* exec, CUgraph g, CUgraphNode*, char*, size_t) {
+  return instantiate("cuGraphInstantiate", exec, g);
+}
+FAKE_EXPORT CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph g, CUgraphNode*, char*, size_t) {
+  return instantiate("cuGraphInstantiate_v2", exec, g);
+}
 FAKE_EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS*) {
   return instantiate("cuGraphInstantiateWithParams", exec, g);
 }

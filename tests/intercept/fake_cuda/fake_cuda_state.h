@@ -58,6 +58,14 @@ struct GraphNode {
   uint64_t event = 0;
   uint64_t child = 0;
 };
+// Host memory the driver knows (fake_cuda_memory.cpp): cuMemAllocHost / cuMemHostAlloc (owned,
+// freed by cuMemFreeHost) and cuMemHostRegister (the program's, until cuMemHostUnregister). A
+// range stays in the map after it ends (`live` false) so that work using it later is caught.
+struct HostRange {
+  size_t bytes = 0;
+  bool live = true;
+  bool owned = false;  // allocated by the fake (freed with std::free)
+};
 // An active stream capture.
 struct Capture {
   uint64_t thread = 0;  // thread_token() of the thread that began it
@@ -89,6 +97,8 @@ struct State {
   bool logging = true;
   int64_t call_cost_ns = 0;
   uint64_t calls_made = 0;
+  std::map<uintptr_t, HostRange> host;  // by start address
+  uint64_t host_use_after_free = 0;     // copies that touched freed / unregistered host memory
 };
 
 State& st();
@@ -119,6 +129,10 @@ bool advance(State& s, uint64_t id, int64_t duration_ns, fake_cuda_call& c);
 void record_graph_events(State& s, uint64_t exec, uint64_t stream_id);
 // Records event `event_handle` at stream `id`'s current time (under s.mu); the record's number.
 uint64_t record_event_now(State& s, uint64_t event_handle, uint64_t id);
+// Whether [p, p+n) lies in live pinned/registered host memory, and whether it touches host memory
+// that was freed or unregistered (under s.mu).
+bool host_pinned(const State& s, const void* p);
+bool host_freed(const State& s, const void* p, size_t n);
 // A logged call with no effect beyond the log and the stream's timeline. `unsafe`: a synchronous
 // call (see unsafe_call); `captured` (optional) says whether the work went into a capture.
 CUresult simple(const char* name, CUstream hs, uint64_t value, int64_t duration_ns = 100,

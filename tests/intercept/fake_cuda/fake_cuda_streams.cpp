@@ -141,16 +141,21 @@ FAKE_EXPORT CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* out, unsigned 
   return create_stream("cuStreamCreateWithPriority", out, flags, prio);
 }
 // A stream of any context may be destroyed (the handle names its context).
-FAKE_EXPORT CUresult CUDAAPI cuStreamDestroy_v2(CUstream hs) {
+namespace {
+CUresult destroy_stream(const char* name, CUstream hs) {
   State& s = st();
   std::lock_guard lock(s.mu);
-  fake_cuda_call& c = begin(s, "cuStreamDestroy_v2");
+  fake_cuda_call& c = begin(s, name);
   c.stream = reinterpret_cast<uint64_t>(hs);
   c.context = current_ctx();
   const uint64_t id = sid(hs, false);
   if (id != 0 && id != 2) s.streams.erase(id);  // the legacy stream no longer waits for it
   return finish(s, c);
 }
+}  // namespace
+FAKE_EXPORT CUresult CUDAAPI cuStreamDestroy_v2(CUstream hs) { return destroy_stream("cuStreamDestroy_v2", hs); }
+// The pre-4000 ABI: the same semantics.
+FAKE_EXPORT CUresult CUDAAPI cuStreamDestroy(CUstream hs) { return destroy_stream("cuStreamDestroy", hs); }
 FAKE_EXPORT int64_t fake_cuda_stream_time_ns(CUstream hs) {
   State& s = st();
   std::lock_guard lock(s.mu);
@@ -184,14 +189,18 @@ FAKE_EXPORT CUresult CUDAAPI cuEventCreate(CUevent* out, unsigned int) {
   *out = reinterpret_cast<CUevent>(h);
   return CUDA_SUCCESS;  // not logged: the shim creates pool events too
 }
-FAKE_EXPORT CUresult CUDAAPI cuEventDestroy_v2(CUevent e) {
+namespace {
+CUresult destroy_event(const char* name, CUevent e) {
   State& s = st();
   std::lock_guard lock(s.mu);
-  fake_cuda_call& c = begin(s, "cuEventDestroy_v2");
+  fake_cuda_call& c = begin(s, name);
   c.event = reinterpret_cast<uint64_t>(e);
   if (s.events.erase(c.event) == 0) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
   return finish(s, c);
 }
+}  // namespace
+FAKE_EXPORT CUresult CUDAAPI cuEventDestroy_v2(CUevent e) { return destroy_event("cuEventDestroy_v2", e); }
+FAKE_EXPORT CUresult CUDAAPI cuEventDestroy(CUevent e) { return destroy_event("cuEventDestroy", e); }
 FAKE_EXPORT CUresult CUDAAPI cuEventRecord(CUevent e, CUstream s) { return record("cuEventRecord", e, s, false); }
 FAKE_EXPORT CUresult CUDAAPI cuEventRecord_ptsz(CUevent e, CUstream s) { return record("cuEventRecord_ptsz", e, s, true); }
 FAKE_EXPORT CUresult CUDAAPI cuEventRecordWithFlags(CUevent e, CUstream s, unsigned int) {
@@ -281,6 +290,13 @@ CUresult end_capture(const char* name, CUstream hs, bool per_thread, CUgraph* gr
 }
 }  // namespace
 
+// CUDA 10.0's ABI had no mode argument: its captures are global-mode ones.
+FAKE_EXPORT CUresult CUDAAPI cuStreamBeginCapture(CUstream s) {
+  return begin_capture("cuStreamBeginCapture", s, false, CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+FAKE_EXPORT CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream s) {
+  return begin_capture("cuStreamBeginCapture_ptsz", s, true, CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
 FAKE_EXPORT CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
   return begin_capture("cuStreamBeginCapture_v2", s, false, mode);
 }
@@ -396,4 +412,45 @@ FAKE_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn,
                                                  cuuint64_t flags,
                                                  CUdriverProcAddressQueryResult* status) {
   return lookup(symbol, pfn, version, flags, status);
+}
+
+// ---------------- context-wide events (CUDA 12.5) ----------------
+// cuCtxRecordEvent captures all work submitted to the context so far (every stream of it);
+// cuCtxWaitEvent makes all later work of the context wait for the event. The fake logs both;
+// the record takes the latest end time of the context's streams.
+namespace {
+// Logs a context-event call (*out); the event, or nullptr for an event not of that context.
+Event* ctx_event_call(State& s, const char* name, CUcontext ctx, CUevent e, fake_cuda_call** out) {
+  fake_cuda_call& c = begin(s, name);
+  c.event = reinterpret_cast<uint64_t>(e);
+  c.context = reinterpret_cast<uint64_t>(ctx);
+  *out = &c;
+  auto it = s.events.find(c.event);
+  return it == s.events.end() || it->second.ctx != c.context ? nullptr : &it->second;
+}
+}  // namespace
+FAKE_EXPORT CUresult CUDAAPI cuCtxRecordEvent(CUcontext ctx, CUevent e) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  fake_cuda_call* c = nullptr;
+  Event* ev = ctx_event_call(s, "cuCtxRecordEvent", ctx, e, &c);
+  if (ev == nullptr) return finish(s, *c, CUDA_ERROR_INVALID_HANDLE);
+  if (!s.captures.empty()) return finish(s, *c, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  int64_t latest = 0;
+  for (const auto& [id, str] : s.streams) {
+    if (str.ctx == c->context || id == 0) latest = std::max(latest, str.time_ns);
+  }
+  ev->time_ns = latest;
+  ev->held = false;
+  ev->record_seq = c->value = s.next_record_seq++;
+  return finish(s, *c);
+}
+FAKE_EXPORT CUresult CUDAAPI cuCtxWaitEvent(CUcontext ctx, CUevent e) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  fake_cuda_call* c = nullptr;
+  Event* ev = ctx_event_call(s, "cuCtxWaitEvent", ctx, e, &c);
+  if (ev == nullptr) return finish(s, *c, CUDA_ERROR_INVALID_HANDLE);
+  c->value = ev->record_seq;
+  return finish(s, *c);
 }

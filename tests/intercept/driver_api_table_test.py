@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""intercept.driver_api_table: every function the toolkit's cuda.h declares is classified in
+intercept/src/driver_api_classes.csv and exported by libgpu_scheduler.so (so a call through dlsym,
+cuGetProcAddress or direct linking reaches a wrapper), and the check itself catches a function
+missing from the table.
+
+usage: driver_api_table_test.py LIBRARY -- GEN_DRIVER_API_ARGS...
+"""
+import csv
+import io
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GEN = os.path.join(HERE, "..", "..", "intercept", "tools", "gen_driver_api.py")
+
+
+def run_check(args):
+    out = subprocess.run([sys.executable, GEN, *args, "--check"], capture_output=True, text=True)
+    return out.returncode, out.stdout + out.stderr
+
+
+def arg(args, name):
+    return args[args.index(name) + 1]
+
+
+def main():
+    library, args = sys.argv[1], sys.argv[sys.argv.index("--") + 1:]
+    failures = []
+
+    rc, text = run_check(args)
+    print(text)
+    if rc != 0:
+        failures.append("the table does not cover cuda.h (see the errors above)")
+    m = re.search(r"ABI symbols: (\d+)", text)
+    symbols_declared = int(m.group(1)) if m else 0
+    if symbols_declared < 400:
+        failures.append(f"only {symbols_declared} ABI symbols found in cuda.h")
+
+    # The check must fail when cuda.h declares a function the table does not list.
+    table = arg(args, "--table")
+    with open(table) as f:
+        lines = f.readlines()
+    dropped = [l for l in lines if l.startswith("cuMemFreeHost,")]
+    if len(dropped) != 1:
+        failures.append("cuMemFreeHost is not listed exactly once in the table")
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as t:
+        t.writelines(l for l in lines if not l.startswith("cuMemFreeHost,"))
+    try:
+        bad = list(args)
+        bad[bad.index("--table") + 1] = t.name
+        rc2, text2 = run_check(bad)
+    finally:
+        os.unlink(t.name)
+    if rc2 == 0 or "cuMemFreeHost" not in text2:
+        failures.append(f"--check did not catch an unclassified function (rc {rc2}):\n{text2}")
+
+    # Every declared symbol is exported by the shim.
+    nm = subprocess.run(["nm", "-D", "--defined-only", library], capture_output=True, text=True,
+                        check=True).stdout
+    exported = {re.sub(r"@.*", "", l.split()[-1]) for l in nm.splitlines() if l.split()}
+    inc = arg(args, "--cuda-include")
+    pre = subprocess.run([arg(args, "--cxx"), "-E", "-P", "-x", "c++", "-I", inc, "-"],
+                         input="#define __CUDA_API_VERSION_INTERNAL 1\n#include <cuda.h>\n",
+                         capture_output=True, text=True, check=True).stdout
+    declared = set(re.findall(r"\bCUresult\s+(cu\w+)\s*\(", pre))
+    missing = sorted(declared - exported)
+    if missing:
+        failures.append(f"{len(missing)} cuda.h functions are not exported by {library}: "
+                        f"{', '.join(missing[:20])}")
+    print(f"{len(declared)} cuda.h symbols, {len(declared & exported)} exported by the shim")
+
+    for f in failures:
+        print("FAIL:", f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+// The shim against issue 24's findings: calls it did not wrap (frees, context events, graph
+// executable edits) let work it held back run after them, and launches of one graph executable
+// could pass each other. Every function cuda.h declares is now interposed and classified
+// (intercept/src/driver_api_classes.csv); a release_all call first hands everything held to the
+// driver. Each test fails on c9effad's shim. Run twice by ctest: scheduled and pass-through.
+#include <cstdlib>
+
+#include "scheduling_fixture.h"
+
+namespace {
+
+using namespace icpt_test;
+
+class ReleaseRules : public Scheduling {
+ protected:
+  // Index of the first call named `name` (any stream), or -1.
+  static long find_any(const std::vector<fake_cuda_call>& log, const char* name) {
+    return find_call(log, [&](const fake_cuda_call& c) { return std::strcmp(c.name, name) == 0; });
+  }
+  // The copy must be held while HP is in flight (scheduled), or in the driver at once.
+  void expect_held(const char* name, CUstream s) {
+    if (scheduled_) {
+      EXPECT_EQ(find_named(calls(), name, h(s)), -1) << name << " was not held back";
+    } else {
+      EXPECT_GE(find_named(calls(), name, h(s)), 0);
+    }
+  }
+  static constexpr CUdeviceptr kDev = 0x1000;  // the fake's device addresses: below 0x10000000
+};
+
+// Finding 3: cudaMemcpyAsync from pinned memory, then cudaFreeHost, is legal CUDA: the copy
+// must read the memory before it is freed. The shim held the copy and let the free pass.
+TEST_F(ReleaseRules, FreeingPinnedHostMemoryFirstReleasesTheCopyThatReadsIt) {
+  void* host = nullptr;
+  ASSERT_EQ(cuMemAllocHost(&host, 4096), CUDA_SUCCESS);
+  hold_high_priority();
+  ASSERT_EQ(cuMemcpyHtoDAsync(kDev, host, 4096, be_), CUDA_SUCCESS);
+  expect_held("cuMemcpyHtoDAsync_v2", be_);
+  ASSERT_EQ(cuMemFreeHost(host), CUDA_SUCCESS);
+  auto log = calls();
+  const long copy = find_named(log, "cuMemcpyHtoDAsync_v2", h(be_));
+  const long freed = find_any(log, "cuMemFreeHost");
+  ASSERT_GE(copy, 0) << "the held copy did not reach the driver before the free";
+  EXPECT_LT(copy, freed);
+  EXPECT_EQ(log[copy].result, CUDA_SUCCESS);
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  EXPECT_EQ(fake_cuda_host_use_after_free(), 0u);
+}
+
+TEST_F(ReleaseRules, UnregisteringHostMemoryFirstReleasesTheCopyThatWritesIt) {
+  static char buffer[8192];
+  ASSERT_EQ(cuMemHostRegister(buffer, sizeof buffer, 0), CUDA_SUCCESS);
+  hold_high_priority();
+  ASSERT_EQ(cuMemcpyDtoHAsync(buffer, kDev, sizeof buffer, be_), CUDA_SUCCESS);
+  expect_held("cuMemcpyDtoHAsync_v2", be_);
+  ASSERT_EQ(cuMemHostUnregister(buffer), CUDA_SUCCESS);
+  auto log = calls();
+  const long copy = find_named(log, "cuMemcpyDtoHAsync_v2", h(be_));
+  ASSERT_GE(copy, 0);
+  EXPECT_LT(copy, find_any(log, "cuMemHostUnregister"));
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  EXPECT_EQ(fake_cuda_host_use_after_free(), 0u);
+}
+
+// The fake enforces the rule the tests above rely on: a copy that reaches the driver after its
+// host memory was freed fails (so the tests above could fail).
+TEST_F(ReleaseRules, TheFakeDriverFailsACopyFromFreedHostMemory) {
+  void* host = nullptr;
+  ASSERT_EQ(cuMemAllocHost(&host, 256), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemFreeHost(host), CUDA_SUCCESS);
+  using CopyFn = CUresult (*)(CUdeviceptr, const void*, size_t, CUstream);
+  auto copy = reinterpret_cast<CopyFn>(fake_cuda_own_symbol("cuMemcpyHtoDAsync_v2"));
+  ASSERT_NE(copy, nullptr);
+  const uint64_t before = fake_cuda_host_use_after_free();
+  EXPECT_EQ(copy(kDev, host, 256, plain_), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(fake_cuda_host_use_after_free(), before + 1);
+}
+
+// Finding 2: a context-wide record captures all work submitted to the context so far; a held
+// best-effort kernel was left out of it.
+TEST_F(ReleaseRules, AContextEventRecordsTheHeldWorkToo) {
+  CUevent e = nullptr;
+  ASSERT_EQ(cuEventCreate(&e, 0), CUDA_SUCCESS);
+  CUcontext ctx = nullptr;
+  ASSERT_EQ(cuCtxGetCurrent(&ctx), CUDA_SUCCESS);
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 7), CUDA_SUCCESS);
+  expect_deferred(k_be_);
+  ASSERT_EQ(cuCtxRecordEvent(ctx, e), CUDA_SUCCESS);
+  auto log = calls();
+  const long kernel = find_launch(log, k_be_);
+  ASSERT_GE(kernel, 0) << "the held kernel is not in the context's record";
+  EXPECT_LT(kernel, find_any(log, "cuCtxRecordEvent"));
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy(e), CUDA_SUCCESS);
+}
+
+// Finding 5: a held launch of a graph executable must run the executable as it was when it was
+// launched: an edit after the launch first releases it.
+TEST_F(ReleaseRules, EditingAGraphExecutableFirstReleasesItsHeldLaunch) {
+  auto exec = reinterpret_cast<CUgraphExec>(0x7070);
+  for (const char* edit : {"cuGraphExecKernelNodeSetParams_v2", "cuGraphNodeSetEnabled",
+                           "cuGraphExecNodeSetParams"}) {
+    SCOPED_TRACE(edit);
+    fake_cuda_reset();
+    hold_high_priority();
+    ASSERT_EQ(cuGraphLaunch(exec, be_), CUDA_SUCCESS);
+    expect_held("cuGraphLaunch", be_);
+    CUDA_KERNEL_NODE_PARAMS params{};
+    CUgraphNodeParams node_params{};
+    if (std::strcmp(edit, "cuGraphNodeSetEnabled") == 0) {
+      ASSERT_EQ(cuGraphNodeSetEnabled(exec, nullptr, 0), CUDA_SUCCESS);
+    } else if (std::strcmp(edit, "cuGraphExecNodeSetParams") == 0) {
+      ASSERT_EQ(cuGraphExecNodeSetParams(exec, nullptr, &node_params), CUDA_SUCCESS);
+    } else {
+      ASSERT_EQ(cuGraphExecKernelNodeSetParams(exec, nullptr, &params), CUDA_SUCCESS);
+    }
+    auto log = calls();
+    const long launched = find_named(log, "cuGraphLaunch", h(be_));
+    ASSERT_GE(launched, 0) << "the held launch is still held after the edit";
+    EXPECT_LT(launched, find_any(log, edit));
+    fake_cuda_set_stream_busy(hp_, 0);
+    EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  }
+}
+
+// Finding 5: CUDA orders each launch of an executable behind its previous launches; a held
+// best-effort launch followed by a high-priority launch of the same executable ran in reverse.
+TEST_F(ReleaseRules, LaunchesOfOneGraphExecutableKeepTheirOrderAcrossStreams) {
+  auto exec = reinterpret_cast<CUgraphExec>(0x7170);
+  auto other = reinterpret_cast<CUgraphExec>(0x7270);
+  hold_high_priority();
+  ASSERT_EQ(cuGraphLaunch(exec, be_), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphLaunch(other, be_), CUDA_SUCCESS);
+  expect_held("cuGraphLaunch", be_);
+  ASSERT_EQ(cuGraphLaunch(exec, hp_), CUDA_SUCCESS);
+  auto log = calls();
+  const long first = find_named(log, "cuGraphLaunch", h(be_));
+  const long second = find_named(log, "cuGraphLaunch", h(hp_));
+  ASSERT_GE(first, 0) << "the earlier launch of the executable is still held";
+  ASSERT_GE(second, 0);
+  EXPECT_LT(first, second);
+  EXPECT_EQ(log[first].value, h(exec));
+  if (scheduled_) {
+    // Only what the launch depends on was released: the other executable's launch stays held.
+    EXPECT_EQ(find_call(log, [&](const fake_cuda_call& c) {
+                return std::strcmp(c.name, "cuGraphLaunch") == 0 && c.value == h(other);
+              }), -1);
+  }
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+}
+
+// The release class is counted (orion_stats), so a program's cost of the default can be measured.
+TEST_F(ReleaseRules, ReleaseCallsAreCounted) {
+  if (!scheduled_) GTEST_SKIP() << "pass-through mode keeps no statistics";
+  const orion_stats before = stats();
+  void* host = nullptr;
+  ASSERT_EQ(cuMemAllocHost(&host, 64), CUDA_SUCCESS);  // order-free: not counted
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemFreeHost(host), CUDA_SUCCESS);           // releases the held kernel
+  ASSERT_EQ(cuMemFreeHost(host), CUDA_ERROR_INVALID_VALUE);  // nothing held: counted, no release
+  const orion_stats after = stats();
+  EXPECT_EQ(after.release_calls - before.release_calls, 2u);
+  EXPECT_EQ(after.release_calls_released - before.release_calls_released, 1u);
+}
+
+}  // namespace
