@@ -88,16 +88,29 @@ CUevent DriverDevice::take_event(StreamTrack& t) {
   return e;
 }
 
+void DriverDevice::return_event(StreamTrack& t, CUevent e, uint32_t generation) {
+  if (e == nullptr) return;
+  if (generation == t.generation) {
+    t.free_events.push_back(e);
+  } else if (real::cuEventDestroy_v2 != nullptr) {
+    real::cuEventDestroy_v2(e);
+  }
+}
+
 bool DriverDevice::cover_uncovered(StreamTrack& t, CUcontext ctx, int64_t now) {
   if (t.handle == nullptr || capturing()) return false;
+  // The stream's context first: a new event belongs to the context current at its creation, and
+  // the helper thread has none of its own (issue 24, finding 6).
+  ContextGuard guard(ctx);
+  if (guard.status() != CUDA_SUCCESS) return false;
   CUevent e = take_event(t);
   if (e == nullptr) return false;
-  ContextGuard guard(ctx);
-  if (guard.status() != CUDA_SUCCESS || real::cuEventRecord(e, t.handle) != CUDA_SUCCESS) {
+  if (real::cuEventRecord(e, t.handle) != CUDA_SUCCESS) {
     t.free_events.push_back(e);
     return false;
   }
-  t.pending.push_back({t.uncovered_seq, t.uncovered_kind, t.uncovered_kernel, e, nullptr, t.uncovered});
+  t.pending.push_back({t.uncovered_seq, t.uncovered_kind, t.uncovered_kernel, e, nullptr, t.uncovered,
+                       t.generation});
   t.uncovered = 0;
   t.last_record_ns = now;
   return true;
@@ -173,7 +186,13 @@ void DriverDevice::stream_destroying(sched::StreamId id) {
     StreamTrack& t = it->second;
     const int64_t now = now_ns();
     if (t.uncovered > 0 && !cover_uncovered(t, t.context, now)) complete_uncovered(t, id, now, immediate);
-    // The handle may come back for another stream, of another context.
+    // The handle may come back for another stream, of another context: its pooled events go, and
+    // those still pending are destroyed when they retire.
+    if (real::cuEventDestroy_v2 != nullptr) {
+      for (CUevent e : t.free_events) real::cuEventDestroy_v2(e);
+    }
+    t.free_events.clear();
+    ++t.generation;
     t.handle = nullptr;
     t.context = nullptr;
     t.context_known = false;
@@ -208,9 +227,12 @@ void DriverDevice::poll() {
     looks_others_.clear();
   }
   for (const Look& look : looks) {
-    // Everything up to the newest is done: retire the backlog at once.
+    // Everything up to the newest is done: retire the backlog at once. Any answer but NOT_READY
+    // means the work will not run any longer (done, or its context was destroyed or reset):
+    // waiting for it would hold best-effort work back until the starvation bound, every time.
+    auto finished = [](CUevent e) { return real::cuEventQuery(e) != CUDA_ERROR_NOT_READY; };
     size_t ready = 0;
-    if (real::cuEventQuery(look.newest) == CUDA_SUCCESS) {
+    if (finished(look.newest)) {
       ready = look.pending;
     } else {
       // Otherwise walk from the oldest while they are done.
@@ -221,7 +243,7 @@ void DriverDevice::poll() {
         const StreamTrack& t = streams_[look.stream];
         for (size_t i = 0; i + 1 < look.pending && i < t.pending.size(); ++i) oldest.push_back(t.pending[i].done);
       }
-      while (ready < oldest.size() && real::cuEventQuery(oldest[ready]) == CUDA_SUCCESS) ++ready;
+      while (ready < oldest.size() && finished(oldest[ready])) ++ready;
     }
     if (ready == 0) continue;
     std::lock_guard lock(mutex_);
@@ -238,8 +260,8 @@ void DriverDevice::poll() {
       } else if (i + 1 == ready) {
         done.push_back({p.seq, look.stream, p.kind, p.kernel, end, end});
       }
-      if (p.started != nullptr) t.free_events.push_back(p.started);
-      t.free_events.push_back(p.done);
+      return_event(t, p.started, p.generation);
+      return_event(t, p.done, p.generation);
       retired_ops += p.ops;
       t.pending.pop_front();
     }

@@ -87,6 +87,7 @@ class DriverDevice final : public sched::Device {
     CUevent done;
     CUevent started;  // recorded right before the op (Op::wants_timing), else null
     uint32_t ops;     // tracked ops the event covers: this one and the uncovered ones before it
+    uint32_t generation;  // StreamTrack::generation when recorded
   };
   // Completion events belong to the stream's context (an event can only be recorded on a stream
   // of its own context), so each stream keeps its own pool.
@@ -103,6 +104,9 @@ class DriverDevice final : public sched::Device {
     CUcontext context = nullptr;  // the stream's context (cuStreamGetCtx, asked once per stream)
     bool context_known = false;
     bool high_priority = false;   // its newest tracked op was high priority: polled every pass
+    // Bumped when the stream is destroyed: events recorded before belong to the old stream's
+    // context and are destroyed when they retire, never pooled for a reused handle.
+    uint32_t generation = 0;
   };
   // Streams with pending events but no high-priority work queried per poll, round robin: the
   // helper thread's driver calls per pass stay bounded however many streams are busy (each such
@@ -118,7 +122,11 @@ class DriverDevice final : public sched::Device {
   // The uncovered ops reported done now (an event cannot be recorded: a capture, a dead stream).
   void complete_uncovered(StreamTrack& t, sched::StreamId id, int64_t now, std::vector<sched::Completion>& out);
   void record_tails();  // the helper thread's tail records (poll())
-  static CUevent take_event(StreamTrack& t);  // under mutex_
+  // A pooled or new event, created in the calling thread's current context: the caller makes the
+  // stream's context current first (under mutex_).
+  static CUevent take_event(StreamTrack& t);
+  // Back to t's pool, or destroyed when it was recorded for an earlier stream of that handle.
+  static void return_event(StreamTrack& t, CUevent e, uint32_t generation);
   void report(const std::vector<sched::Completion>& done);
 
   std::mutex poll_mutex_;  // one poller at a time (taken with try_lock); guards the scratch below

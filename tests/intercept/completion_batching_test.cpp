@@ -108,4 +108,38 @@ TEST_F(CompletionBatching, DestroyingAStreamCoversItsUncoveredLaunches) {
   EXPECT_LT(last_record_at, destroy_at) << "the covering event came after the destroy";
 }
 
+// Issue 24, finding 6: the helper thread's tail record on a stream whose event pool is empty must
+// create its event in the stream's context (the helper thread has none current; the fake, like
+// the driver, refuses cuEventCreate without one). Before the fix the creation failed and the
+// uncovered launches were reported complete while still running, letting best-effort work in.
+TEST_F(CompletionBatching, ATailRecordOnAFreshStreamCreatesItsEventInTheStreamsContext) {
+  learn_then_reset(k_hp_, hp_);
+  if (HasFatalFailure()) return;
+  CUstream s = nullptr;
+  ASSERT_EQ(cuStreamCreateWithPriority(&s, 0, -5), CUDA_SUCCESS);
+  fake_cuda_set_stream_busy(s, 1);  // nothing on it completes until released
+  constexpr int kLaunches = 6;
+  for (int i = 0; i < kLaunches; ++i) ASSERT_EQ(launch(k_hp_, s, i), CUDA_SUCCESS);
+  // Several windows: the helper thread records the tail with a new event.
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const auto log = calls();
+  size_t records = 0;
+  for (const auto& c : log) {
+    if (std::strncmp(c.name, "cuEventRecord", 13) == 0 && c.stream == h(s)) {
+      EXPECT_EQ(c.result, CUDA_SUCCESS);
+      ++records;
+    }
+  }
+  EXPECT_GE(records, 2u) << "the burst's tail got no completion event";
+  EXPECT_EQ(stats().tracked_in_flight, static_cast<uint64_t>(kLaunches))
+      << "launches still running on a busy stream were reported complete";
+  // High priority is in flight: a best-effort launch is held back.
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  EXPECT_EQ(count_launches(calls(), k_be_), 0u) << "best-effort work was let in next to running HP work";
+  fake_cuda_set_stream_busy(s, 0);
+  EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  EXPECT_TRUE(wait_idle());
+  EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
+}
+
 }  // namespace
