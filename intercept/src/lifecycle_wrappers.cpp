@@ -65,14 +65,15 @@ ORION_EVENT_DESTROY(cuEventDestroy_v2)
 
 // --- handles that queued work may still use: a graph executable destroyed or updated, a module
 // or library unloaded. Its queued launches reach the driver first; after an unload the shim
-// forgets what it knew about the functions (their handle values may come back for new ones). ---
+// forgets what it knew about the functions (their handle values may come back for new ones).
+// The released work's deferred errors stay for the call that synchronises with it. ---
 ORION_EXPORT CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec g) {
   ORION_REQUIRE_REAL(cuGraphExecDestroy);
   if (Shim* shim = orion::scheduling_shim()) {
-    const int drained = shim->dispatcher().drain_all();
+    shim->dispatcher().release_all();
     const CUresult rc = real::cuGraphExecDestroy(g);
     if (rc == CUDA_SUCCESS) shim->graph_exec_destroyed(g);
-    return orion::first_error(drained, rc);
+    return rc;
   }
   return real::cuGraphExecDestroy(g);
 }
@@ -81,10 +82,10 @@ ORION_EXPORT CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec g) {
   ORION_EXPORT CUresult CUDAAPI sym PARAMS {                                       \
     ORION_REQUIRE_REAL(sym);                                                       \
     if (Shim* shim = orion::scheduling_shim()) {                                   \
-      const int drained = shim->dispatcher().drain_all();                          \
+      shim->dispatcher().release_all();                                            \
       const CUresult rc = real::sym ARGS;                                          \
       if (rc == CUDA_SUCCESS) shim->graph_instantiated(g, graph);                  \
-      return orion::first_error(drained, rc);                                      \
+      return rc;                                                                   \
     }                                                                              \
     return real::sym ARGS;                                                         \
   }
@@ -127,10 +128,10 @@ ORION_GRAPH_INSTANTIATE_V1(cuGraphInstantiate_v2)
   ORION_EXPORT CUresult CUDAAPI sym(handle_t h) {                               \
     ORION_REQUIRE_REAL(sym);                                                    \
     if (Shim* shim = orion::active_shim()) {                                    \
-      const int drained = shim->dispatcher().drain_all();                       \
+      shim->dispatcher().release_all();                                         \
       CUresult rc = real::sym(h);                                               \
       if (rc == CUDA_SUCCESS) shim->forget_functions();                         \
-      return orion::first_error(drained, rc);                                   \
+      return rc;                                                                \
     }                                                                           \
     return real::sym(h);                                                        \
   }

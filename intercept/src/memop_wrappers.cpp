@@ -64,20 +64,18 @@ bool has_wait(unsigned count, const CUstreamBatchMemOpParams* params) {
   return false;
 }
 
-// Submits `call` in order on its stream and drains the stream so that it reached the driver
-// before returning; `waits`: drain every stream first.
+// Submits `call` in order on its stream and releases the stream so that it reached the driver
+// before returning; `waits`: release every stream first. Deferred errors of the released work
+// are not this call's: they stay for the call that synchronises with their op (finding 7).
 template <typename Call>
 CUresult submit_memop(Shim* shim, CUstream s, bool per_thread, const Call& call, bool waits,
                       sched::OpKind kind, uint64_t bytes) {
   const sched::StreamId id = Shim::stream_id(s, per_thread);
-  if (waits) {
-    if (int drained = shim->dispatcher().drain_all(); drained != 0) {
-      return static_cast<CUresult>(drained);
-    }
-  }
+  if (waits) shim->dispatcher().release_all();
   CUresult rc = orion::submit_call(shim, kind, id, call, /*clonable=*/true, 0, bytes);
   if (rc != CUDA_SUCCESS) return rc;
-  return static_cast<CUresult>(shim->dispatcher().drain_stream(id));
+  shim->dispatcher().release_stream(id);
+  return CUDA_SUCCESS;
 }
 
 }  // namespace

@@ -184,9 +184,9 @@ void Shim::shutdown() {
   if (std::string releases = release_call_summary(); !releases.empty()) shim_log().info("{}", releases);
 }
 
-int Shim::drain_for_legacy_stream(sched::StreamId id) {
-  if (id != kLegacyStream || !have_best_effort_.load(std::memory_order_acquire)) return 0;
-  return dispatcher_->drain_legacy_sync();
+void Shim::release_for_legacy_stream(sched::StreamId id) {
+  if (id != kLegacyStream || !have_best_effort_.load(std::memory_order_acquire)) return;
+  dispatcher_->release_legacy_sync();
 }
 
 sched::StreamClass Shim::class_for_priority(int priority) const {
@@ -233,7 +233,9 @@ void Shim::stream_created(CUstream s, unsigned flags, sched::StreamClass cls) {
 CUresult Shim::submit(sched::Op&& op) { return submit_op(std::move(op), /*may_defer=*/true); }
 
 CUresult Shim::submit_op(sched::Op&& op, bool may_defer) {
-  if (int rc = drain_for_legacy_stream(op.stream); rc != 0) return static_cast<CUresult>(rc);
+  // Another stream's deferred error is not this op's: it stays for the call that synchronises
+  // with its op, and this op is submitted (issue 24, finding 7).
+  release_for_legacy_stream(op.stream);
   const auto rc = static_cast<CUresult>(dispatcher_->submit(std::move(op), may_defer && !capturing()));
   if (pump_idle_.load(std::memory_order_seq_cst) &&
       (dispatcher_->queued_now() != 0 || device_.tracked_in_flight() != 0)) {
@@ -339,9 +341,8 @@ CUresult Shim::launch_graph(CUgraphExec exec, sched::Op&& op) {
 }
 
 CUresult Shim::submit_after_everything(sched::Op&& op) {
-  const int drained = dispatcher_->drain_all();
-  const CUresult rc = submit_op(std::move(op), /*may_defer=*/false);
-  return drained != 0 ? static_cast<CUresult>(drained) : rc;
+  dispatcher_->release_all();  // errors of the released work stay for their synchronising call
+  return submit_op(std::move(op), /*may_defer=*/false);
 }
 
 }  // namespace orion

@@ -59,9 +59,9 @@ class Shim {
   }
   void end_capture() { captures_.fetch_sub(1, std::memory_order_acq_rel); }
 
-  // Work on the legacy stream waits for all blocking streams: drain their queued best-effort work
-  // (non-blocking streams never synchronise with it).
-  int drain_for_legacy_stream(sched::StreamId id);
+  // Work on the legacy stream waits for all blocking streams: release their queued best-effort
+  // work (non-blocking streams never synchronise with it); their errors stay pending.
+  void release_for_legacy_stream(sched::StreamId id);
 
   // Stream creation with a priority: CUDA's lower number = more urgent.
   sched::StreamClass class_for_priority(int priority) const;
@@ -116,7 +116,7 @@ class Shim {
   void pump_loop();
   CUresult submit_op(sched::Op&& op, bool may_defer);
   // Everything queued reaches the driver first, then `op`, not deferred (an op whose events the
-  // bookkeeping cannot follow); the first deferred error wins.
+  // bookkeeping cannot follow); returns op's own result.
   CUresult submit_after_everything(sched::Op&& op);
   // Wakes the helper thread from an idle sleep (something was queued or is tracked now).
   void wake_pump();

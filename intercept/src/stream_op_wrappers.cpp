@@ -138,9 +138,7 @@ ORION_STREAM_OP2(cuSignalExternalSemaphoresAsync, cuSignalExternalSemaphoresAsyn
                                     unsigned int n, CUstream s) {                              \
     ORION_REQUIRE_REAL(sym);                                                                   \
     if (Shim* shim = orion::scheduling_shim()) {                                               \
-      if (int drained = shim->dispatcher().drain_all(); drained != 0) {                        \
-        return static_cast<CUresult>(drained);                                                 \
-      }                                                                                        \
+      shim->dispatcher().release_all(); /* errors stay for their synchronising call */        \
       auto call = orion::value_call(s, real::sym, sems, params, n, s);                         \
       call.capture_context();                                                                  \
       return orion::submit_call(shim, sched::OpKind::kHostFunc,                                \

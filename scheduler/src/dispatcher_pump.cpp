@@ -64,8 +64,9 @@ int Dispatcher::Impl::drain_streams(Pred pred) {
   for (StreamState* s : all_streams()) {
     if (!pred(*s)) continue;
     drain_until(*s, std::numeric_limits<uint64_t>::max());
-    const int err = take_error(*s);
-    if (first == 0) first = err;
+    // One error per drain: the others stay for the next call that synchronises (taking and
+    // dropping them would lose them).
+    if (first == 0) first = take_error(*s);
   }
   // A forgotten stream's deferred error (see forget_stream()).
   if (first == 0) first = orphan_error.exchange(0);

@@ -169,4 +169,48 @@ TEST_F(ReleaseRules, ReleaseCallsAreCounted) {
   EXPECT_EQ(after.release_calls_released - before.release_calls_released, 1u);
 }
 
+// Finding 7: a call that only needs held work in the driver before its own op (here a launch on
+// the legacy stream, which waits for blocking streams) got another op's deferred error back and
+// its own op was never submitted. Now its op runs, and the error stays for the call that
+// synchronises with the failed op.
+TEST_F(ReleaseRules, AnotherStreamsDeferredErrorNeitherFailsNorDropsALegacyStreamOp) {
+  hold_high_priority();
+  fake_cuda_fail_next("cuMemsetD8Async", CUDA_ERROR_INVALID_VALUE);
+  const CUresult set = cuMemsetD8Async(kDev, 1, 64, be_);  // be_ is a blocking stream
+  EXPECT_EQ(set, scheduled_ ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(launch(k_other_, nullptr, 3), CUDA_SUCCESS) << "the legacy-stream launch got another op's error";
+  EXPECT_EQ(count_launches(calls(), k_other_), 1u) << "the legacy-stream launch never reached the driver";
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_EQ(cuStreamSynchronize(be_), scheduled_ ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS)
+      << "the deferred error was lost";
+  EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS) << "a deferred error is reported once";
+}
+
+// Finding 7: a context synchronise took every stream's deferred error and returned the first;
+// the others were lost. Each is now returned once, by successive synchronising calls.
+TEST_F(ReleaseRules, EveryDeferredErrorIsReportedOnce) {
+  CUstream be2 = nullptr;
+  ASSERT_EQ(cuStreamCreateWithPriority(&be2, CU_STREAM_NON_BLOCKING, 0), CUDA_SUCCESS);
+  hold_high_priority();
+  fake_cuda_fail_next("cuMemsetD8Async", CUDA_ERROR_INVALID_VALUE);
+  const CUresult first = cuMemsetD8Async(kDev, 1, 64, be_);
+  fake_cuda_fail_next("cuMemsetD16Async", CUDA_ERROR_ILLEGAL_ADDRESS);
+  const CUresult second = cuMemsetD16Async(kDev, 1, 64, be2);
+  fake_cuda_set_stream_busy(hp_, 0);
+  if (scheduled_) {
+    EXPECT_EQ(first, CUDA_SUCCESS);
+    EXPECT_EQ(second, CUDA_SUCCESS);
+    const CUresult a = cuCtxSynchronize();
+    const CUresult b = cuCtxSynchronize();
+    EXPECT_NE(a, CUDA_SUCCESS);
+    EXPECT_NE(b, CUDA_SUCCESS) << "the second deferred error was lost";
+    EXPECT_NE(a, b);
+  } else {
+    EXPECT_EQ(first, CUDA_ERROR_INVALID_VALUE);
+    EXPECT_EQ(second, CUDA_ERROR_ILLEGAL_ADDRESS);
+  }
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy(be2), CUDA_SUCCESS);
+}
+
 }  // namespace

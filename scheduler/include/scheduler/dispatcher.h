@@ -17,7 +17,8 @@
 //    `be_max_wait_ns` after it became the head (plus one pump interval), whatever the policy says.
 //  - drain_*() return only once everything they depend on was submitted, and return the first
 //    backend error of those ops (a deferred op's error reaches the caller at the next drain, as
-//    CUDA reports asynchronous errors).
+//    CUDA reports asynchronous errors); each deferred error is returned once, the others stay
+//    for later drains.
 #pragma once
 
 #include <cstdint>
@@ -87,9 +88,12 @@ class Dispatcher {
   int drain_stream(StreamId stream);  // everything queued on `stream`
   int drain_event(EventId event);     // everything up to the event's latest record
   int drain_all();                    // every stream
-  // Submits everything queued (every stream, in order) without taking deferred errors: they stay
-  // for the call that synchronises with their op. Cheap when nothing is queued.
+  // Like the drains, but without taking deferred errors: they stay for the call that
+  // synchronises with their op (a caller that only needs the work in the driver before its own
+  // op must not get, and swallow, another op's error). Cheap when nothing is queued.
   void release_all();
+  void release_stream(StreamId stream);
+  void release_legacy_sync();
   // Whether work on the legacy NULL stream waits for `stream` (CUDA: blocking streams do,
   // non-blocking ones never do). Streams not told otherwise are blocking.
   void set_syncs_with_legacy(StreamId stream, bool syncs);
