@@ -33,6 +33,15 @@ ORION_EXPORT CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* out, unsigned
   return rc;
 }
 
+ORION_EXPORT CUresult CUDAAPI cuEventCreate(CUevent* out, unsigned int flags) {
+  ORION_REQUIRE_REAL(cuEventCreate);
+  const CUresult rc = real::cuEventCreate(out, flags);
+  if (rc == CUDA_SUCCESS && out != nullptr) {
+    if (Shim* shim = orion::active_shim()) shim->event_created(*out, flags);
+  }
+  return rc;
+}
+
 // Both ABIs (the pre-4000 one has the same semantics).
 #define ORION_STREAM_DESTROY(sym)                                                              \
   ORION_EXPORT CUresult CUDAAPI sym(CUstream s) {                                              \
@@ -55,6 +64,7 @@ ORION_STREAM_DESTROY(cuStreamDestroy_v2)
       /* A queued record of this event must reach the driver while the event still exists. */ \
       int drained = shim->dispatcher().drain_event(orion::event_id(e));                      \
       shim->dispatcher().forget_event(orion::event_id(e));                                   \
+      shim->event_destroyed(e);                                                              \
       CUresult rc = real::sym(e);                                                            \
       return drained != 0 ? static_cast<CUresult>(drained) : rc;                             \
     }                                                                                        \

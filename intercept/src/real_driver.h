@@ -43,7 +43,6 @@ std::span<const EntryInfo> entry_table();
   X(cuKernelGetFunction, PFN_cuKernelGetFunction_v12000)                            \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor,                                    \
     PFN_cuOccupancyMaxActiveBlocksPerMultiprocessor_v6050)                          \
-  X(cuEventCreate, PFN_cuEventCreate_v2000)                                         \
   X(cuPointerGetAttribute, PFN_cuPointerGetAttribute_v4000)                         \
   X(cuStreamGetCtx, PFN_cuStreamGetCtx_v9020)                                       \
   X(cuGraphGetNodes, PFN_cuGraphGetNodes_v10000)                                    \

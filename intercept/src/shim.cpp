@@ -223,6 +223,28 @@ void Shim::forget_functions() {
   device_.forget_occupancy();
 }
 
+void Shim::event_created(CUevent e, unsigned flags) {
+  std::lock_guard lock(ipc_events_mu_);
+  if ((flags & CU_EVENT_INTERPROCESS) != 0) {
+    ipc_events_.insert(e);
+    have_ipc_events_.store(true, std::memory_order_release);
+  } else {
+    ipc_events_.erase(e);  // a reused handle value
+  }
+}
+
+void Shim::event_destroyed(CUevent e) {
+  if (!have_ipc_events_.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(ipc_events_mu_);
+  ipc_events_.erase(e);
+}
+
+bool Shim::interprocess_event(CUevent e) const {
+  if (!have_ipc_events_.load(std::memory_order_acquire)) return false;  // the common case
+  std::lock_guard lock(ipc_events_mu_);
+  return ipc_events_.count(e) != 0;
+}
+
 void Shim::stream_created(CUstream s, unsigned flags, sched::StreamClass cls) {
   const sched::StreamId id = stream_id(s, false);
   // A handle value can be reused after a destroy: class and flags are set again each time.

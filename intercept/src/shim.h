@@ -70,6 +70,11 @@ class Shim {
   // the legacy stream; nullopt: each stream's own class.
   void set_thread_class(std::optional<sched::StreamClass> cls);
   static std::optional<sched::StreamClass> thread_class(sched::StreamId stream);
+  // Events made with CU_EVENT_INTERPROCESS: another process may wait on any of their records (it
+  // binds to whatever record the driver has when it waits), so a record is never held back.
+  void event_created(CUevent e, unsigned flags);
+  void event_destroyed(CUevent e);
+  bool interprocess_event(CUevent e) const;
   // A stream created by the program: its class and its flags (CU_STREAM_NON_BLOCKING).
   void stream_created(CUstream s, unsigned flags, sched::StreamClass cls);
 
@@ -122,6 +127,9 @@ class Shim {
   void wake_pump();
 
   Settings settings_;
+  mutable std::mutex ipc_events_mu_;
+  std::unordered_set<CUevent> ipc_events_;
+  std::atomic<bool> have_ipc_events_{false};
   mutable std::mutex graphs_mu_;
   std::unordered_set<CUgraphExec> graphs_with_event_nodes_;
   DriverDevice device_;

@@ -56,10 +56,13 @@ ORION_STREAM_OP2(cuMemsetD2D32Async, cuMemsetD2D32Async_ptsz, kMemset, true, s, 
                  (dst, pitch, v, w, h, s))
 
 // --- events and waits (the dispatcher orders streams through them) ---
-ORION_STREAM_OP2(cuEventRecord, cuEventRecord_ptsz, kEventRecord, true, s, orion::event_id(e), 0,
-                 (CUevent e, CUstream s), (e, s))
-ORION_STREAM_OP2(cuEventRecordWithFlags, cuEventRecordWithFlags_ptsz, kEventRecord, true, s,
-                 orion::event_id(e), 0, (CUevent e, CUstream s, unsigned int flags), (e, s, flags))
+// A record of an interprocess event is never held: another process waits on whatever record the
+// driver has (the caller returns once it is in the driver, in order on its stream).
+ORION_STREAM_OP2(cuEventRecord, cuEventRecord_ptsz, kEventRecord, !shim->interprocess_event(e), s,
+                 orion::event_id(e), 0, (CUevent e, CUstream s), (e, s))
+ORION_STREAM_OP2(cuEventRecordWithFlags, cuEventRecordWithFlags_ptsz, kEventRecord,
+                 !shim->interprocess_event(e), s, orion::event_id(e), 0,
+                 (CUevent e, CUstream s, unsigned int flags), (e, s, flags))
 ORION_STREAM_OP2(cuStreamWaitEvent, cuStreamWaitEvent_ptsz, kStreamWaitEvent, true, s,
                  orion::event_id(e), 0, (CUstream s, CUevent e, unsigned int flags), (s, e, flags))
 

@@ -213,4 +213,31 @@ TEST_F(ReleaseRules, EveryDeferredErrorIsReportedOnce) {
   EXPECT_EQ(cuStreamDestroy(be2), CUDA_SUCCESS);
 }
 
+// Finding 2: another process waits on an interprocess event (PyTorch's CUDA IPC tensor sharing
+// records one); it binds to whatever record the driver has, so a held record is a lost record.
+// A record of such an event reaches the driver, behind its stream's earlier work, before the
+// call returns; a record of an ordinary event is still held.
+TEST_F(ReleaseRules, ARecordOfAnInterprocessEventIsNeverHeld) {
+  CUevent ipc = nullptr, plain = nullptr;
+  ASSERT_EQ(cuEventCreate(&ipc, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventCreate(&plain, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(plain, be_), CUDA_SUCCESS);
+  expect_held("cuEventRecord", be_);
+  ASSERT_EQ(cuEventRecord(ipc, be_), CUDA_SUCCESS);
+  auto log = calls();
+  const long kernel = find_launch(log, k_be_);
+  const long record = find_call(log, [&](const fake_cuda_call& c) {
+    return std::strcmp(c.name, "cuEventRecord") == 0 && c.event == h(ipc);
+  });
+  ASSERT_GE(record, 0) << "the interprocess event's record was held back";
+  ASSERT_GE(kernel, 0) << "the work before the record did not reach the driver before it";
+  EXPECT_LT(kernel, record);
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy(ipc), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy(plain), CUDA_SUCCESS);
+}
+
 }  // namespace

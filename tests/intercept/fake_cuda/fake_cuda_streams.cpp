@@ -355,7 +355,6 @@ const ProcEntry kProcs[] = {
     {"cuInit", "cuInit", 2000, 0x7fffffff, false, reinterpret_cast<void*>(&cuInit)},
     {"cuCtxGetCurrent", "cuCtxGetCurrent", 4000, 0x7fffffff, false, reinterpret_cast<void*>(&cuCtxGetCurrent)},
     {"cuFuncGetName", "cuFuncGetName", 12030, 0x7fffffff, false, reinterpret_cast<void*>(&cuFuncGetName)},
-    {"cuEventCreate", "cuEventCreate", 2000, 0x7fffffff, false, reinterpret_cast<void*>(&cuEventCreate)},
 };
 
 CUresult lookup(const char* symbol, void** pfn, int version, cuuint64_t flags,
