@@ -50,6 +50,7 @@ std::span<const EntryInfo> entry_table();
   X(cuGraphEventRecordNodeGetEvent, PFN_cuGraphEventRecordNodeGetEvent_v11010)      \
   X(cuGraphEventWaitNodeGetEvent, PFN_cuGraphEventWaitNodeGetEvent_v11010)          \
   X(cuGraphChildGraphNodeGetGraph, PFN_cuGraphChildGraphNodeGetGraph_v10000)        \
+  X(cuGraphKernelNodeGetParams_v2, PFN_cuGraphKernelNodeGetParams_v12000)           \
   X(cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010) \
   X(cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000)                   \
   X(cuDeviceGetDevResource, PFN_cuDeviceGetDevResource_v12040)                      \

@@ -304,59 +304,92 @@ CUresult Shim::launch(KernelLaunch& call, bool per_thread) {
 }
 
 namespace {
-// Whether `graph` has an event-record or event-wait node, looking into child graphs; anything the
-// shim cannot inspect (a failed query, a conditional's bodies) counts as yes.
-bool has_event_nodes(CUgraph graph, int depth) {
+// What the shim must know about a graph before its launches are scheduled: whether it records or
+// waits on events, and whether it runs a communication kernel (NCCL, whose kernels spin until
+// their peers arrive). Child graphs are walked; anything the shim cannot inspect (a failed query,
+// a conditional's bodies) counts as having event nodes.
+struct GraphFacts {
+  bool event_nodes = false;
+  bool communication = false;
+};
+void walk_graph(CUgraph graph, int depth, GraphFacts& out) {
   size_t n = 0;
   if (depth > 16 || !real::cuGraphGetNodes || !real::cuGraphNodeGetType ||
       real::cuGraphGetNodes(graph, nullptr, &n) != CUDA_SUCCESS) {
-    return true;
+    out.event_nodes = true;
+    return;
   }
   std::vector<CUgraphNode> nodes(n);
-  if (n != 0 && real::cuGraphGetNodes(graph, nodes.data(), &n) != CUDA_SUCCESS) return true;
+  if (n != 0 && real::cuGraphGetNodes(graph, nodes.data(), &n) != CUDA_SUCCESS) {
+    out.event_nodes = true;
+    return;
+  }
   for (size_t i = 0; i < n && i < nodes.size(); ++i) {
     CUgraphNodeType type{};
-    if (real::cuGraphNodeGetType(nodes[i], &type) != CUDA_SUCCESS) return true;
+    if (real::cuGraphNodeGetType(nodes[i], &type) != CUDA_SUCCESS) {
+      out.event_nodes = true;
+      continue;
+    }
     CUgraph child = nullptr;
+    CUDA_KERNEL_NODE_PARAMS kernel{};
     switch (type) {
       case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
       case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
-      case CU_GRAPH_NODE_TYPE_CONDITIONAL: return true;  // a conditional's bodies are not walked
+      case CU_GRAPH_NODE_TYPE_CONDITIONAL: out.event_nodes = true; break;  // bodies not walked
       case CU_GRAPH_NODE_TYPE_GRAPH:
-        if (!real::cuGraphChildGraphNodeGetGraph || real::cuGraphChildGraphNodeGetGraph(nodes[i], &child) != CUDA_SUCCESS ||
-            has_event_nodes(child, depth + 1)) {
-          return true;
+        if (!real::cuGraphChildGraphNodeGetGraph || real::cuGraphChildGraphNodeGetGraph(nodes[i], &child) != CUDA_SUCCESS) {
+          out.event_nodes = true;
+        } else {
+          walk_graph(child, depth + 1, out);
+        }
+        break;
+      case CU_GRAPH_NODE_TYPE_KERNEL:
+        if (real::cuGraphKernelNodeGetParams_v2 != nullptr &&
+            real::cuGraphKernelNodeGetParams_v2(nodes[i], &kernel) == CUDA_SUCCESS) {
+          CUfunction f = kernel.func != nullptr ? kernel.func : reinterpret_cast<CUfunction>(kernel.kern);
+          if (f != nullptr && function_info(f).communication) out.communication = true;
         }
         break;
       default: break;
     }
   }
-  return false;
 }
 }  // namespace
 
 void Shim::graph_instantiated(CUgraphExec exec, CUgraph graph) {
-  const bool events = has_event_nodes(graph, 0);
+  GraphFacts facts;
+  walk_graph(graph, 0, facts);
   std::lock_guard lock(graphs_mu_);
-  if (events) {
-    graphs_with_event_nodes_.insert(exec);
-  } else {
-    graphs_with_event_nodes_.erase(exec);  // a handle value reused by a new executable
-  }
+  // Erased first: a handle value reused by a new executable.
+  graphs_with_event_nodes_.erase(exec);
+  communication_graphs_.erase(exec);
+  if (facts.event_nodes) graphs_with_event_nodes_.insert(exec);
+  if (facts.communication) communication_graphs_.insert(exec);
 }
 
 void Shim::graph_exec_destroyed(CUgraphExec exec) {
   dispatcher_->forget_event(graph_order_id(exec));
   std::lock_guard lock(graphs_mu_);
   graphs_with_event_nodes_.erase(exec);
+  communication_graphs_.erase(exec);
 }
 
 CUresult Shim::launch_graph(CUgraphExec exec, sched::Op&& op) {
-  bool has_events = false;
+  bool has_events = false, communication = false;
   {
     std::lock_guard lock(graphs_mu_);
     has_events = graphs_with_event_nodes_.count(exec) != 0;
+    communication = communication_graphs_.count(exec) != 0;
   }
+  if (communication && dispatcher_->stream_class(op.stream) != sched::StreamClass::kCommunication &&
+      op.stream != kLegacyStream) {
+    // A replay of NCCL kernels spins until its peers arrive, like the launch it was captured from:
+    // its stream becomes a communication stream (never deferred; queued work drained first).
+    dispatcher_->set_stream_class(op.stream, sched::StreamClass::kCommunication);
+    comm_streams_.fetch_add(1, std::memory_order_relaxed);
+    shim_log().debug("stream {:#x} replays a graph with communication kernels -> communication", op.stream);
+  }
+  if (communication) op.requested_class.reset();
   // Its records and waits are invisible to the event bookkeeping: everything queued goes first
   // (the waits of the events it re-records, the records of those it waits on), and it goes now.
   return has_events ? submit_after_everything(std::move(op)) : submit(std::move(op));

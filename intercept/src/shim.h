@@ -102,8 +102,9 @@ class Shim {
   DriverDevice& device() { return device_; }
 
   // Graph executables with event-record or event-wait nodes (child graphs walked; a node the shim
-  // cannot look into, such as a conditional's body, counts as one), read when the executable is
-  // instantiated or updated. The shim's event bookkeeping never sees those records and waits, so
+  // cannot look into, such as a conditional's body, counts as one) or communication kernels, read
+  // when the executable is instantiated or updated. A launch of one with communication kernels
+  // makes its stream a communication stream. The shim's event bookkeeping never sees those records and waits, so
   // a launch of such an executable is never deferred: everything queued reaches the driver before
   // it (queued waits of the events it records, records of those it waits on), then it does.
   void graph_instantiated(CUgraphExec exec, CUgraph graph);
@@ -132,6 +133,7 @@ class Shim {
   std::atomic<bool> have_ipc_events_{false};
   mutable std::mutex graphs_mu_;
   std::unordered_set<CUgraphExec> graphs_with_event_nodes_;
+  std::unordered_set<CUgraphExec> communication_graphs_;  // run NCCL kernels
   DriverDevice device_;
   sched::ProfileStore profiles_;
   std::unique_ptr<sched::TraceWriter> trace_;

@@ -240,4 +240,34 @@ TEST_F(ReleaseRules, ARecordOfAnInterprocessEventIsNeverHeld) {
   EXPECT_EQ(cuEventDestroy(plain), CUDA_SUCCESS);
 }
 
+// Finding 5: a CUDA graph captured around NCCL kernels spins until its peers arrive, like the
+// kernels themselves; a replay held on a best-effort stream made the peers wait up to the
+// starvation bound. A graph with a communication kernel node makes its stream a communication
+// stream: its launches are never held.
+TEST_F(ReleaseRules, AGraphOfNcclKernelsIsNeverHeld) {
+  CUfunction nccl = fake_cuda_make_function(kNcclAllReduceMangled, 0, nullptr);
+  CUgraph graph = nullptr;
+  ASSERT_EQ(cuGraphCreate(&graph, 0), CUDA_SUCCESS);
+  CUDA_KERNEL_NODE_PARAMS params{};
+  params.func = nccl;
+  params.gridDimX = params.gridDimY = params.gridDimZ = 1;
+  params.blockDimX = params.blockDimY = params.blockDimZ = 1;
+  CUgraphNode node = nullptr;
+  ASSERT_EQ(cuGraphAddKernelNode(&node, graph, nullptr, 0, &params), CUDA_SUCCESS);
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(cuGraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+  const uint64_t comm_before = stats().communication_streams;
+  hold_high_priority();
+  ASSERT_EQ(cuGraphLaunch(exec, be_), CUDA_SUCCESS);
+  EXPECT_GE(find_named(calls(), "cuGraphLaunch", h(be_)), 0) << "the NCCL graph replay was held back";
+  if (scheduled_) {
+    EXPECT_EQ(stats().communication_streams, comm_before + 1);
+  }
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphDestroy(graph), CUDA_SUCCESS);
+  // be_ is a communication stream from now on; the fixture makes a new one per test.
+}
+
 }  // namespace

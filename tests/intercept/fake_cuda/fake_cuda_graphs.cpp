@@ -12,7 +12,7 @@ using namespace fake_cuda_impl;
 namespace {
 
 CUresult add_node(const char* name, CUgraphNode* out, CUgraph g, CUgraphNodeType type, uint64_t event,
-                  uint64_t child) {
+                  uint64_t child, uint64_t function = 0) {
   State& s = st();
   std::lock_guard lock(s.mu);
   fake_cuda_call& c = begin(s, name);
@@ -23,7 +23,8 @@ CUresult add_node(const char* name, CUgraphNode* out, CUgraph g, CUgraphNodeType
   if (child != 0 && s.graphs.count(child) == 0) return finish(s, c, CUDA_ERROR_INVALID_VALUE);
   if (event != 0 && s.events.count(event) == 0) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
   const uint64_t node = s.next_handle += 0x100;
-  s.graph_nodes[node] = {type, event, child};
+  if (function != 0 && s.functions.count(function) == 0) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
+  s.graph_nodes[node] = {type, event, child, function};
   it->second.push_back(node);
   *out = reinterpret_cast<CUgraphNode>(node);
   return finish(s, c);
@@ -100,6 +101,27 @@ FAKE_EXPORT CUresult CUDAAPI cuGraphAddEventWaitNode(CUgraphNode* n, CUgraph g, 
 FAKE_EXPORT CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode* n, CUgraph g, const CUgraphNode*, size_t,
                                                       CUgraph child) {
   return add_node("cuGraphAddChildGraphNode", n, g, CU_GRAPH_NODE_TYPE_GRAPH, 0, reinterpret_cast<uint64_t>(child));
+}
+FAKE_EXPORT CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode* n, CUgraph g, const CUgraphNode*, size_t,
+                                                    const CUDA_KERNEL_NODE_PARAMS* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t f = p->func != nullptr ? reinterpret_cast<uint64_t>(p->func) : reinterpret_cast<uint64_t>(p->kern);
+  return add_node("cuGraphAddKernelNode_v2", n, g, CU_GRAPH_NODE_TYPE_KERNEL, 0, 0, f);
+}
+FAKE_EXPORT CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode n, CUDA_KERNEL_NODE_PARAMS* p) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  fake_cuda_call& c = begin(s, "cuGraphKernelNodeGetParams_v2");
+  const GraphNode* node = node_of(s, n);
+  if (node == nullptr || node->type != CU_GRAPH_NODE_TYPE_KERNEL || p == nullptr) return finish(s, c, CUDA_ERROR_INVALID_VALUE);
+  *p = CUDA_KERNEL_NODE_PARAMS{};
+  auto fn = s.functions.find(node->function);
+  if (fn != s.functions.end() && fn->second->is_kernel) {
+    p->kern = reinterpret_cast<CUkernel>(node->function);
+  } else {
+    p->func = reinterpret_cast<CUfunction>(node->function);
+  }
+  return finish(s, c);
 }
 FAKE_EXPORT CUresult CUDAAPI cuGraphGetNodes(CUgraph g, CUgraphNode* nodes, size_t* count) {
   State& s = st();

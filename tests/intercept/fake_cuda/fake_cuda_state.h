@@ -52,11 +52,13 @@ struct Event {
   uint64_t record_seq = 0;  // which record the event holds now (0: never recorded)
 };
 // A node of a graph built with the explicit graph API (fake_cuda_graphs.cpp); the graphs a capture
-// makes have none. Event record / wait nodes name their event, child-graph nodes their graph.
+// makes have none. Event record / wait nodes name their event, child-graph nodes their graph,
+// kernel nodes their function (a CUfunction or CUkernel handle).
 struct GraphNode {
   CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
   uint64_t event = 0;
   uint64_t child = 0;
+  uint64_t function = 0;
 };
 // Host memory the driver knows (fake_cuda_memory.cpp): cuMemAllocHost / cuMemHostAlloc (owned,
 // freed by cuMemFreeHost) and cuMemHostRegister (the program's, until cuMemHostUnregister). A
