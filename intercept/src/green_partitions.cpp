@@ -224,6 +224,12 @@ void GreenPartitions::note_in_place(sched::StreamId id) {
   if (auto it = bindings_.find(id); it != bindings_.end()) it->second.tail = nullptr;
 }
 
+void GreenPartitions::forget_tails() {
+  if (!any_binding_.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(mu_);
+  for (auto& [stream, b] : bindings_) b.tail = nullptr;
+}
+
 void GreenPartitions::stream_destroying(sched::StreamId id) {
   std::lock_guard lock(mu_);
   auto it = bindings_.find(id);

@@ -80,6 +80,10 @@ class GreenPartitions {
   std::optional<CUresult> launch(const KernelLaunch& call, sched::StreamId id, CUstream stream);
   // Any other op submitted on `id`: the next moved launch must fork again.
   void note_in_place(sched::StreamId id);
+  // Work reached the driver without DriverDevice::submit (a synchronous copy or set, a call of the
+  // release_all class): any stream may have new work the shadows did not wait for, so every
+  // stream's next moved launch forks again.
+  void forget_tails();
   // Before the program's stream is destroyed: its shadows and events go with it (work already
   // submitted to them still completes).
   void stream_destroying(sched::StreamId id);

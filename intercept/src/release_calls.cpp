@@ -31,6 +31,9 @@ void release_held_work(DriverFunctionId id) {
     g_released[i].fetch_add(1, std::memory_order_relaxed);
     shim->dispatcher().release_all();
   }
+  // The call itself may put work on a program stream (cuLaunchGridAsync, cuMemMapArrayAsync,
+  // cuCtxWaitEvent, ...): moved launches fork again after it.
+  shim->work_outside_dispatcher();
 }
 
 }  // namespace generated

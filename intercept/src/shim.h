@@ -96,6 +96,12 @@ class Shim {
   // Stops the helper thread, flushes, exports profiles; afterwards every call passes through.
   void shutdown();
 
+  // A call reached the driver outside the dispatcher (synchronous copies and sets, the
+  // release_all class): the partition policy's shadow streams must wait for it (finding 4).
+  void work_outside_dispatcher() {
+    if (partitions_ != nullptr) partitions_->forget_tails();
+  }
+
   uint64_t communication_streams() const { return comm_streams_.load(std::memory_order_relaxed); }
   // The partition policy's green contexts (null under other policies).
   const GreenPartitions* partitions() const { return partitions_.get(); }

@@ -102,7 +102,9 @@ inline bool deferrable_host_copy(Shim* shim, sched::StreamId stream, const void*
     ORION_REQUIRE_REAL(sym);                                                          \
     if (::orion::Shim* shim = orion::scheduling_shim()) {                             \
       const int drained = shim->dispatcher().drain_all();                             \
-      return ::orion::first_error(drained, ::orion::real::sym ARGS);                  \
+      const CUresult rc = ::orion::real::sym ARGS;                                    \
+      shim->work_outside_dispatcher();                                                \
+      return ::orion::first_error(drained, rc);                                       \
     }                                                                                 \
     return ::orion::real::sym ARGS;                                                   \
   }

@@ -97,6 +97,30 @@ TEST_F(GreenPartition, BestEffortKernelRunsInAGreenContextInProgramOrder) {
   ASSERT_TRUE(wait_idle());
 }
 
+// Issue 24, finding 4: a synchronous call reaches the driver outside the dispatcher (legacy-stream
+// semantics: it runs after the blocking streams' work and before their later work). The next
+// moved launch of a stream must fork again, so its shadow waits for the call; it skipped the fork
+// and could run before the memset it reads.
+TEST_F(GreenPartition, ASynchronousCallBetweenMovedLaunchesMakesTheNextOneForkAgain) {
+  ASSERT_EQ(launch(kernel_, be_, 0), CUDA_SUCCESS);  // moved; the next one would share its fork
+  fake_cuda_reset();
+  ASSERT_EQ(cuMemsetD8(0x2000, 0, 64), CUDA_SUCCESS);
+  ASSERT_EQ(launch(kernel_, be_, 1), CUDA_SUCCESS);
+  const auto log = calls();
+  const long set = find_call(log, [](const fake_cuda_call& c) { return std::strcmp(c.name, "cuMemsetD8_v2") == 0; });
+  const long k = launched(log, kernel_);
+  ASSERT_GE(set, 0);
+  ASSERT_GT(k, set);
+  const uint64_t shadow = log[static_cast<size_t>(k)].stream;
+  ASSERT_NE(shadow, h(be_)) << "the second launch did not move";
+  const long fork = find_call(log, [&](const fake_cuda_call& c) {
+    return std::strcmp(c.name, "cuStreamWaitEvent") == 0 && c.stream == shadow;
+  }, static_cast<size_t>(set));
+  EXPECT_GE(fork, 0) << "the shadow stream did not wait for the program's stream after the synchronous memset";
+  EXPECT_LT(fork, k);
+  ASSERT_TRUE(wait_idle());
+}
+
 // Consecutive moved launches of a stream share one fork (be_ has had nothing but the join since);
 // any other op on the stream makes the next move fork again.
 TEST_F(GreenPartition, ConsecutiveLaunchesShareTheFork) {
