@@ -7,7 +7,12 @@
 //  - a legacy-stream launch comes after the earlier work of its thread's blocking streams;
 //  - cuMemFree comes after every earlier op of its thread;
 //  - a capture (thread-local mode) holds exactly its thread's launches on the capturing stream,
-//    in order, and nothing of the shim's.
+//    in order, and nothing of the shim's;
+//  - issue 24: copies from pinned host memory come before the cuMemFreeHost of that memory (the
+//    fake fails a copy from freed memory), an edit of a graph executable comes after every
+//    earlier op of its thread, launches of one executable reach the driver in program order
+//    whatever their streams, and a record of an interprocess event is in the driver when
+//    cuEventRecord returns.
 // Threads use both devices' contexts, streams of every class (high priority, best effort blocking
 // and non-blocking, plain, legacy), events across streams, queries and captures; high-priority
 // streams are held busy at random so best-effort work is deferred and admitted. Every program is
@@ -30,7 +35,7 @@ namespace {
 
 using namespace icpt_test;
 
-enum class Kind { kLaunch, kSet, kRecord, kWait, kSync };
+enum class Kind { kLaunch, kSet, kRecord, kWait, kSync, kCopy, kGraph };
 
 struct Expected {
   Kind kind;
@@ -42,7 +47,10 @@ struct ThreadProgram {
   CUcontext ctx = nullptr;
   CUfunction f = nullptr;
   CUstream hp = nullptr, be = nullptr, nb = nullptr, plain = nullptr, cap = nullptr;
-  CUevent events[2] = {};
+  CUevent events[3] = {};  // [2] is an interprocess event
+  void* host[2] = {};       // pinned host buffers (cuMemAllocHost), freed and made anew at random
+  CUgraphExec exec = nullptr;  // launched on any stream, edited at random
+  std::vector<uint64_t> graph_streams;  // the stream of each launch of `exec`, program order
   std::map<uint64_t, std::vector<Expected>> per_stream;  // stream handle -> program order
   // Program order of everything on the thread's streams, with the stream, to check legacy
   // launches and cuMemFree against what came before them.
@@ -53,7 +61,8 @@ struct ThreadProgram {
   };
   std::vector<Issued> issued;
   struct Barrier {
-    bool legacy;            // a legacy-stream launch (tag) or cuMemFree (pointer)
+    bool legacy;            // a legacy-stream launch (tag), or a call that releases everything
+                            // (cuMemFree, cuMemFreeHost: pointer; a graph edit: node)
     uint64_t key;
     size_t issued_before;   // issued.size() at the barrier
   };
@@ -98,9 +107,13 @@ void run_thread(ThreadProgram& p, uint64_t seed, int ops, int device) {
       cuStreamCreateWithPriority(&p.nb, CU_STREAM_NON_BLOCKING, 0) != CUDA_SUCCESS ||
       cuStreamCreate(&p.plain, 0) != CUDA_SUCCESS ||
       cuStreamCreateWithPriority(&p.cap, 0, pick(2) == 0 ? -5 : 0) != CUDA_SUCCESS ||
-      cuEventCreate(&p.events[0], 0) != CUDA_SUCCESS || cuEventCreate(&p.events[1], 0) != CUDA_SUCCESS) {
+      cuEventCreate(&p.events[0], 0) != CUDA_SUCCESS || cuEventCreate(&p.events[1], 0) != CUDA_SUCCESS ||
+      cuEventCreate(&p.events[2], CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
+      cuMemAllocHost(&p.host[0], 4096) != CUDA_SUCCESS || cuMemAllocHost(&p.host[1], 4096) != CUDA_SUCCESS) {
     return fail("setup", -1);
   }
+  // Any value: the fake keeps no state for an executable it did not make but its launches.
+  p.exec = reinterpret_cast<CUgraphExec>(0xE0000000000ULL + (static_cast<uint64_t>(p.thread) << 8));
   CUstream streams[] = {p.hp, p.be, p.nb, p.plain};
   auto add = [&](CUstream s, Kind k, uint64_t key) {
     auto& seq = p.per_stream[h(s)];
@@ -108,10 +121,51 @@ void run_thread(ThreadProgram& p, uint64_t seed, int ops, int device) {
     p.issued.push_back({h(s), seq.size() - 1, s != p.nb});
   };
   uint64_t next_tag = (static_cast<uint64_t>(p.thread) << 32) | 1;
+  auto record = [&](CUevent e, CUstream s) {
+    if (int rc = cuEventRecord(e, s); rc != CUDA_SUCCESS) fail("record", rc);
+    add(s, Kind::kRecord, h(e));
+    ++p.records_so_far[h(e)];
+    p.record_streams[h(e)].push_back(h(s));
+  };
   for (int i = 0; i < ops; ++i) {
     const int r = pick(100);
     CUstream s = streams[pick(4)];
     const uint64_t tag = next_tag++;
+    if (pick(100) < 16) {  // issue 24's calls
+      const int k = pick(2);
+      switch (pick(5)) {
+        case 0: {  // a copy from pinned memory (held on a best-effort stream); the size names it
+          const size_t n = (tag & 0xfff) + 1;
+          if (int rc = cuMemcpyHtoDAsync(0x1000, p.host[k], n, s); rc != CUDA_SUCCESS) fail("pinned copy", rc);
+          add(s, Kind::kCopy, n);
+          break;
+        }
+        case 1:  // free the pinned memory held copies may read, and make new
+          if (int rc = cuMemFreeHost(p.host[k]); rc != CUDA_SUCCESS) fail("cuMemFreeHost", rc);
+          p.barriers.push_back({false, h(p.host[k]), p.issued.size()});
+          if (int rc = cuMemAllocHost(&p.host[k], 4096); rc != CUDA_SUCCESS) fail("cuMemAllocHost", rc);
+          break;
+        case 2:
+          if (int rc = cuGraphLaunch(p.exec, s); rc != CUDA_SUCCESS) fail("graph launch", rc);
+          add(s, Kind::kGraph, h(p.exec));
+          p.graph_streams.push_back(h(s));
+          break;
+        case 3:  // an edit of the executable: the node handle names it in the log
+          if (int rc = cuGraphNodeSetEnabled(p.exec, reinterpret_cast<CUgraphNode>(tag), 1); rc != CUDA_SUCCESS) {
+            fail("graph edit", rc);
+          }
+          p.barriers.push_back({false, tag, p.issued.size()});
+          break;
+        default: {  // a record another process may wait on: in the driver when the call returns
+          record(p.events[2], s);
+          size_t in_driver = 0;
+          for (const auto& c : calls()) in_driver += std::strcmp(c.name, "cuEventRecord") == 0 && c.event == h(p.events[2]);
+          if (in_driver != p.records_so_far[h(p.events[2])]) fail("an interprocess event's record was held", -1);
+          break;
+        }
+      }
+      continue;
+    }
     if (r < 38) {
       if (int rc = launch_tagged(p.f, s, tag, pick(3) == 0); rc != CUDA_SUCCESS) fail("launch", rc);
       add(s, Kind::kLaunch, tag);
@@ -123,13 +177,9 @@ void run_thread(ThreadProgram& p, uint64_t seed, int ops, int device) {
       if (int rc = cuMemsetD8Async(0x1000, 0, tag & 0xffffffff, s); rc != CUDA_SUCCESS) fail("memset", rc);
       add(s, Kind::kSet, tag & 0xffffffff);
     } else if (r < 65) {
-      CUevent e = p.events[pick(2)];
-      if (int rc = cuEventRecord(e, s); rc != CUDA_SUCCESS) fail("record", rc);
-      add(s, Kind::kRecord, h(e));
-      ++p.records_so_far[h(e)];
-      p.record_streams[h(e)].push_back(h(s));
+      record(p.events[pick(2)], s);
     } else if (r < 75) {
-      CUevent e = p.events[pick(2)];
+      CUevent e = p.events[pick(3)];
       if (p.records_so_far[h(e)] == 0) continue;  // waiting for a never-recorded event is a no-op
       if (int rc = cuStreamWaitEvent(s, e, 0); rc != CUDA_SUCCESS) fail("wait", rc);
       add(s, Kind::kWait, h(e));
@@ -179,6 +229,9 @@ void teardown_thread(ThreadProgram& p) {
   for (CUevent e : p.events) {
     if (e != nullptr) cuEventDestroy(e);
   }
+  for (void* m : p.host) {
+    if (m != nullptr) cuMemFreeHost(m);
+  }
 }
 
 uint64_t tag_of(const fake_cuda_call& c) {
@@ -197,9 +250,11 @@ int check(const std::vector<ThreadProgram>& threads, const std::vector<fake_cuda
   };
   std::map<uint64_t, const ThreadProgram*> by_function;
   std::map<uint64_t, const ThreadProgram*> by_event;
+  std::map<uint64_t, std::vector<uint64_t>> graph_streams;  // per executable, driver order
   for (const auto& p : threads) {
     by_function[h(p.f)] = &p;
     for (CUevent e : p.events) by_event[h(e)] = &p;
+    graph_streams[h(p.exec)];
   }
   // Log entries of each program stream, in driver order; legacy launches and frees by key.
   std::map<uint64_t, std::vector<std::pair<Expected, size_t>>> seen;
@@ -266,8 +321,16 @@ int check(const std::vector<ThreadProgram>& threads, const std::vector<fake_cuda
       wait_bound[c.event].push_back(c.value);
     } else if (std::strcmp(c.name, "cuStreamSynchronize") == 0) {
       seen[c.stream].push_back({{Kind::kSync, 0}, i});
-    } else if (std::strcmp(c.name, "cuMemFree_v2") == 0) {
+    } else if (std::strcmp(c.name, "cuMemFree_v2") == 0 || std::strcmp(c.name, "cuMemFreeHost") == 0) {
       barrier_at[c.value] = i;
+    } else if (std::strcmp(c.name, "cuGraphNodeSetEnabled") == 0) {
+      barrier_at[tag_of(c)] = i;
+    } else if (std::strcmp(c.name, "cuMemcpyHtoDAsync_v2") == 0) {
+      if (c.result != CUDA_SUCCESS) bad("a pinned copy failed in the driver (its memory was freed?)");
+      seen[c.stream].push_back({{Kind::kCopy, c.value}, i});
+    } else if (std::strcmp(c.name, "cuGraphLaunch") == 0 && graph_streams.count(c.value) != 0) {
+      seen[c.stream].push_back({{Kind::kGraph, c.value}, i});
+      graph_streams[c.value].push_back(c.stream);
     } else if (std::strcmp(c.name, "cuStreamEndCapture") == 0) {
       capture_ends.push_back(c.value);
     }
@@ -315,11 +378,14 @@ int check(const std::vector<ThreadProgram>& threads, const std::vector<fake_cuda
         }
       }
     }
-    // Barriers: legacy launches wait for blocking streams, cuMemFree for everything.
+    if (graph_streams[h(p.exec)] != p.graph_streams) {
+      bad("launches of one graph executable reached the driver out of program order");
+    }
+    // Barriers: legacy launches wait for blocking streams, the releasing calls for everything.
     for (const auto& b : p.barriers) {
       auto at = barrier_at.find(b.key);
       if (at == barrier_at.end()) {
-        bad(b.legacy ? "a legacy-stream launch never reached the driver" : "a cuMemFree is missing");
+        bad(b.legacy ? "a legacy-stream launch never reached the driver" : "a releasing call is missing");
         continue;
       }
       for (size_t k = 0; k < b.issued_before; ++k) {
@@ -329,7 +395,7 @@ int check(const std::vector<ThreadProgram>& threads, const std::vector<fake_cuda
         if (it == index_of.end() || op.index >= it->second.size()) continue;
         if (it->second[op.index] > at->second) {
           bad(b.legacy ? "a legacy-stream launch overtook a blocking stream's earlier work"
-                       : "cuMemFree reached the driver before earlier work");
+                       : "a free or graph edit reached the driver before earlier work");
           break;
         }
       }
@@ -395,6 +461,7 @@ TEST_F(Differential, RandomProgramsKeepEveryOrderingRule) {
   for (const auto& w : why) std::printf("  %s\n", w.c_str());
   EXPECT_EQ(violations, 0);
   EXPECT_EQ(failures, 0);
+  EXPECT_EQ(fake_cuda_host_use_after_free(), 0u) << "a copy reached pinned memory after it was freed";
   if (scheduled_) {
     EXPECT_GT(stats().deferred, 0u) << "the programs never exercised deferral";
   }

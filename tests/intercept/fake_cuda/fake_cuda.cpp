@@ -433,11 +433,13 @@ CUresult graph_launch(const char* name, CUgraphExec g, CUstream s) {
   }
   return rc;
 }
-CUresult graph_exec_op(const char* name, CUgraphExec g, bool destroy) {
+// `node` (an edit's node handle) goes to the call's params, so a log reader can tell edits apart.
+CUresult graph_exec_op(const char* name, CUgraphExec g, bool destroy, CUgraphNode node = nullptr) {
   State& s = st();
   std::lock_guard lock(s.mu);
   fake_cuda_call& c = begin(s, name);
   c.value = reinterpret_cast<uint64_t>(g);
+  c.param_bytes = fake_cuda_pack_args(c.params, sizeof c.params, node);
   if (s.graph_execs_destroyed.count(c.value) != 0) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
   CUresult rc = finish(s, c);
   if (rc == CUDA_SUCCESS && destroy) s.graph_execs_destroyed[c.value] = true;
@@ -460,15 +462,15 @@ FAKE_EXPORT CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec g, CUgraph, CUgraphNo
   return graph_exec_op("cuGraphExecUpdate", g, false);
 }
 // Edits of an executable: launches that reach the driver afterwards run the edited executable.
-FAKE_EXPORT CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec g, CUgraphNode,
+FAKE_EXPORT CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec g, CUgraphNode n,
                                                                const CUDA_KERNEL_NODE_PARAMS*) {
-  return graph_exec_op("cuGraphExecKernelNodeSetParams_v2", g, false);
+  return graph_exec_op("cuGraphExecKernelNodeSetParams_v2", g, false, n);
 }
-FAKE_EXPORT CUresult CUDAAPI cuGraphExecNodeSetParams(CUgraphExec g, CUgraphNode, CUgraphNodeParams*) {
-  return graph_exec_op("cuGraphExecNodeSetParams", g, false);
+FAKE_EXPORT CUresult CUDAAPI cuGraphExecNodeSetParams(CUgraphExec g, CUgraphNode n, CUgraphNodeParams*) {
+  return graph_exec_op("cuGraphExecNodeSetParams", g, false, n);
 }
-FAKE_EXPORT CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec g, CUgraphNode, unsigned int) {
-  return graph_exec_op("cuGraphNodeSetEnabled", g, false);
+FAKE_EXPORT CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec g, CUgraphNode n, unsigned int) {
+  return graph_exec_op("cuGraphNodeSetEnabled", g, false, n);
 }
 // Host functions run when submitted (the fake has no device to wait for), unless captured.
 FAKE_EXPORT CUresult CUDAAPI cuLaunchHostFunc(CUstream s, CUhostFn fn, void* data) {
