@@ -14,6 +14,10 @@
 #       while high-priority matmuls run must not wait: with the shim (ORION_BE_MAX_WAIT_US=200000,
 #       what a wait would cost) its median latency must stay within 10 x the no-shim median with
 #       the same load + 1 ms
+#   f4  proc_address_check (no shim): the real driver's cuGetProcAddress answers every (name,
+#       version, per-thread flag) of the shim's table (driver_functions.inc, from cudaTypedefs.h)
+#       with the ABI symbol the shim maps it to; a mismatch means libcudart or NCCL would get a
+#       wrapper of the wrong ABI (issue 24)
 # Logs: OUTDIR/logs/driver_rules_*.log, OUTDIR/nccl_*shim.json.
 # Usage: scripts/gpu/check_driver_rules.sh OUTDIR
 set -uo pipefail
@@ -72,6 +76,22 @@ else
   }
   program_check "f1: two contexts, two threads" contexts deferred || failed=1
   program_check "f2: global capture beside queued work" capture be_queued_at_capture || failed=1
+fi
+
+row="f4: cuGetProcAddress answers match the shim's ABI table"
+checker=$(find "$BUILD_DIR" -name proc_address_check -type f -perm -u+x 2>/dev/null | head -n 1)
+if [ -z "$checker" ]; then
+  record "$row" FAIL "missing proc_address_check under $BUILD_DIR"
+  failed=1
+else
+  timeout 60 "$checker" >"$OUTDIR/logs/proc_address_check.log" 2>&1; rc=$?
+  summary=$(grep '^proc_address_check:' "$OUTDIR/logs/proc_address_check.log" | tail -n 1)
+  if [ $rc -eq 0 ]; then
+    record "$row" PASS "$(row_text "$summary")"
+  else
+    record "$row" FAIL "$(row_text "rc=$rc: $summary; $(grep -m 5 '^mismatch' "$OUTDIR/logs/proc_address_check.log" | tr '\n' ';')")"
+    failed=1
+  fi
 fi
 
 row="f3: NCCL all-reduce on a priority-0 stream beside HP work"
