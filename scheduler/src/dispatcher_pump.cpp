@@ -181,10 +181,17 @@ void Dispatcher::Impl::pump_locked() {
 }
 
 // Offers s's queue head to the policy; forces it after be_max_wait_ns. True if it made progress.
+// The pumping thread (the shim's helper thread, under pump_mu) must never wait on a driver call:
+// a stream whose mutex is held is being submitted to by another thread, perhaps in a blocking
+// call (a pageable copy, a full launch queue); it is skipped this pass. And an op whose caller
+// waits is submitted by that caller (it drains its stream up to its op at once): a blocking call
+// stays on the thread that made it, and the pump keeps admitting the rest (issue 24, finding 8:
+// a cuStreamWaitValue32 whose producer is a later held op could hang while the pump was stuck).
 bool Dispatcher::Impl::admit_head(StreamState& s) {
-  std::unique_lock lock(s.mu);
-  if (s.queue.empty()) return false;
+  std::unique_lock lock(s.mu, std::try_to_lock);
+  if (!lock.owns_lock() || s.queue.empty()) return false;
   QueuedOp& head = s.queue.front();
+  if (head.waiter != nullptr) return false;
   const bool starving = device.now_ns() - s.head_since_ns >= opt.be_max_wait_ns;
   if (const detail::Dep* dep = first_unmet(head)) {
     if (!starving) return false;

@@ -3,7 +3,9 @@
 // could pass each other. Every function cuda.h declares is now interposed and classified
 // (intercept/src/driver_api_classes.csv); a release_all call first hands everything held to the
 // driver. Each test fails on c9effad's shim. Run twice by ctest: scheduled and pass-through.
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "scheduling_fixture.h"
 
@@ -268,6 +270,47 @@ TEST_F(ReleaseRules, AGraphOfNcclKernelsIsNeverHeld) {
   EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
   EXPECT_EQ(cuGraphDestroy(graph), CUDA_SUCCESS);
   // be_ is a communication stream from now on; the fixture makes a new one per test.
+}
+
+// Finding 8: the helper thread admitted queued work while holding the pump lock, and waited for a
+// stream's mutex held by a thread inside a blocking driver call (here a launch the fake makes
+// take 1 s, made by the caller of an op it must wait for): nothing else was admitted meanwhile.
+// Now the pump skips a stream another thread is submitting to, and leaves an op whose caller
+// waits to that caller.
+TEST_F(ReleaseRules, ABlockingDriverCallOnOneStreamDoesNotStallAdmissionOfTheOthers) {
+  if (!scheduled_) GTEST_SKIP() << "pass-through mode admits nothing";
+  constexpr int kOthers = 6;
+  std::vector<CUstream> others(kOthers);
+  for (auto& o : others) ASSERT_EQ(cuStreamCreateWithPriority(&o, CU_STREAM_NON_BLOCKING, 0), CUDA_SUCCESS);
+  CUfunction opaque = fake_cuda_make_function("opaque_kernel", 0, nullptr);  // no parameter info
+  hold_high_priority();
+  ASSERT_EQ(launch(k_other_, be_, 0), CUDA_SUCCESS);  // held
+  for (int i = 0; i < kOthers; ++i) ASSERT_EQ(launch(k_be_, others[i], i), CUDA_SUCCESS);  // held
+  ASSERT_EQ(count_launches(calls(), k_be_), 0u);
+  // The next launch to reach the fake (be_'s held one, submitted by the waiting caller below
+  // under be_'s stream mutex) takes 1 s.
+  fake_cuda_delay_next("cuLaunchKernel", 1'000'000);
+  std::thread caller([&] {
+    ASSERT_NE(use_device(0), nullptr);
+    int arg = 5;
+    void* params[] = {&arg};
+    // Its arguments cannot be copied: the caller drains be_ up to it and waits.
+    EXPECT_EQ(cuLaunchKernel(opaque, 1, 1, 1, 32, 1, 1, 0, be_, params, nullptr), CUDA_SUCCESS);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the caller is in the slow call
+  fake_cuda_set_stream_busy(hp_, 0);  // HP done: the pump may admit the other streams' work
+  const auto start = std::chrono::steady_clock::now();
+  size_t admitted = 0;
+  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(400)) {
+    admitted = count_launches(calls(), k_be_);
+    if (admitted == kOthers) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(admitted, static_cast<size_t>(kOthers))
+      << "the helper thread stalled behind a blocking driver call on another stream";
+  caller.join();
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  for (auto& o : others) EXPECT_EQ(cuStreamDestroy(o), CUDA_SUCCESS);
 }
 
 }  // namespace
