@@ -59,7 +59,9 @@ int orion_is_active(void);
 typedef int (*orion_is_active_fn)(void);
 
 /* Sets the class of a CUstream: "high_priority"/"hp", "best_effort"/"be",
- * "communication"/"comm" or "unmanaged". Queued work of the stream is drained first. */
+ * "communication"/"comm" or "unmanaged". Queued work of the stream is drained first. EINVAL for
+ * NULL, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD: their work is never held (the legacy stream
+ * orders every blocking stream; a per-thread stream can only be named by its own thread). */
 int orion_set_stream_class(void* cu_stream, const char* stream_class);
 typedef int (*orion_set_stream_class_fn)(void*, const char*);
 

@@ -14,6 +14,7 @@ ORION_EXPORT int orion_set_stream_class(void* cu_stream, const char* stream_clas
   if (stream_class == nullptr) return EINVAL;
   sched::StreamClass cls;
   if (!sched::parse_stream_class(stream_class, &cls)) return EINVAL;
+  if (reinterpret_cast<uintptr_t>(cu_stream) <= 2) return EINVAL;  // NULL, legacy, per-thread
   orion::Shim* shim = orion::active_shim();
   if (shim == nullptr) return ENODEV;
   shim->set_stream_class(orion::Shim::stream_id(static_cast<CUstream>(cu_stream), false), cls);

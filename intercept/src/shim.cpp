@@ -211,10 +211,17 @@ void Shim::set_thread_class(std::optional<sched::StreamClass> cls) {
   t_thread_class = cls ? static_cast<int8_t>(*cls) : int8_t{-1};
 }
 
+sched::StreamId Shim::per_thread_stream() {
+  static std::atomic<uint64_t> next{1};
+  thread_local const sched::StreamId id = kPerThreadStream | next.fetch_add(1, std::memory_order_relaxed);
+  return id;
+}
+
 std::optional<sched::StreamClass> Shim::thread_class(sched::StreamId stream) {
   // Every blocking stream orders with the legacy stream: deferring its work by thread would let
-  // their later work pass it.
-  if (t_thread_class < 0 || stream == kLegacyStream) return std::nullopt;
+  // their later work pass it. A per-thread default stream's held work could only be submitted by
+  // its own thread (CU_STREAM_PER_THREAD names the caller's): it keeps its unmanaged class.
+  if (t_thread_class < 0 || stream == kLegacyStream || is_per_thread(stream)) return std::nullopt;
   return static_cast<sched::StreamClass>(t_thread_class);
 }
 

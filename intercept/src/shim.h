@@ -31,15 +31,22 @@ class Shim {
   const Settings& settings() const { return settings_; }
 
   // Scheduler stream identity of a handle: NULL and CU_STREAM_LEGACY are the legacy stream (0);
-  // NULL through a _ptsz entry point, and CU_STREAM_PER_THREAD, are the per-thread stream.
+  // NULL through a _ptsz entry point, and CU_STREAM_PER_THREAD, are the calling thread's own
+  // per-thread default stream: each thread's is a stream of its own (issue 24, finding 1).
   static sched::StreamId stream_id(CUstream s, bool per_thread) {
     auto v = reinterpret_cast<uintptr_t>(s);
-    if (v == 0) return per_thread ? kPerThreadStream : kLegacyStream;
+    if (v == 0) return per_thread ? per_thread_stream() : kLegacyStream;
     if (v == 1) return kLegacyStream;
+    if (v == 2) return per_thread_stream();
     return v;
   }
   static constexpr sched::StreamId kLegacyStream = 0;
-  static constexpr sched::StreamId kPerThreadStream = 2;
+  // Per-thread default streams: this bit and a number per thread (no handle has it).
+  static constexpr sched::StreamId kPerThreadStream = sched::StreamId{1} << 62;
+  static sched::StreamId per_thread_stream();
+  // Work on a per-thread default stream is never held: only its own thread can name that stream,
+  // so no other thread (the helper thread, a drain) could submit it later.
+  static bool is_per_thread(sched::StreamId id) { return (id & kPerThreadStream) != 0; }
 
   // While any stream capture is active nothing is deferred (a deferred launch would silently
   // drop out of the graph); ops still go through the dispatcher, behind their stream's queue.

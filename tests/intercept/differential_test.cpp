@@ -11,8 +11,9 @@
 //  - issue 24: copies from pinned host memory come before the cuMemFreeHost of that memory (the
 //    fake fails a copy from freed memory), an edit of a graph executable comes after every
 //    earlier op of its thread, launches of one executable reach the driver in program order
-//    whatever their streams, and a record of an interprocess event is in the driver when
-//    cuEventRecord returns.
+//    whatever their streams, a record of an interprocess event is in the driver when
+//    cuEventRecord returns, and launches on the per-thread default stream (CU_STREAM_PER_THREAD,
+//    issued under the best-effort thread class) run on their own thread's stream, in order.
 // Threads use both devices' contexts, streams of every class (high priority, best effort blocking
 // and non-blocking, plain, legacy), events across streams, queries and captures; high-priority
 // streams are held busy at random so best-effort work is deferred and admitted. Every program is
@@ -84,6 +85,10 @@ int launch_tagged(CUfunction f, CUstream s, uint64_t tag, bool large = false) {
   return cuLaunchKernel(f, large ? 256 : 1, 1, 1, large ? 1024 : 32, 1, 1, 0, s, params, nullptr);
 }
 
+// The check's key of a thread's per-thread default stream (the fake logs the handle, 2, and the
+// calling thread).
+uint64_t per_thread_key(uint64_t thread_token) { return (uint64_t{1} << 62) | thread_token; }
+
 bool partition_run() {
   const char* p = std::getenv("ORION_POLICY");
   return p != nullptr && std::string(p) == "partition" && scheduled_mode();
@@ -116,10 +121,13 @@ void run_thread(ThreadProgram& p, uint64_t seed, int ops, int device) {
   p.exec = reinterpret_cast<CUgraphExec>(0xE0000000000ULL + (static_cast<uint64_t>(p.thread) << 8));
   CUstream streams[] = {p.hp, p.be, p.nb, p.plain};
   auto add = [&](CUstream s, Kind k, uint64_t key) {
-    auto& seq = p.per_stream[h(s)];
+    // Each thread's per-thread default stream is its own: keyed by the thread, as the check does.
+    const uint64_t stream = s == CU_STREAM_PER_THREAD ? per_thread_key(fake_cuda_thread_token()) : h(s);
+    auto& seq = p.per_stream[stream];
     seq.push_back({k, key});
-    p.issued.push_back({h(s), seq.size() - 1, s != p.nb});
+    p.issued.push_back({stream, seq.size() - 1, s != p.nb});
   };
+  auto set_thread_class = shim_fn<orion_set_thread_class_fn>("orion_set_thread_class");
   uint64_t next_tag = (static_cast<uint64_t>(p.thread) << 32) | 1;
   auto record = [&](CUevent e, CUstream s) {
     if (int rc = cuEventRecord(e, s); rc != CUDA_SUCCESS) fail("record", rc);
@@ -133,7 +141,7 @@ void run_thread(ThreadProgram& p, uint64_t seed, int ops, int device) {
     const uint64_t tag = next_tag++;
     if (pick(100) < 16) {  // issue 24's calls
       const int k = pick(2);
-      switch (pick(5)) {
+      switch (pick(6)) {
         case 0: {  // a copy from pinned memory (held on a best-effort stream); the size names it
           const size_t n = (tag & 0xfff) + 1;
           if (int rc = cuMemcpyHtoDAsync(0x1000, p.host[k], n, s); rc != CUDA_SUCCESS) fail("pinned copy", rc);
@@ -155,6 +163,12 @@ void run_thread(ThreadProgram& p, uint64_t seed, int ops, int device) {
             fail("graph edit", rc);
           }
           p.barriers.push_back({false, tag, p.issued.size()});
+          break;
+        case 4:  // the per-thread default stream, under the best-effort thread class
+          if (set_thread_class != nullptr) set_thread_class("best_effort");
+          if (int rc = launch_tagged(p.f, CU_STREAM_PER_THREAD, tag); rc != CUDA_SUCCESS) fail("per-thread launch", rc);
+          add(CU_STREAM_PER_THREAD, Kind::kLaunch, tag);
+          if (set_thread_class != nullptr) set_thread_class("stream");
           break;
         default: {  // a record another process may wait on: in the driver when the call returns
           record(p.events[2], s);
@@ -291,7 +305,7 @@ int check(const std::vector<ThreadProgram>& threads, const std::vector<fake_cuda
     if (c.captured != 0 && !launch) bad(std::string("the shim's ") + c.name + " went into a capture");
     if (launch) {
       if (c.result != CUDA_SUCCESS) bad("a launch failed in the driver: " + std::to_string(c.result));
-      uint64_t stream = c.stream;
+      uint64_t stream = c.stream == 2 ? per_thread_key(c.thread) : c.stream;
       if (auto sh = program_stream_of.find(c.stream); sh != program_stream_of.end()) {
         stream = sh->second;  // moved: checked as a launch of the program's stream
         ++*moved;

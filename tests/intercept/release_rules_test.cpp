@@ -3,7 +3,9 @@
 // could pass each other. Every function cuda.h declares is now interposed and classified
 // (intercept/src/driver_api_classes.csv); a release_all call first hands everything held to the
 // driver. Each test fails on c9effad's shim. Run twice by ctest: scheduled and pass-through.
+#include <cerrno>
 #include <chrono>
+#include <latch>
 #include <cstdlib>
 #include <thread>
 
@@ -311,6 +313,54 @@ TEST_F(ReleaseRules, ABlockingDriverCallOnOneStreamDoesNotStallAdmissionOfTheOth
   caller.join();
   EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
   for (auto& o : others) EXPECT_EQ(cuStreamDestroy(o), CUDA_SUCCESS);
+}
+
+// Finding 1: every thread's per-thread default stream was one stream to the shim, and a held op
+// was replayed as cuLaunchKernel_ptsz(..., NULL) by whichever thread submitted it: on that
+// thread's stream. Work on a per-thread stream is now never held (only its own thread can name
+// the stream), whatever the thread's class, and each thread's is a stream of its own.
+TEST_F(ReleaseRules, PerThreadDefaultStreamWorkRunsOnItsOwnThreadsStream) {
+  auto set_thread_class = shim_fn<orion_set_thread_class_fn>("orion_set_thread_class");
+  ASSERT_NE(set_thread_class, nullptr);
+  auto set_stream_class = shim_fn<orion_set_stream_class_fn>("orion_set_stream_class");
+  ASSERT_NE(set_stream_class, nullptr);
+  if (scheduled_) {
+    EXPECT_EQ(set_stream_class(CU_STREAM_PER_THREAD, "best_effort"), EINVAL);
+  }
+  hold_high_priority();
+  constexpr int kThreads = 3, kLaunches = 4;
+  uint64_t token[kThreads] = {};
+  std::latch launched(kThreads);  // every thread's launches are issued before any synchronises
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      ASSERT_NE(use_device(0), nullptr);
+      token[t] = fake_cuda_thread_token();
+      if (scheduled_) {
+        ASSERT_EQ(set_thread_class("best_effort"), 0);
+      }
+      for (int i = 0; i < kLaunches; ++i) {
+        EXPECT_EQ(launch(k_be_, CU_STREAM_PER_THREAD, 100 * t + i), CUDA_SUCCESS);
+      }
+      launched.arrive_and_wait();
+      EXPECT_EQ(cuStreamSynchronize(CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+      if (scheduled_) set_thread_class("stream");
+    });
+  }
+  for (auto& th : threads) th.join();
+  size_t seen = 0;
+  for (const auto& c : calls()) {
+    if (!is_launch(c) || c.function != h(k_be_)) continue;
+    int arg = 0;
+    std::memcpy(&arg, c.params, sizeof arg);
+    const int t = arg / 100;
+    ASSERT_GE(t, 0);
+    ASSERT_LT(t, kThreads);
+    EXPECT_EQ(c.thread, token[t]) << "launch " << arg << " ran on another thread's per-thread stream";
+    ++seen;
+  }
+  EXPECT_EQ(seen, static_cast<size_t>(kThreads * kLaunches)) << "per-thread stream work was held";
+  fake_cuda_set_stream_busy(hp_, 0);
 }
 
 }  // namespace

@@ -34,6 +34,7 @@ fake_cuda_call& begin(State& s, const char* name) {
   fake_cuda_call c{};
   std::snprintf(c.name, sizeof c.name, "%s", name);
   c.index = s.log.size();
+  c.thread = thread_token();
   s.log.push_back(c);
   return s.log.back();
 }
@@ -56,7 +57,7 @@ CUresult finish(State& s, fake_cuda_call& c, CUresult ok) {
 uint64_t sid(CUstream s, bool per_thread) {
   auto v = reinterpret_cast<uint64_t>(s);
   if (v == 1) return 0;
-  if (v == 0) return per_thread ? 2 : 0;
+  if ((v == 0 && per_thread) || v == 2) return kPerThreadStream | thread_token();
   return v;
 }
 
@@ -289,6 +290,7 @@ FAKE_EXPORT uint64_t fake_cuda_calls_made(void) {
   std::lock_guard lock(s.mu);
   return s.calls_made;
 }
+FAKE_EXPORT uint64_t fake_cuda_thread_token(void) { return thread_token(); }
 FAKE_EXPORT void fake_cuda_delay_next(const char* symbol, int64_t us) {
   State& s = st();
   std::lock_guard lock(s.mu);

@@ -28,6 +28,7 @@ typedef struct fake_cuda_call {
   int result;             /* CUresult returned */
   uint64_t context;       /* the calling thread's current context */
   int captured;           /* stream-ordered work recorded into an active capture (not run) */
+  uint64_t thread;        /* the calling thread (fake_cuda_thread_token of that thread) */
 } fake_cuda_call;
 
 /* Clears the log, failure injections and busy streams (streams/events/functions stay valid). */
@@ -90,6 +91,10 @@ int64_t fake_cuda_stream_time_ns(CUstream stream);
  * unregistered (cuMemHostUnregister): the driver fails them with CUDA_ERROR_INVALID_VALUE (a real
  * GPU would read or write freed memory). */
 uint64_t fake_cuda_host_use_after_free(void);
+
+/* The calling thread's token, as logged in fake_cuda_call.thread. Each thread has its own
+ * per-thread default stream (CU_STREAM_PER_THREAD, or NULL through a _ptsz entry point). */
+uint64_t fake_cuda_thread_token(void);
 
 /* Logged driver calls made so far (counted with logging on or off; never reset). */
 uint64_t fake_cuda_calls_made(void);

@@ -50,7 +50,7 @@ uint64_t thread_token() {
 CUresult check_stream(State& s, uint64_t id) {
   const uint64_t cur = current_ctx();
   if (cur == 0) return CUDA_ERROR_INVALID_CONTEXT;
-  if (id == 0 || id == 2) return CUDA_SUCCESS;  // the current context's legacy / per-thread stream
+  if (default_stream_id(id)) return CUDA_SUCCESS;  // the current context's legacy / per-thread stream
   auto it = s.streams.find(id);
   if (it == s.streams.end() || it->second.ctx == 0) return CUDA_SUCCESS;
   return it->second.ctx == cur ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;

@@ -108,8 +108,12 @@ State& st();
 fake_cuda_call& begin(State& s, const char* name);
 // Applies a pending failure injection for this call, else returns `ok`.
 CUresult finish(State& s, fake_cuda_call& c, CUresult ok = CUDA_SUCCESS);
-// Stream identity: NULL/legacy -> 0, NULL through a per-thread entry point -> 2.
+// Stream identity: NULL/legacy -> 0; the per-thread default stream (NULL through a _ptsz entry
+// point, or CU_STREAM_PER_THREAD) -> kPerThreadStream | the calling thread's token: each thread's
+// own stream, as in the driver.
+constexpr uint64_t kPerThreadStream = uint64_t{1} << 62;
 uint64_t sid(CUstream s, bool per_thread);
+inline bool default_stream_id(uint64_t id) { return id == 0 || (id & kPerThreadStream) != 0; }
 
 // The calling thread's current context (0: none), its capture mode, and a token naming it.
 uint64_t current_ctx();

@@ -36,7 +36,7 @@ CUresult record(const char* name, CUevent e, CUstream hs, bool per_thread) {
   const uint64_t id = sid(hs, per_thread);
   auto sit = s.streams.find(id);
   const uint64_t stream_ctx =
-      (id == 0 || id == 2 || sit == s.streams.end() || sit->second.ctx == 0) ? current_ctx()
+      (default_stream_id(id) || sit == s.streams.end() || sit->second.ctx == 0) ? current_ctx()
                                                                               : sit->second.ctx;
   if (stream_ctx == 0) return finish(s, c, CUDA_ERROR_INVALID_CONTEXT);
   if (stream_ctx != it->second.ctx) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
@@ -149,7 +149,7 @@ CUresult destroy_stream(const char* name, CUstream hs) {
   c.stream = reinterpret_cast<uint64_t>(hs);
   c.context = current_ctx();
   const uint64_t id = sid(hs, false);
-  if (id != 0 && id != 2) s.streams.erase(id);  // the legacy stream no longer waits for it
+  if (!default_stream_id(id)) s.streams.erase(id);  // the legacy stream no longer waits for it
   return finish(s, c);
 }
 }  // namespace
