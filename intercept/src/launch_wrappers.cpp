@@ -1,5 +1,6 @@
 // Kernel launches, graph launches and host functions: every entry point (and its _ptsz twin)
 // goes through the dispatcher when scheduling is on.
+#include "driver_functions.h"
 #include "wrapper_support.h"
 
 using orion::KernelLaunch;
@@ -87,3 +88,30 @@ ORION_GRAPH_LAUNCH(cuGraphLaunch_ptsz, true)
   }
 ORION_HOST_FUNC(cuLaunchHostFunc, false)
 ORION_HOST_FUNC(cuLaunchHostFunc_ptsz, true)
+
+// Function attributes apply to launches when they reach the driver: a change after a held launch
+// would change (or fail) that launch, so it first releases everything held (the release_all
+// class). Setting the value the function already has cannot: PyTorch's flash attention and
+// CUTLASS kernels set the dynamic shared memory size before every launch, and releasing there
+// would undo the scheduling of every best-effort kernel held at the time.
+ORION_EXPORT CUresult CUDAAPI cuFuncSetAttribute(CUfunction f, CUfunction_attribute attrib, int value) {
+  ORION_REQUIRE_REAL(cuFuncSetAttribute);
+  if (orion::active_shim() != nullptr) {
+    int current = 0;
+    const bool same = real::cuFuncGetAttribute != nullptr &&
+                      real::cuFuncGetAttribute(&current, attrib, f) == CUDA_SUCCESS && current == value;
+    if (!same) orion::generated::release_held_work(orion::DriverFunctionId::cuFuncSetAttribute);
+  }
+  return real::cuFuncSetAttribute(f, attrib, value);
+}
+ORION_EXPORT CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attrib, int value, CUkernel k,
+                                                   CUdevice dev) {
+  ORION_REQUIRE_REAL(cuKernelSetAttribute);
+  if (orion::active_shim() != nullptr) {
+    int current = 0;
+    const bool same = real::cuKernelGetAttribute != nullptr &&
+                      real::cuKernelGetAttribute(&current, attrib, k, dev) == CUDA_SUCCESS && current == value;
+    if (!same) orion::generated::release_held_work(orion::DriverFunctionId::cuKernelSetAttribute);
+  }
+  return real::cuKernelSetAttribute(attrib, value, k, dev);
+}

@@ -37,6 +37,8 @@ std::span<const EntryInfo> entry_table();
   X(cuCtxGetStreamPriorityRange, PFN_cuCtxGetStreamPriorityRange_v5050)             \
   X(cuDeviceGetAttribute, PFN_cuDeviceGetAttribute_v2000)                           \
   X(cuFuncGetName, PFN_cuFuncGetName_v12030)                                        \
+  X(cuFuncGetAttribute, PFN_cuFuncGetAttribute_v2020)                               \
+  X(cuKernelGetAttribute, PFN_cuKernelGetAttribute_v12000)                          \
   X(cuKernelGetName, PFN_cuKernelGetName_v12030)                                    \
   X(cuFuncGetParamInfo, PFN_cuFuncGetParamInfo_v12040)                              \
   X(cuKernelGetParamInfo, PFN_cuKernelGetParamInfo_v12040)                          \

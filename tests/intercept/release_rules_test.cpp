@@ -363,4 +363,28 @@ TEST_F(ReleaseRules, PerThreadDefaultStreamWorkRunsOnItsOwnThreadsStream) {
   fake_cuda_set_stream_busy(hp_, 0);
 }
 
+// Lower finding: a function attribute set after a held launch applied to that launch. A change
+// now releases it first; setting the value the function already has (what PyTorch's flash
+// attention does before every launch) leaves held work held.
+TEST_F(ReleaseRules, AChangedFunctionAttributeReleasesHeldLaunchesAndAnUnchangedOneDoesNot) {
+  constexpr auto kSmem = CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+  ASSERT_EQ(cuFuncSetAttribute(k_be_, kSmem, 65536), CUDA_SUCCESS);
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  expect_deferred(k_be_);
+  ASSERT_EQ(cuFuncSetAttribute(k_be_, kSmem, 65536), CUDA_SUCCESS);  // unchanged
+  expect_deferred(k_be_);
+  ASSERT_EQ(cuFuncSetAttribute(k_be_, kSmem, 32768), CUDA_SUCCESS);  // changed
+  auto log = calls();
+  const long held = find_launch(log, k_be_);
+  ASSERT_GE(held, 0) << "the held launch would run with the new attribute";
+  long change = -1;
+  for (size_t i = 0; i < log.size(); ++i) {
+    if (std::strcmp(log[i].name, "cuFuncSetAttribute") == 0 && log[i].value == 32768) change = static_cast<long>(i);
+  }
+  EXPECT_LT(held, change);
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+}
+
 }  // namespace

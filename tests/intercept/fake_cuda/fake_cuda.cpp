@@ -333,6 +333,40 @@ FAKE_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* n,
   return CUDA_SUCCESS;
 }
 
+// Function attributes: what cuFuncSetAttribute / cuKernelSetAttribute set, read back by the Get
+// calls; a set is logged (value = the attribute's new value), a get is not.
+namespace {
+CUresult function_attribute(const char* name, uint64_t f, bool kernel_api, int attrib, int* get, int set) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  auto it = s.functions.find(f);
+  if (get != nullptr) {
+    if (it == s.functions.end() || it->second->is_kernel != kernel_api) return CUDA_ERROR_INVALID_HANDLE;
+    auto a = it->second->attributes.find(attrib);
+    *get = a == it->second->attributes.end() ? 0 : a->second;
+    return CUDA_SUCCESS;
+  }
+  fake_cuda_call& c = begin(s, name);
+  c.function = f;
+  c.value = static_cast<uint64_t>(set);
+  if (it == s.functions.end() || it->second->is_kernel != kernel_api) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
+  it->second->attributes[attrib] = set;
+  return finish(s, c);
+}
+}  // namespace
+FAKE_EXPORT CUresult CUDAAPI cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction f) {
+  return function_attribute("cuFuncGetAttribute", reinterpret_cast<uint64_t>(f), false, a, v, 0);
+}
+FAKE_EXPORT CUresult CUDAAPI cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) {
+  return function_attribute("cuFuncSetAttribute", reinterpret_cast<uint64_t>(f), false, a, nullptr, v);
+}
+FAKE_EXPORT CUresult CUDAAPI cuKernelGetAttribute(int* v, CUfunction_attribute a, CUkernel k, CUdevice) {
+  return function_attribute("cuKernelGetAttribute", reinterpret_cast<uint64_t>(k), true, a, v, 0);
+}
+FAKE_EXPORT CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute a, int v, CUkernel k, CUdevice) {
+  return function_attribute("cuKernelSetAttribute", reinterpret_cast<uint64_t>(k), true, a, nullptr, v);
+}
+
 // Device memory: small test addresses and what cuMemAllocAsync handed out. Anything else is
 // "pageable host memory" the driver does not know.
 FAKE_EXPORT CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attr,

@@ -34,6 +34,7 @@ struct Function {
   bool params_known = false;
   std::vector<size_t> sizes, offsets;
   int64_t duration_ns = 1000;
+  std::map<int, int> attributes;  // cuFuncSetAttribute / cuKernelSetAttribute (unset: 0)
 };
 struct Stream {
   int64_t time_ns = 0;
