@@ -12,8 +12,11 @@
 //    fake fails a copy from freed memory), an edit of a graph executable comes after every
 //    earlier op of its thread, launches of one executable reach the driver in program order
 //    whatever their streams, a record of an interprocess event is in the driver when
-//    cuEventRecord returns, and launches on the per-thread default stream (CU_STREAM_PER_THREAD,
-//    issued under the best-effort thread class) run on their own thread's stream, in order.
+//    cuEventRecord returns, launches on the per-thread default stream (CU_STREAM_PER_THREAD,
+//    issued under the best-effort thread class) run on their own thread's stream, in order, and
+//    a context made with cuCtxCreate and destroyed with work held on its best-effort stream gets
+//    that work into the driver, successfully, before cuCtxDestroy (the fake fails work on a
+//    destroyed context's streams, and its events answer as gone: the shim must not wait for them).
 // Threads use both devices' contexts, streams of every class (high priority, best effort blocking
 // and non-blocking, plain, legacy), events across streams, queries and captures; high-priority
 // streams are held busy at random so best-effort work is deferred and admitted. Every program is
@@ -51,6 +54,8 @@ struct ThreadProgram {
   CUevent events[3] = {};  // [2] is an interprocess event
   void* host[2] = {};       // pinned host buffers (cuMemAllocHost), freed and made anew at random
   CUgraphExec exec = nullptr;  // launched on any stream, edited at random
+  CUfunction any_ctx = nullptr;  // a CUkernel: launched in the thread's private contexts too
+  std::set<uint64_t> private_contexts;  // made by cuCtxCreate, destroyed by the same op
   std::vector<uint64_t> graph_streams;  // the stream of each launch of `exec`, program order
   std::map<uint64_t, std::vector<Expected>> per_stream;  // stream handle -> program order
   // Program order of everything on the thread's streams, with the stream, to check legacy
@@ -117,6 +122,7 @@ void run_thread(ThreadProgram& p, uint64_t seed, int ops, int device) {
       cuMemAllocHost(&p.host[0], 4096) != CUDA_SUCCESS || cuMemAllocHost(&p.host[1], 4096) != CUDA_SUCCESS) {
     return fail("setup", -1);
   }
+  p.any_ctx = reinterpret_cast<CUfunction>(fake_cuda_make_kernel(library, "diff_kernel_any_ctx", 1, tag_size));
   // Any value: the fake keeps no state for an executable it did not make but its launches.
   p.exec = reinterpret_cast<CUgraphExec>(0xE0000000000ULL + (static_cast<uint64_t>(p.thread) << 8));
   CUstream streams[] = {p.hp, p.be, p.nb, p.plain};
@@ -141,7 +147,7 @@ void run_thread(ThreadProgram& p, uint64_t seed, int ops, int device) {
     const uint64_t tag = next_tag++;
     if (pick(100) < 16) {  // issue 24's calls
       const int k = pick(2);
-      switch (pick(6)) {
+      switch (pick(7)) {
         case 0: {  // a copy from pinned memory (held on a best-effort stream); the size names it
           const size_t n = (tag & 0xfff) + 1;
           if (int rc = cuMemcpyHtoDAsync(0x1000, p.host[k], n, s); rc != CUDA_SUCCESS) fail("pinned copy", rc);
@@ -164,6 +170,23 @@ void run_thread(ThreadProgram& p, uint64_t seed, int ops, int device) {
           }
           p.barriers.push_back({false, tag, p.issued.size()});
           break;
+        case 5: {  // a private context with held work, destroyed
+          CUcontext c2 = nullptr;
+          CUstream s2 = nullptr;
+          if (int rc = cuCtxCreate(&c2, nullptr, 0, device); rc != CUDA_SUCCESS) {
+            fail("cuCtxCreate", rc);
+            break;
+          }
+          p.private_contexts.insert(h(c2));
+          if (int rc = cuStreamCreateWithPriority(&s2, CU_STREAM_NON_BLOCKING, 0); rc != CUDA_SUCCESS) fail("stream in a private context", rc);
+          if (int rc = launch_tagged(p.any_ctx, s2, tag); rc != CUDA_SUCCESS) fail("launch in a private context", rc);
+          add(s2, Kind::kLaunch, tag);
+          CUcontext popped = nullptr;
+          if (int rc = cuCtxPopCurrent(&popped); rc != CUDA_SUCCESS || popped != c2) fail("cuCtxPopCurrent", rc);
+          if (int rc = cuCtxDestroy(c2); rc != CUDA_SUCCESS) fail("cuCtxDestroy", rc);
+          p.barriers.push_back({false, h(c2), p.issued.size()});
+          break;
+        }
         case 4:  // the per-thread default stream, under the best-effort thread class
           if (set_thread_class != nullptr) set_thread_class("best_effort");
           if (int rc = launch_tagged(p.f, CU_STREAM_PER_THREAD, tag); rc != CUDA_SUCCESS) fail("per-thread launch", rc);
@@ -267,6 +290,7 @@ int check(const std::vector<ThreadProgram>& threads, const std::vector<fake_cuda
   std::map<uint64_t, std::vector<uint64_t>> graph_streams;  // per executable, driver order
   for (const auto& p : threads) {
     by_function[h(p.f)] = &p;
+    by_function[h(p.any_ctx)] = &p;
     for (CUevent e : p.events) by_event[h(e)] = &p;
     graph_streams[h(p.exec)];
   }
@@ -312,7 +336,7 @@ int check(const std::vector<ThreadProgram>& threads, const std::vector<fake_cuda
         if (green_contexts.count(c.context) == 0) bad("a moved launch ran outside its green context");
       } else if (shadows.count(c.stream) != 0) {
         bad("a launch ran on a shadow stream that never joined its program stream");
-      } else if (c.context != h(owner->ctx)) {
+      } else if (c.context != h(owner->ctx) && owner->private_contexts.count(c.context) == 0) {
         bad("a launch ran under another context");
       }
       const uint64_t tag = tag_of(c);
@@ -335,7 +359,8 @@ int check(const std::vector<ThreadProgram>& threads, const std::vector<fake_cuda
       wait_bound[c.event].push_back(c.value);
     } else if (std::strcmp(c.name, "cuStreamSynchronize") == 0) {
       seen[c.stream].push_back({{Kind::kSync, 0}, i});
-    } else if (std::strcmp(c.name, "cuMemFree_v2") == 0 || std::strcmp(c.name, "cuMemFreeHost") == 0) {
+    } else if (std::strcmp(c.name, "cuMemFree_v2") == 0 || std::strcmp(c.name, "cuMemFreeHost") == 0 ||
+               std::strcmp(c.name, "cuCtxDestroy_v2") == 0) {
       barrier_at[c.value] = i;
     } else if (std::strcmp(c.name, "cuGraphNodeSetEnabled") == 0) {
       barrier_at[tag_of(c)] = i;

@@ -387,4 +387,40 @@ TEST_F(ReleaseRules, AChangedFunctionAttributeReleasesHeldLaunchesAndAnUnchanged
   EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
 }
 
+// Finding 3: destroying (or resetting) a context with work held on its streams: the held work must
+// reach the driver first, while the context lives; and the shim's completion events of a dead
+// context never report, so it must not wait for them (best-effort work would wait out the
+// starvation bound every time).
+TEST_F(ReleaseRules, DestroyingAContextFirstReleasesItsHeldWorkAndForgetsItsCompletions) {
+  const size_t no_params[1] = {0};  // known to have none (a null layout means unknown)
+  CUfunction any_ctx = reinterpret_cast<CUfunction>(
+      fake_cuda_make_kernel(fake_cuda_make_module(), "context_independent_kernel", 0, no_params));
+  CUcontext primary = nullptr, c2 = nullptr;
+  ASSERT_EQ(cuCtxGetCurrent(&primary), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxCreate(&c2, nullptr, 0, 0), CUDA_SUCCESS);
+  CUstream s2 = nullptr;
+  ASSERT_EQ(cuStreamCreateWithPriority(&s2, CU_STREAM_NON_BLOCKING, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuLaunchKernel(any_ctx, 1, 1, 1, 32, 1, 1, 0, s2, nullptr, nullptr), CUDA_SUCCESS);  // tracked
+  ASSERT_EQ(cuCtxSetCurrent(primary), CUDA_SUCCESS);
+  hold_high_priority();
+  ASSERT_EQ(cuCtxPushCurrent(c2), CUDA_SUCCESS);
+  ASSERT_EQ(cuLaunchKernel(any_ctx, 2, 1, 1, 32, 1, 1, 0, s2, nullptr, nullptr), CUDA_SUCCESS);  // held
+  if (scheduled_) {
+    EXPECT_EQ(count_launches(calls(), any_ctx), 1u) << "the second launch was not held";
+  }
+  CUcontext popped = nullptr;
+  ASSERT_EQ(cuCtxPopCurrent(&popped), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxDestroy(c2), CUDA_SUCCESS);
+  auto log = calls();
+  long second = -1;
+  for (size_t i = 0; i < log.size(); ++i) {
+    if (is_launch(log[i]) && log[i].function == h(any_ctx) && log[i].grid[0] == 2) second = static_cast<long>(i);
+  }
+  ASSERT_GE(second, 0) << "the held launch never reached the driver";
+  EXPECT_EQ(log[second].result, CUDA_SUCCESS) << "the held launch reached a destroyed context";
+  EXPECT_LT(second, find_any(log, "cuCtxDestroy_v2"));
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_TRUE(wait_idle(std::chrono::milliseconds(1000))) << "the shim still waits for a dead context's work";
+}
+
 }  // namespace

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 namespace fake_cuda_impl {
@@ -24,11 +26,27 @@ bool prohibits(const Capture& c, uint64_t self, CUstreamCaptureMode mode) {
 
 }  // namespace
 
+// Contexts made by cuCtxCreate: handle -> device (-1 once destroyed). Own mutex, taken after
+// State::mu when both are held.
+std::mutex g_created_mu;
+std::unordered_map<uint64_t, int> g_created;
+uint64_t g_next_created = 0x5C000000000ULL;
+
 int device_of(uint64_t ctx) {
   for (int d = 0; d < kDevices; ++d) {
     if (kPrimaryContext[d] == ctx) return d;
   }
+  {
+    std::lock_guard lock(g_created_mu);
+    if (auto it = g_created.find(ctx); it != g_created.end()) return it->second;
+  }
   return green_device(ctx);
+}
+
+bool context_destroyed(uint64_t ctx) {
+  std::lock_guard lock(g_created_mu);
+  auto it = g_created.find(ctx);
+  return it != g_created.end() && it->second < 0;
 }
 
 uint64_t current_ctx() {
@@ -50,6 +68,8 @@ uint64_t thread_token() {
 CUresult check_stream(State& s, uint64_t id) {
   const uint64_t cur = current_ctx();
   if (cur == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (context_destroyed(cur)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  if (s.dead_streams.count(id) != 0) return CUDA_ERROR_INVALID_HANDLE;
   if (default_stream_id(id)) return CUDA_SUCCESS;  // the current context's legacy / per-thread stream
   auto it = s.streams.find(id);
   if (it == s.streams.end() || it->second.ctx == 0) return CUDA_SUCCESS;
@@ -170,6 +190,59 @@ FAKE_EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice* d) {
   *d = device_of(cur);
   return CUDA_SUCCESS;
 }
+// cuCtxCreate: a new context of the device, pushed as the calling thread's current one.
+// cuCtxDestroy: its streams and events go (work on them fails from now on, a query of its events
+// answers CUDA_ERROR_INVALID_HANDLE), it is popped if current on the calling thread, and a thread
+// that still has it current gets CUDA_ERROR_CONTEXT_IS_DESTROYED. Primary contexts cannot be
+// destroyed this way.
+FAKE_EXPORT CUresult CUDAAPI cuCtxCreate_v4(CUcontext* out, CUctxCreateParams*, unsigned int, CUdevice dev) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (dev < 0 || dev >= kDevices) return CUDA_ERROR_INVALID_DEVICE;
+  uint64_t ctx = 0;
+  {
+    std::lock_guard lock(g_created_mu);
+    ctx = (g_next_created += 0x1000);
+    g_created[ctx] = dev;
+  }
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  fake_cuda_call& c = begin(s, "cuCtxCreate_v4");
+  c.value = ctx;
+  const uint64_t before = current_ctx();
+  ctx_stack().push_back(ctx);
+  green_current_changed(before, ctx);
+  *out = reinterpret_cast<CUcontext>(ctx);
+  return finish(s, c);
+}
+FAKE_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext hctx) {
+  const auto ctx = reinterpret_cast<uint64_t>(hctx);
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  fake_cuda_call& c = begin(s, "cuCtxDestroy_v2");
+  c.value = ctx;
+  {
+    std::lock_guard created(g_created_mu);
+    auto it = g_created.find(ctx);
+    if (it == g_created.end() || it->second < 0) return finish(s, c, CUDA_ERROR_INVALID_CONTEXT);
+    it->second = -1;
+  }
+  for (auto it = s.streams.begin(); it != s.streams.end();) {
+    if (it->second.ctx == ctx) {
+      s.dead_streams[it->first] = true;
+      it = s.streams.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::erase_if(s.events, [&](const auto& e) { return e.second.ctx == ctx; });
+  auto& stack = ctx_stack();
+  if (!stack.empty() && stack.back() == ctx) {
+    stack.pop_back();
+    green_current_changed(ctx, current_ctx());
+  }
+  return finish(s, c);
+}
+
 FAKE_EXPORT CUresult CUDAAPI cuStreamGetCtx(CUstream hs, CUcontext* c) {
   State& s = st();
   std::lock_guard lock(s.mu);

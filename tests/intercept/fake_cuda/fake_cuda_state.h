@@ -20,7 +20,9 @@ namespace fake_cuda_impl {
 constexpr int kDevices = 2;
 constexpr uint64_t kPrimaryContext[kDevices] = {0xC7000000, 0xC7001000};
 constexpr int kSmCount[kDevices] = {132, 114};
-int device_of(uint64_t ctx);  // -1 for an unknown context
+int device_of(uint64_t ctx);  // -1 for an unknown (or destroyed) context
+// Contexts made by cuCtxCreate (fake_cuda_context.cpp): true once cuCtxDestroy destroyed `ctx`.
+bool context_destroyed(uint64_t ctx);
 // Green contexts (fake_cuda_green.cpp): the device of a green context's CUcontext (-1: none), and
 // the calling thread's current context changing from `before` to `after` (the one-thread rule).
 int green_device(uint64_t ctx);
@@ -101,6 +103,8 @@ struct State {
   int64_t call_cost_ns = 0;
   uint64_t calls_made = 0;
   std::map<uintptr_t, HostRange> host;  // by start address
+  // Streams of contexts destroyed by cuCtxDestroy: work on them fails (CUDA_ERROR_INVALID_HANDLE).
+  std::unordered_map<uint64_t, bool> dead_streams;
   uint64_t host_use_after_free = 0;     // copies that touched freed / unregistered host memory
 };
 
