@@ -1,7 +1,7 @@
 """The run configuration of the Python peers, read from the project's YAML files.
 
 Same schema and defaults as the C++ trainer (trainer/config/include/trainer/config/config.h): sections model /
-dataset / training / parallel. Only the fields the peers use are interpreted, but every key is
+synthetic (read by the synthetic model only) / dataset / training / parallel. Only the fields the peers use are interpreted, but every key is
 checked against the known schema so a typo fails here as it does in gpipe_runner.
 """
 from __future__ import annotations
@@ -19,6 +19,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "name": "gpt", "hidden_size": 512, "num_layers": 16, "num_heads": 16,
         "sequence_length": 128, "vocab_size": -1, "ffn_hidden_size": -1, "dropout": 0.0,
         "norm_position": "default",
+    },
+    "synthetic": {
+        "forward_ms": 1.0, "input_grad_ms": 1.0, "weight_grad_ms": 1.0, "activation_bytes_per_token": 1024,
     },
     "dataset": {
         "name": "code_search_net", "batch_size": 4, "num_workers": 0, "path": "",

@@ -123,11 +123,20 @@ void WeightGradStore::add(at::Tensor weight, at::Tensor bias, at::Tensor input, 
   entries_.push_back(Entry{std::move(weight), std::move(bias), std::move(input), std::move(grad_output)});
 }
 
+void WeightGradStore::add_task(std::function<void()> task) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tasks_.push_back(std::move(task));
+}
+
+WeightGradStore* WeightGradStore::deferring() { return t_deferred; }
+
 void WeightGradStore::flush(const std::function<void(const at::Tensor&)>& on_use) {
   std::vector<Entry> entries;
+  std::vector<std::function<void()>> tasks;
   {
     std::lock_guard<std::mutex> lock(mu_);
     entries.swap(entries_);
+    tasks.swap(tasks_);
   }
   at::NoGradGuard no_grad;
   for (const Entry& e : entries) {
@@ -138,16 +147,18 @@ void WeightGradStore::flush(const std::function<void(const at::Tensor&)>& on_use
     if (e.weight.defined()) accumulate(e.weight, weight_grad(e.input, e.grad_output));
     if (e.bias.defined()) accumulate(e.bias, bias_grad(e.grad_output));
   }
+  for (const auto& task : tasks) task();
 }
 
 std::size_t WeightGradStore::size() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return entries_.size();
+  return entries_.size() + tasks_.size();
 }
 
 void WeightGradStore::clear() {
   std::lock_guard<std::mutex> lock(mu_);
   entries_.clear();
+  tasks_.clear();
 }
 
 at::Tensor split_linear(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias) {

@@ -36,12 +36,15 @@ class ConfigTest(unittest.TestCase):
     def test_keys_match_the_cpp_config(self):
         # The peers must accept exactly the YAML keys gpipe_runner accepts (config.h's fields).
         text = CONFIG_H.read_text()
-        for struct, section in (("ModelConfig", "model"), ("DatasetConfig", "dataset"),
-                                ("TrainingConfig", "training"), ("ParallelConfig", "parallel")):
+        for struct, section in (("ModelConfig", "model"), ("SyntheticLayerConfig", "synthetic"),
+                                ("DatasetConfig", "dataset"), ("TrainingConfig", "training"),
+                                ("ParallelConfig", "parallel")):
             body = re.search(r"struct %s \{(.*?)\n\};" % struct, text, re.S).group(1)
-            # Data members only: a line with parentheses is a function (e.g. operator==).
+            # Data members only: a line with parentheses is a function (e.g. operator==); a member
+            # of a config struct type (ModelConfig::synthetic) is its own YAML section.
             fields = [m.group(1) for line in body.splitlines() if "(" not in line.split("//")[0]
-                      for m in [re.match(r"\s+[\w:<>]+\s+(\w+)\s*(?:=[^;]*)?;", line)] if m]
+                      for m in [re.match(r"\s+[\w:<>]+\s+(\w+)\s*(?:=[^;]*)?;", line)]
+                      if m and not re.match(r"\s+SyntheticLayerConfig\s", line)]
             self.assertEqual(sorted(fields), sorted(DEFAULTS[section]), f"section {section}")
 
     def test_string_overrides_are_verbatim(self):

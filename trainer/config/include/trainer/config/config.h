@@ -14,6 +14,17 @@ struct ConfigError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// model.name: synthetic (models/synthetic/): layers that take a set time and hold a set activation
+// size instead of computing, to study schedules, the simulator and the planner on any machine.
+// Read from the `synthetic:` section; other models ignore it.
+struct SyntheticLayerConfig {
+  double forward_ms = 1.0;      // each layer's forward
+  double input_grad_ms = 1.0;   // its input gradient (backward's I part)
+  double weight_grad_ms = 1.0;  // its weight gradient (backward's W part)
+  double activation_bytes_per_token = 1024;  // held by each layer from its forward to its backward
+  bool operator==(const SyntheticLayerConfig&) const = default;
+};
+
 struct ModelConfig {
   std::string name = "gpt";
   int64_t hidden_size = 512;
@@ -27,6 +38,7 @@ struct ModelConfig {
   // residual branch: GPT-2), "post" (after each residual add: the original BERT), or "default"
   // (the model's own: GPT pre, BERT post). A model refuses a placement it does not implement.
   std::string norm_position = "default";
+  SyntheticLayerConfig synthetic;  // model.name: synthetic only
   bool operator==(const ModelConfig&) const = default;
 };
 

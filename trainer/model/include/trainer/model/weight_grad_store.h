@@ -37,6 +37,11 @@ class WeightGradStore {
   // What split_linear's backward leaves behind: the weight's gradient is grad_output^T @ input
   // (flattened over the leading dimensions), the bias's the sum of grad_output.
   void add(at::Tensor weight, at::Tensor bias, at::Tensor input, at::Tensor grad_output);
+  // Any other deferred weight-gradient work (the synthetic model's weight-gradient wait): run by
+  // flush() after the GEMMs, counted by size().
+  void add_task(std::function<void()> task);
+  // The store the calling thread defers to (an active Defer), or nullptr.
+  static WeightGradStore* deferring();
   // Runs every stored weight (and bias) gradient GEMM, adds the results into the parameters'
   // .grad (in the parameters' dtype), and empties the store. `on_use` is called with each stored
   // tensor first (the trainer tells the CUDA caching allocator that they are used on this stream).
@@ -50,6 +55,7 @@ class WeightGradStore {
   };
   mutable std::mutex mu_;
   std::vector<Entry> entries_;
+  std::vector<std::function<void()>> tasks_;
 };
 
 // Low-precision copies of parameters made once per step. Under bf16 autocast split_linear casts
