@@ -3,6 +3,9 @@
 // bubble time divided by v); ZB-H1 (p-1)/(3m+p-1) for m >= p (a third of 1F1B's bubble time).
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+#include <vector>
+
 #include "trainer/schedule/schedule.h"
 
 namespace gpipe {
@@ -69,6 +72,37 @@ TEST(ActivationMemory, OneFOneBHoldsAtMostPGPipeHoldsM) {
         EXPECT_EQ(zb[r], ofob[r]) << "ZB-H1 keeps 1F1B's activation memory; p=" << p << " m=" << m << " r=" << r;
       }
     }
+}
+
+// simulate_step: the step time with per-stage costs (the planner's model of a step). Uniform
+// stages under 1F1B: (m + p - 1) x (F + B), the bubble (p - 1) / (m + p - 1).
+TEST(SimulateStep, OneFOneBTakesTheTextbookTimeWithUniformStages) {
+  const auto step = simulate_step(make_schedule(ScheduleKind::kOneFOneB, 4, 8), {StageCosts{2.0, 1.5, 2.5}});
+  EXPECT_NEAR(step.makespan, 11 * (2.0 + 4.0), 1e-9);
+  EXPECT_NEAR(step.bubble, 3.0 / 11.0, 1e-9);
+  ASSERT_EQ(step.busy.size(), 4u);
+  for (double b : step.busy) EXPECT_NEAR(b, 8 * 6.0, 1e-9);
+}
+
+// One slow stage sets the pace: its rank is busy m x (F + B), and the others wait for it.
+TEST(SimulateStep, ASlowStageSetsThePaceAndZeroBubbleHidesLessOfIt) {
+  const auto schedule = make_schedule(ScheduleKind::kOneFOneB, 4, 8);
+  const std::vector<StageCosts> costs = {{1, 1, 1}, {1, 1, 1}, {2, 2, 2}, {1, 1, 1}};
+  const auto uniform = simulate_step(schedule, {StageCosts{1, 1, 1}});
+  const auto slow = simulate_step(schedule, costs);
+  EXPECT_NEAR(slow.busy[2], 8 * 6.0, 1e-9);
+  EXPECT_GE(slow.makespan, 8 * 6.0);
+  EXPECT_GT(slow.makespan, uniform.makespan);
+  EXPECT_GT(slow.bubble, uniform.bubble);
+  // ZB-H1 fills 1F1B's bubble with W: the same costs take less time.
+  EXPECT_LT(simulate_step(make_schedule(ScheduleKind::kZeroBubbleH1, 4, 8), {StageCosts{1, 1, 1}}).makespan,
+            uniform.makespan);
+}
+
+TEST(SimulateStep, CostsMustFitTheSchedule) {
+  const auto schedule = make_schedule(ScheduleKind::kOneFOneB, 4, 8);
+  EXPECT_THROW(simulate_step(schedule, {{1, 1, 1}, {1, 1, 1}}), std::invalid_argument);
+  EXPECT_THROW(simulate_step(schedule, {StageCosts{-1, 1, 1}}), std::invalid_argument);
 }
 
 }  // namespace

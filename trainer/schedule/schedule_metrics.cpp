@@ -1,20 +1,29 @@
-// Cost metrics of a schedule: the bubble share under a unit-cost event simulation and the
-// activation-memory peak per rank.
+// Cost metrics of a schedule: its step time and bubble under an event simulation with per-stage
+// costs, and the activation-memory peak per rank.
 #include <algorithm>
 #include <limits>
 #include <map>
 #include <stdexcept>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "schedule_internal.h"
 
 namespace gpipe {
 
-double simulated_bubble_fraction(const Schedule& schedule, double forward_cost, double backward_cost) {
-  if (!(forward_cost > 0) || !(backward_cost > 0))
-    throw std::invalid_argument("simulated_bubble_fraction: costs must be > 0");
+SimulatedStep simulate_step(const Schedule& schedule, const std::vector<StageCosts>& stage_costs) {
   const int P = schedule.num_ranks;
   const int S = schedule.num_stages();
+  if (stage_costs.size() != 1 && static_cast<int>(stage_costs.size()) != S) {
+    throw std::invalid_argument("simulate_step: " + std::to_string(stage_costs.size()) + " stage costs for " +
+                                std::to_string(S) + " stages (give one, or one per stage)");
+  }
+  for (const StageCosts& c : stage_costs) {
+    if (!(c.forward >= 0) || !(c.backward_input >= 0) || !(c.backward_weight >= 0)) {
+      throw std::invalid_argument("simulate_step: costs must be >= 0");
+    }
+  }
   // Finish time of each (type, stage, mb) compute action; communication is free.
   std::map<std::tuple<ActionType, int, int>, double> finish;
   auto finished = [&](ActionType t, int stage, int mb, double* when) {
@@ -23,10 +32,12 @@ double simulated_bubble_fraction(const Schedule& schedule, double forward_cost, 
     *when = it->second;
     return true;
   };
-  auto cost = [&](ActionType t) {
-    if (t == ActionType::kForward) return forward_cost;
-    if (t == ActionType::kBackward) return backward_cost;
-    return backward_cost / 2;  // I and W each take half of a full backward
+  auto cost = [&](const Action& a) {
+    const StageCosts& c = stage_costs.size() == 1 ? stage_costs.front() : stage_costs[a.stage];
+    if (a.type == ActionType::kForward) return c.forward;
+    if (a.type == ActionType::kBackward) return c.backward_input + c.backward_weight;
+    if (a.type == ActionType::kBackwardInput) return c.backward_input;
+    return c.backward_weight;
   };
   std::vector<size_t> pc(P, 0);
   std::vector<double> clock(P, 0.0), busy(P, 0.0);
@@ -59,8 +70,8 @@ double simulated_bubble_fraction(const Schedule& schedule, double forward_cost, 
           ready = std::max(ready, t);
         }
         if (!ok) break;  // waits for another rank; come back on the next sweep
-        clock[r] = ready + cost(a.type);
-        busy[r] += cost(a.type);
+        clock[r] = ready + cost(a);
+        busy[r] += cost(a);
         finish[{a.type, a.stage, a.microbatch}] = clock[r];
         ++pc[r];
         progress = true;
@@ -69,13 +80,22 @@ double simulated_bubble_fraction(const Schedule& schedule, double forward_cost, 
   }
   for (int r = 0; r < P; ++r)
     if (pc[r] < schedule.per_rank[r].size())
-      throw std::invalid_argument("simulated_bubble_fraction: rank " + std::to_string(r) + " never gets past " +
+      throw std::invalid_argument("simulate_step: rank " + std::to_string(r) + " never gets past " +
                                   to_string(schedule.per_rank[r][pc[r]]) + "; run validate() for the reason");
-  const double makespan = *std::max_element(clock.begin(), clock.end());
+  SimulatedStep out;
+  out.makespan = *std::max_element(clock.begin(), clock.end());
+  out.busy = busy;
   double total_busy = 0;
   for (double b : busy) total_busy += b;
-  if (makespan <= 0) return 0.0;
-  return 1.0 - total_busy / (P * makespan);
+  out.bubble = out.makespan > 0 ? 1.0 - total_busy / (P * out.makespan) : 0.0;
+  return out;
+}
+
+double simulated_bubble_fraction(const Schedule& schedule, double forward_cost, double backward_cost) {
+  if (!(forward_cost > 0) || !(backward_cost > 0))
+    throw std::invalid_argument("simulated_bubble_fraction: costs must be > 0");
+  // I and W each take half of a full backward.
+  return simulate_step(schedule, {StageCosts{forward_cost, backward_cost / 2, backward_cost / 2}}).bubble;
 }
 
 std::vector<int> peak_activations(const Schedule& schedule) {

@@ -201,6 +201,25 @@ ValidationResult validate(const Schedule& schedule);
 // row. The issue messages follow the grid.
 std::string render_grid(const Schedule& schedule, const ValidationResult& result);
 
+// What one (virtual) stage's compute costs per micro-batch, in any time unit: forward, input
+// gradient (I) and weight gradient (W); a full backward (B) costs I + W.
+struct StageCosts {
+  double forward = 1.0;
+  double backward_input = 1.0;
+  double backward_weight = 1.0;
+};
+struct SimulatedStep {
+  double makespan = 0;        // the step: the last rank's last action ends
+  double bubble = 0;          // idle rank-time / (ranks x makespan)
+  std::vector<double> busy;   // compute time per rank
+};
+// Runs every rank's program against the compute dependencies (as simulated_bubble_fraction
+// below) with these costs: one entry for every stage, or one per stage (virtual stages included,
+// so a measured imbalance shows). Communication costs nothing (its time is not modelled yet).
+// Throws std::invalid_argument for a wrong number of entries, a negative cost, or a schedule
+// whose compute order deadlocks.
+SimulatedStep simulate_step(const Schedule& schedule, const std::vector<StageCosts>& stage_costs);
+
 // Bubble share of wall time under unit costs (F=1, B=2 or I=1 + W=1): idle rank-time / (ranks x makespan).
 // Communication actions cost nothing (the zero-comm-cost limit). GPipe and 1F1B give exactly
 // (p-1)/(m+p-1) with F=1, B=2. An overlapped pair costs its two halves back to back: what
