@@ -396,7 +396,6 @@ CUresult Shim::launch_graph(CUgraphExec exec, sched::Op&& op) {
     comm_streams_.fetch_add(1, std::memory_order_relaxed);
     shim_log().debug("stream {:#x} replays a graph with communication kernels -> communication", op.stream);
   }
-  if (communication) op.requested_class.reset();
   // Its records and waits are invisible to the event bookkeeping: everything queued goes first
   // (the waits of the events it re-records, the records of those it waits on), and it goes now.
   return has_events ? submit_after_everything(std::move(op)) : submit(std::move(op));

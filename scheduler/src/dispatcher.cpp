@@ -456,17 +456,8 @@ int Dispatcher::drain_stream(StreamId id) { return impl_->drain_stream(id); }
 int Dispatcher::drain_event(EventId event) { return impl_->drain_event(event); }
 int Dispatcher::drain_all() { return impl_->drain_all(); }
 void Dispatcher::release_all() { impl_->release_all(); }
-void Dispatcher::release_stream(StreamId stream) {
-  if (StreamState* s = impl_->find_stream(stream)) impl_->drain_until(*s, std::numeric_limits<uint64_t>::max());
-}
-void Dispatcher::release_legacy_sync() {
-  if (impl_->total_queued.load(std::memory_order_acquire) == 0) return;
-  for (StreamState* s : impl_->all_streams()) {
-    if (s->syncs_with_legacy.load(std::memory_order_relaxed)) {
-      impl_->drain_until(*s, std::numeric_limits<uint64_t>::max());
-    }
-  }
-}
+void Dispatcher::release_stream(StreamId stream) { impl_->release_stream(stream); }
+void Dispatcher::release_legacy_sync() { impl_->release_legacy_sync(); }
 int Dispatcher::drain_legacy_sync() { return impl_->drain_legacy_sync(); }
 QueryState Dispatcher::query_stream(StreamId id) { return impl_->query_stream(id); }
 QueryState Dispatcher::query_event(EventId event) { return impl_->query_event(event); }

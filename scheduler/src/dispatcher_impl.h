@@ -89,7 +89,12 @@ struct Dispatcher::Impl final : CompletionListener {
   int drain_stream(StreamId id);
   int drain_event(EventId event);
   int drain_all();
+  // The drains without taking errors (Dispatcher::release_all and co.).
+  template <typename Pred>
+  void release_streams(Pred pred);
   void release_all();
+  void release_stream(StreamId id);
+  void release_legacy_sync();
   // Nothing queued and no deferred error waiting on any stream (two atomic loads).
   bool holds_nothing() const;
   // Whether an op on the legacy stream must wait for `s`: a blocking stream holding queued work

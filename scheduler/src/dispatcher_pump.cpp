@@ -77,9 +77,24 @@ int Dispatcher::Impl::drain_all() {
   return drain_streams([](const StreamState&) { return true; });
 }
 
-void Dispatcher::Impl::release_all() {
+template <typename Pred>
+void Dispatcher::Impl::release_streams(Pred pred) {
   if (total_queued.load(std::memory_order_acquire) == 0) return;
-  for (StreamState* s : all_streams()) drain_until(*s, std::numeric_limits<uint64_t>::max());
+  for (StreamState* s : all_streams()) {
+    if (pred(*s)) drain_until(*s, std::numeric_limits<uint64_t>::max());
+  }
+}
+
+void Dispatcher::Impl::release_all() {
+  release_streams([](const StreamState&) { return true; });
+}
+
+void Dispatcher::Impl::release_stream(StreamId id) {
+  if (StreamState* s = find_stream(id)) drain_until(*s, std::numeric_limits<uint64_t>::max());
+}
+
+void Dispatcher::Impl::release_legacy_sync() {
+  release_streams([this](const StreamState& s) { return legacy_waits_on(s); });
 }
 
 bool Dispatcher::Impl::holds_nothing() const {

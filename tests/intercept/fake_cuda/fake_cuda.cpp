@@ -536,27 +536,6 @@ FAKE_EXPORT CUresult CUDAAPI cuLaunchHostFunc_ptsz(CUstream s, CUhostFn fn, void
   FAKE_SIMPLE(sym_pt, PARAMS, stream, value)
 
 FAKE_SIMPLE2(cuMemcpyAsync, cuMemcpyAsync_ptsz, (CUdeviceptr, CUdeviceptr, size_t n, CUstream s), s, n)
-// Copies with a host side: host memory freed or unregistered before the copy reached the driver
-// fails it (counted by fake_cuda_host_use_after_free).
-#define FAKE_HOST_COPY(sym, PARAMS, host)                                                 \
-  FAKE_EXPORT CUresult CUDAAPI sym PARAMS {                                             \
-    {                                                                                   \
-      State& st_ = st();                                                                \
-      std::lock_guard lock(st_.mu);                                                     \
-      if (host_freed(st_, host, n)) {                                                   \
-        ++st_.host_use_after_free;                                                      \
-        fake_cuda_call& c = begin(st_, #sym);                                           \
-        c.stream = reinterpret_cast<uint64_t>(s);                                       \
-        c.value = n;                                                                    \
-        return finish(st_, c, CUDA_ERROR_INVALID_VALUE);                                \
-      }                                                                                 \
-    }                                                                                   \
-    return simple(#sym, s, n, 100, false);                                              \
-  }
-FAKE_HOST_COPY(cuMemcpyHtoDAsync_v2, (CUdeviceptr, const void* src, size_t n, CUstream s), src)
-FAKE_HOST_COPY(cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr, const void* src, size_t n, CUstream s), src)
-FAKE_HOST_COPY(cuMemcpyDtoHAsync_v2, (void* dst, CUdeviceptr, size_t n, CUstream s), dst)
-FAKE_HOST_COPY(cuMemcpyDtoHAsync_v2_ptsz, (void* dst, CUdeviceptr, size_t n, CUstream s), dst)
 FAKE_SIMPLE2(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz, (CUdeviceptr, CUdeviceptr, size_t n, CUstream s), s, n)
 FAKE_SIMPLE2(cuMemcpy2DAsync_v2, cuMemcpy2DAsync_v2_ptsz, (const CUDA_MEMCPY2D*, CUstream s), s, 0)
 FAKE_SIMPLE2(cuMemcpy3DAsync_v2, cuMemcpy3DAsync_v2_ptsz, (const CUDA_MEMCPY3D*, CUstream s), s, 0)

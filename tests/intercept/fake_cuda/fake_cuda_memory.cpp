@@ -84,6 +84,28 @@ FAKE_EXPORT CUresult CUDAAPI cuMemHostRegister_v2(void* p, size_t bytes, unsigne
 FAKE_EXPORT CUresult CUDAAPI cuMemHostUnregister(void* p) {
   return end_range("cuMemHostUnregister", p, false);
 }
+// Copies with a host side: host memory freed or unregistered before the copy reached the driver
+// fails it (counted by fake_cuda_host_use_after_free).
+#define FAKE_HOST_COPY(sym, PARAMS, host)                                                 \
+  FAKE_EXPORT CUresult CUDAAPI sym PARAMS {                                             \
+    {                                                                                   \
+      State& st_ = st();                                                                \
+      std::lock_guard lock(st_.mu);                                                     \
+      if (host_freed(st_, host, n)) {                                                   \
+        ++st_.host_use_after_free;                                                      \
+        fake_cuda_call& c = begin(st_, #sym);                                           \
+        c.stream = reinterpret_cast<uint64_t>(s);                                       \
+        c.value = n;                                                                    \
+        return finish(st_, c, CUDA_ERROR_INVALID_VALUE);                                \
+      }                                                                                 \
+    }                                                                                   \
+    return simple(#sym, s, n, 100, false);                                              \
+  }
+FAKE_HOST_COPY(cuMemcpyHtoDAsync_v2, (CUdeviceptr, const void* src, size_t n, CUstream s), src)
+FAKE_HOST_COPY(cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr, const void* src, size_t n, CUstream s), src)
+FAKE_HOST_COPY(cuMemcpyDtoHAsync_v2, (void* dst, CUdeviceptr, size_t n, CUstream s), dst)
+FAKE_HOST_COPY(cuMemcpyDtoHAsync_v2_ptsz, (void* dst, CUdeviceptr, size_t n, CUstream s), dst)
+
 FAKE_EXPORT uint64_t fake_cuda_host_use_after_free(void) {
   State& s = st();
   std::lock_guard lock(s.mu);
