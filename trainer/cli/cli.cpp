@@ -65,6 +65,28 @@ RunOptions parse_cli(int argc, const char* const* argv) {
   app.add_option("--node-rank", node_rank, "This node's index in a --nproc-per-node launch")->check(CLI::NonNegativeNumber);
   app.add_option("--master-addr", master_addr, "Rendezvous host of a --nproc-per-node launch (rank 0's node)");
   app.add_option("--master-port", master_port, "Rendezvous port of a --nproc-per-node launch")->check(CLI::Range(1, 65535));
+  auto* plan_flag = app.add_flag("--plan", opts.plan.enabled,
+                                 "Measure each layer on this device, simulate every legal pipeline configuration, print "
+                                 "the best and write it as YAML (see --plan-output), then exit");
+  app.add_option("--plan-output", opts.plan.output, "Where --plan writes the chosen config (default <output_dir>/plan.yaml)")
+      ->needs(plan_flag);
+  app.add_option("--plan-rows", opts.plan.rows, "Candidates --plan prints")->check(CLI::PositiveNumber)->needs(plan_flag);
+  app.add_option("--verify", opts.plan.verify, "With --plan: run the top K candidates a few steps each and print "
+                 "predicted against measured step time and peak memory")->check(CLI::NonNegativeNumber)->needs(plan_flag);
+  app.add_option("--verify-steps", opts.plan.verify_steps, "Steps per verified candidate (the first two are warm-up)")
+      ->check(CLI::Range(3, 1000))->needs(plan_flag);
+  app.add_option("--world-size", opts.plan.world_size, "With --plan: ranks of the real run (pipeline ranks x replicas)")
+      ->check(CLI::PositiveNumber)->needs(plan_flag);
+  app.add_option("--memory-budget-gib", opts.plan.memory_budget_gib, "With --plan: memory per device (default: all of it)")
+      ->check(CLI::PositiveNumber)->needs(plan_flag);
+  app.add_option("--link-gbps", opts.plan.link_gbps, "With --plan: GB/s between processes or nodes (default: measured "
+                 "in-process for pipeline transfers, assumed for replicas)")->check(CLI::PositiveNumber)->needs(plan_flag);
+  app.add_option("--link-latency-us", opts.plan.link_latency_us, "With --plan: latency of one transfer in microseconds")
+      ->check(CLI::NonNegativeNumber)->needs(plan_flag);
+  app.add_option("--plan-schedules", opts.plan.schedules, "With --plan: only these schedules (comma separated)")
+      ->delimiter(',')->needs(plan_flag);
+  app.add_option("--plan-max-microbatches", opts.plan.max_microbatches, "With --plan: the most micro-batches tried")
+      ->check(CLI::PositiveNumber)->needs(plan_flag);
   app.add_flag("--print-config", opts.print_config, "Print the effective config as YAML and exit");
   auto* print_schedule = app.add_flag("--print-schedule", opts.print_schedule, "Print the schedule's step x rank grid and exit");
   app.add_option("--format", opts.print_format,

@@ -62,6 +62,7 @@ nlohmann::json to_json(const IterationMetrics& m) {
           {"bubble_clock", m.bubble_clock},
           {"mfu", m.mfu ? nlohmann::json(*m.mfu) : nlohmann::json(nullptr)},
           {"peak_memory_bytes", m.peak_memory_bytes},
+          {"peak_allocated_bytes", m.peak_allocated_bytes},
           {"rank_busy", m.rank_busy},
           {"scheduler_held", m.scheduler_held ? nlohmann::json(*m.scheduler_held) : nlohmann::json(nullptr)},
           {"scheduler_admitted", m.scheduler_admitted ? nlohmann::json(*m.scheduler_admitted) : nlohmann::json(nullptr)}};
@@ -138,13 +139,18 @@ nlohmann::json MetricsLog::summary() const {
   const double tokens_per_s = step_ms > 0 ? static_cast<double>(info_.tokens_per_step) / (step_ms / 1e3) : 0.0;
   const auto mfu_value = mfu(tokens_per_s);
   int64_t peak_memory = 0;
-  for (const auto& m : iterations_) peak_memory = std::max(peak_memory, m.peak_memory_bytes);
+  int64_t peak_allocated = -1;
+  for (const auto& m : iterations_) {
+    peak_memory = std::max(peak_memory, m.peak_memory_bytes);
+    peak_allocated = std::max(peak_allocated, m.peak_allocated_bytes);
+  }
   auto null_or = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
   return {{"tokens_per_s", tokens_per_s},
           {"mfu", null_or(mfu_value)},
           {"bubble_fraction", mean_of(its, &IterationMetrics::bubble_fraction)},
           {"bubble_clock", iterations_.empty() ? std::string("host") : iterations_.back().bubble_clock},
           {"peak_memory_bytes", peak_memory},
+          {"peak_allocated_bytes", peak_allocated},
           {"step_time_ms_mean", step_ms},
           {"step_time_ms_first", iterations_.empty() ? 0.0 : iterations_.front().step_time_ms},
           {"final_loss", iterations_.empty() ? nlohmann::json(nullptr) : nlohmann::json(iterations_.back().loss)},

@@ -28,6 +28,8 @@
 #include "trainer/log/engine_log.h"
 #include "trainer/launch/launcher.h"
 #include "trainer/launch/orion_preload.h"
+#include "trainer/device/device.h"
+#include "trainer/training/plan_command.h"
 #include "trainer/training/trainer.h"
 #include "trainer/launch/world.h"
 
@@ -69,6 +71,12 @@ int run(int argc, char** argv) {
   const gpipe::RunOptions options = gpipe::parse_cli(argc, argv);
   if (auto code = gpipe::run_info_actions(options, std::cout)) {
     return *code == 0 ? 0 : 2;  // a schedule that does not validate is a config problem
+  }
+  // CPU runs count their allocations (metrics' peak_allocated_bytes; --plan's memory figures).
+  gpipe::install_cpu_allocation_counter();
+  if (options.plan.enabled) {
+    if (options.launch) throw gpipe::CliError("--plan runs in one process: drop --nproc-per-node (give --world-size)");
+    return gpipe::run_plan_command(options.config, options.plan, gpipe::self_executable_path(), std::cout);
   }
   // The scheduler library must be preloaded before the CUDA runtime loads the driver: restart
   // with it (before launching workers, so they inherit it) unless it is there already.

@@ -132,6 +132,7 @@ nlohmann::json PipelineTrainer::train() {
   auto run_window = [&] {
     const auto n = static_cast<int64_t>(window.size());
     reset_peak_memory(rank_devices_);
+    reset_peak_allocated(rank_devices_);
     // The profiled step also gets a PyTorch profiler (Kineto) trace, as the Python OurGPipe
     // writes one: CPU ops of every action thread, and GPU kernels with their streams.
     const bool profile_now = t.profile_iteration >= step && t.profile_iteration < step + n;
@@ -185,6 +186,7 @@ nlohmann::json PipelineTrainer::train() {
       it.bubble_fraction = recorder.bubble_fraction();
       it.bubble_clock = to_string(recorder.clock());
       it.peak_memory_bytes = peak_memory_bytes(rank_devices_);
+      it.peak_allocated_bytes = peak_allocated_bytes(rank_devices_);
       it.rank_busy = rank_busy;
       if (held) {  // a window's steps share its counts evenly, as they share its time
         it.scheduler_held = *held / n + (k < *held % n ? 1 : 0);

@@ -14,6 +14,21 @@
 
 namespace gpipe {
 
+// --plan: choose the pipeline configuration from measured costs (trainer/planner/planner.h).
+struct PlanRequest {
+  bool enabled = false;        // --plan
+  std::string output;          // --plan-output FILE; empty: <training.output_dir>/plan.yaml
+  int rows = 10;               // --plan-rows N: candidates shown
+  int verify = 0;              // --verify K: run the top K for a few steps each, predicted vs measured
+  int verify_steps = 6;        // --verify-steps N (the first two are warm-up, not compared)
+  int world_size = 0;          // --world-size N: ranks the real run will have; 0: the config's
+  double memory_budget_gib = 0;  // --memory-budget-gib X per device; 0: the device's memory
+  double link_gbps = 0;          // --link-gbps X between processes / nodes; 0: measured or assumed
+  double link_latency_us = -1;   // --link-latency-us X; < 0: measured or assumed
+  std::vector<std::string> schedules;  // --plan-schedules a,b: only these; empty: all
+  int max_microbatches = 64;           // --plan-max-microbatches N
+};
+
 struct RunOptions {
   std::string config_path;             // --config; empty: the built-in defaults (config.h)
   std::vector<std::string> overrides;  // "section.field=value" in the order applied after the file
@@ -27,6 +42,7 @@ struct RunOptions {
   bool validate_only = false;          // --validate-only: check config and schedule, then stop
   bool resume = false;                 // --resume / --resume-from: continue from a checkpoint
   std::string resume_from;             // --resume-from FOLDER; empty: the newest under the checkpoint dir
+  PlanRequest plan;
   // --nproc-per-node N (> 0): be the launcher (launcher.h) of N workers instead of training.
   std::optional<LaunchOptions> launch;
 };
@@ -49,6 +65,9 @@ struct CliHelp : std::runtime_error {
 //   --print-config  --print-schedule [--format grid|csv|csv_compute_only]  --validate-only
 //   --resume  --resume-from DIR  --checkpoint-interval N  --checkpoint-dir DIR
 //   --transport auto|inprocess|gloo|nccl  --placement "[0,0,1,1]"  --peer-timeout SECONDS
+//   --plan [--plan-output FILE --plan-rows N --verify K --verify-steps N --world-size N
+//          --memory-budget-gib X --link-gbps X --link-latency-us X --plan-schedules a,b
+//          --plan-max-microbatches N]
 //   --nproc-per-node N  --nnodes N  --node-rank K  --master-addr HOST  --master-port PORT
 // Throws CliHelp, CliError, or ConfigError (bad file, value or combination; exit code 2).
 RunOptions parse_cli(int argc, const char* const* argv);

@@ -29,6 +29,15 @@ int count_distinct_devices(const std::vector<c10::Device>& devices);
 // Largest peak allocated bytes over the CUDA devices since reset_peak_memory, or max RSS on CPU.
 int64_t peak_memory_bytes(const std::vector<c10::Device>& devices);
 void reset_peak_memory(const std::vector<c10::Device>& devices);
+// Allocated-bytes statistics (what a tensor holds, not what an allocator caches). CUDA: the
+// caching allocator's. CPU: counted once install_cpu_allocation_counter() wrapped LibTorch's CPU
+// allocator (gpipe_runner does for CPU runs); -1 where nothing counts.
+void install_cpu_allocation_counter();
+bool cpu_allocation_counter_installed();
+int64_t allocated_bytes(const c10::Device& device);
+// Largest allocated bytes over `devices` since reset_peak_allocated (-1: none counted).
+int64_t peak_allocated_bytes(const std::vector<c10::Device>& devices);
+void reset_peak_allocated(const std::vector<c10::Device>& devices);
 // Memory the distinct devices among `devices` have in all: each GPU's total memory, or the
 // machine's physical memory (once) for CPU.
 int64_t total_memory_bytes(const std::vector<c10::Device>& devices);

@@ -145,4 +145,13 @@ class Distributed {
   std::unique_ptr<Impl> impl_;
 };
 
+// One all-reduce between two Gloo ranks on this machine (two threads over loopback TCP, as two
+// processes of a node): latency (ms, a one-element tensor) and ms per byte beyond it (`bytes`).
+// What --plan charges data-parallel replicas per collective.
+struct LinkCost {
+  double latency_ms = 0;
+  double ms_per_byte = 0;
+};
+LinkCost measure_gloo_allreduce(int64_t bytes);
+
 }  // namespace gpipe

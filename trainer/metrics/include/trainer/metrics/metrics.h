@@ -38,6 +38,10 @@ struct IterationMetrics {
   std::string bubble_clock = "host";
   std::optional<double> mfu;
   int64_t peak_memory_bytes = 0;
+  // Most bytes tensors held at once during the step (device.h peak_allocated_bytes: CUDA's
+  // allocator, or the CPU allocation counter); -1 when nothing counted. On CPU this is the figure
+  // to compare with a prediction: peak_memory_bytes there is the process's max RSS.
+  int64_t peak_allocated_bytes = -1;
   // Each pipeline rank's busy share of the step's wall time (index = rank; 1 - share is its
   // bubble). Empty when no rank recorded a span.
   std::vector<double> rank_busy;

@@ -202,23 +202,54 @@ ValidationResult validate(const Schedule& schedule);
 std::string render_grid(const Schedule& schedule, const ValidationResult& result);
 
 // What one (virtual) stage's compute costs per micro-batch, in any time unit: forward, input
-// gradient (I) and weight gradient (W); a full backward (B) costs I + W.
+// gradient (I) and weight gradient (W); a full backward (B) costs I + W. The two transfer times
+// count only where the neighbouring stage is on another rank: send_activation from this stage's
+// forward end to the next stage's forward, send_gradient from this stage's backward (B or I) end
+// to the previous stage's backward.
 struct StageCosts {
   double forward = 1.0;
   double backward_input = 1.0;
   double backward_weight = 1.0;
+  double send_activation = 0.0;
+  double send_gradient = 0.0;
+};
+// One compute action's place on the simulated timeline.
+struct SimulatedAction {
+  Action action;
+  double start = 0;
+  double end = 0;
 };
 struct SimulatedStep {
   double makespan = 0;        // the step: the last rank's last action ends
   double bubble = 0;          // idle rank-time / (ranks x makespan)
   std::vector<double> busy;   // compute time per rank
+  // Per rank, its compute actions in program order with their start and end (communication
+  // actions are not listed: their time is in the receiving action's start).
+  std::vector<std::vector<SimulatedAction>> timeline;
+};
+struct SimulateOptions {
+  // An overlapped pair (Action::overlaps_next) takes max(a, b) + pair_serial_share x min(a, b),
+  // starting once both halves' inputs are there, both results leaving at its end (the executor's
+  // order: both receives before the pair, both sends after it). 1 (the default): the halves run
+  // back to back, the first as soon as its own inputs are there (one saturated device); 0: fully
+  // at once (halves that leave each other's resources idle). The planner measures it.
+  double pair_serial_share = 1.0;
+  // Ranks sharing a device: rank r runs on device r % devices, and while n of a device's ranks
+  // run at once each progresses at min(1, rank_concurrency[n-1] / n) of its own speed (processor
+  // sharing: a CPU's cores, or one GPU under several ranks). Empty: every rank has a device of
+  // its own. replicas: this many copies of the whole program run on the same devices at once
+  // (data-parallel replicas as processes of one CPU), so n counts their ranks too.
+  std::vector<double> rank_concurrency;
+  int devices = 1;
+  int replicas = 1;
 };
 // Runs every rank's program against the compute dependencies (as simulated_bubble_fraction
 // below) with these costs: one entry for every stage, or one per stage (virtual stages included,
-// so a measured imbalance shows). Communication costs nothing (its time is not modelled yet).
-// Throws std::invalid_argument for a wrong number of entries, a negative cost, or a schedule
-// whose compute order deadlocks.
-SimulatedStep simulate_step(const Schedule& schedule, const std::vector<StageCosts>& stage_costs);
+// so a measured imbalance shows), with transfer times between ranks (StageCosts). Throws
+// std::invalid_argument for a wrong number of entries, a negative cost, or a schedule whose
+// compute order deadlocks.
+SimulatedStep simulate_step(const Schedule& schedule, const std::vector<StageCosts>& stage_costs,
+                            const SimulateOptions& options = {});
 
 // Bubble share of wall time under unit costs (F=1, B=2 or I=1 + W=1): idle rank-time / (ranks x makespan).
 // Communication actions cost nothing (the zero-comm-cost limit). GPipe and 1F1B give exactly

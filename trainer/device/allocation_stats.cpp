@@ -1,0 +1,116 @@
+// Allocated-bytes statistics for every device kind: CUDA's from its caching allocator, CPU's from
+// a counting CPU allocator installed in place of LibTorch's (which keeps no statistics a program
+// can read). It adds a relaxed atomic update or two and a 64-byte header per allocation.
+#include <ATen/core/Tensor.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <cstdint>
+#include <mutex>
+
+#include "trainer/device/device.h"
+
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace gpipe {
+namespace {
+
+std::atomic<int64_t> g_cpu_now{0};
+std::atomic<int64_t> g_cpu_peak{0};
+
+void raise_peak(int64_t now) {
+  int64_t peak = g_cpu_peak.load(std::memory_order_relaxed);
+  while (now > peak && !g_cpu_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+// LibTorch's CPU allocation (c10::alloc_cpu: aligned, huge pages for large blocks) with a
+// 64-byte header holding the size, so the deleter can count it down. The DataPtr's context is
+// its data pointer, as LibTorch's raw_allocate() requires of a CPU allocator.
+constexpr size_t kHeader = 64;  // keeps c10's 64-byte alignment
+
+void counted_free(void* data) {
+  if (data == nullptr) return;
+  auto* base = static_cast<char*>(data) - kHeader;
+  int64_t bytes = 0;
+  std::memcpy(&bytes, base, sizeof bytes);
+  g_cpu_now.fetch_sub(bytes, std::memory_order_relaxed);
+  c10::free_cpu(base);
+}
+
+class CountingCpuAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t n) override {
+    auto* base = static_cast<char*>(c10::alloc_cpu(n + kHeader));
+    const auto bytes = static_cast<int64_t>(n);
+    std::memcpy(base, &bytes, sizeof bytes);
+    raise_peak(g_cpu_now.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+    void* data = base + kHeader;
+    return {data, data, &counted_free, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &counted_free; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+};
+
+std::once_flag g_install_once;
+bool g_installed = false;
+
+}  // namespace
+
+void install_cpu_allocation_counter() {
+  std::call_once(g_install_once, [] {
+    // Leaked on purpose: tensors freed during static destruction still call its deleter.
+    static auto* counting = new CountingCpuAllocator();
+    c10::SetCPUAllocator(counting, /*priority=*/1);
+    g_installed = true;
+  });
+}
+
+bool cpu_allocation_counter_installed() { return g_installed; }
+
+int64_t allocated_bytes(const c10::Device& device) {
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
+  }
+#endif
+  if (device.is_cpu() && g_installed) return g_cpu_now.load(std::memory_order_relaxed);
+  return -1;
+}
+
+int64_t peak_allocated_bytes(const std::vector<c10::Device>& devices) {
+  int64_t peak = -1;
+  for (const auto& d : devices) {
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+    if (d.is_cuda()) {
+      const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
+      peak = std::max<int64_t>(
+          peak, stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak);
+      continue;
+    }
+#endif
+    if (d.is_cpu() && g_installed) peak = std::max(peak, g_cpu_peak.load(std::memory_order_relaxed));
+  }
+  return peak;
+}
+
+void reset_peak_allocated(const std::vector<c10::Device>& devices) {
+  for (const auto& d : devices) {
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+    if (d.is_cuda()) {
+      c10::cuda::CUDACachingAllocator::resetPeakStats(d.index());
+      continue;
+    }
+#endif
+    if (d.is_cpu()) g_cpu_peak.store(g_cpu_now.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  }
+}
+
+}  // namespace gpipe
