@@ -153,7 +153,7 @@ std::string gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / (1024.0
 
 LayerMeasurement DeviceProfile::layer_at(size_t layer, int64_t microbatch_size) const {
   if (layers.empty() || layer >= layers.front().size()) throw std::out_of_range("DeviceProfile::layer_at: no such layer");
-  if (layers.size() == 1 || microbatch_sizes.size() < 2 || microbatch_sizes[0] == microbatch_sizes[1]) {
+  if (layers.size() == 1 || microbatch_sizes.size() < 2) {
     // One size measured: scale the memory with the tokens, keep the time (no slope known).
     LayerMeasurement m = layers.front()[layer];
     const double k = static_cast<double>(microbatch_size) / static_cast<double>(microbatch_sizes.front());
@@ -163,10 +163,13 @@ LayerMeasurement DeviceProfile::layer_at(size_t layer, int64_t microbatch_size) 
     m.workspace_bytes *= k;
     return m;
   }
-  const LayerMeasurement& a = layers[0][layer];
-  const LayerMeasurement& b = layers[1][layer];
-  const double t = static_cast<double>(microbatch_size - microbatch_sizes[0]) /
-                   static_cast<double>(microbatch_sizes[1] - microbatch_sizes[0]);
+  // Piecewise linear between the measured sizes (ascending), extended from the end segments.
+  size_t hi = 1;
+  while (hi + 1 < microbatch_sizes.size() && microbatch_sizes[hi] < microbatch_size) ++hi;
+  const LayerMeasurement& a = layers[hi - 1][layer];
+  const LayerMeasurement& b = layers[hi][layer];
+  const double t = static_cast<double>(microbatch_size - microbatch_sizes[hi - 1]) /
+                   static_cast<double>(microbatch_sizes[hi] - microbatch_sizes[hi - 1]);
   auto lerp = [&](double x, double y) { return std::max(0.0, x + t * (y - x)); };
   return LayerMeasurement{lerp(a.forward_ms, b.forward_ms),          lerp(a.input_grad_ms, b.input_grad_ms),
                           lerp(a.weight_grad_ms, b.weight_grad_ms),  lerp(a.activation_bytes, b.activation_bytes),
@@ -192,6 +195,7 @@ PlannedCandidate predict_candidate(const PlanCandidate& candidate, const Pipelin
   // Ranks that share a device share its throughput (measured); on CPU the replicas' processes
   // share the machine's cores too.
   sim.rank_concurrency = profile.rank_concurrency;
+  for (size_t k = 1; k < sim.rank_concurrency.size(); ++k) sim.rank_concurrency[k] *= profile.sharing_efficiency;
   sim.devices = std::max(1, std::min(profile.devices, schedule.num_ranks));
   sim.replicas = profile.device == "cpu" ? c.data_parallel : 1;
   for (int attempt = 0;; ++attempt) {

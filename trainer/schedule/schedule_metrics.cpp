@@ -78,13 +78,17 @@ SimulatedStep simulate_step(const Schedule& schedule, const std::vector<StageCos
   std::vector<size_t> pc(P, 0);
   std::vector<double> busy(P, 0.0);
   // What each rank runs now: one action, or an overlapped pair (second != npos), with the work
-  // left in ms at full speed.
+  // left in ms at full speed on each of its threads (a pair on a shared device runs as two
+  // threads, each taking its share of the device; elsewhere as one of pair_serial_share's length).
   constexpr size_t kNone = static_cast<size_t>(-1);
   struct Running {
     bool active = false;
     size_t first = 0, second = kNone;
-    double start = 0, work = 0, remaining = 0;
+    double start = 0, work = 0;
+    double remaining[2] = {0, 0};
+    int threads() const { return (remaining[0] > 0 ? 1 : 0) + (remaining[1] > 0 ? 1 : 0); }
   };
+  const bool shared_device = !options.rank_concurrency.empty();
   std::vector<Running> run(static_cast<size_t>(P));
   const int devices = options.rank_concurrency.empty() ? P : std::max(1, options.devices);
   const int replicas = std::max(1, options.replicas);
@@ -111,7 +115,8 @@ SimulatedStep simulate_step(const Schedule& schedule, const std::vector<StageCos
       while (a.overlaps_next && second < prog.size() && is_communication(prog[second].type)) ++second;
       // Fully serial halves (share 1) run back to back, the first as soon as its own inputs are
       // there: what one saturated device does with a pair.
-      const bool pair = a.overlaps_next && second < prog.size() && options.pair_serial_share < 1;
+      const bool pair =
+          a.overlaps_next && second < prog.size() && (options.pair_serial_share < 1 || shared_device);
       double ready = 0;
       if (!inputs_ready(a, &ready) || (pair && !inputs_ready(prog[second], &ready))) continue;  // produced later
       if (ready > now + 1e-12) {
@@ -123,38 +128,49 @@ SimulatedStep simulate_step(const Schedule& schedule, const std::vector<StageCos
       slot.first = pc[r];
       slot.start = now;
       if (!pair) {
-        slot.work = cost(a);
+        slot.work = slot.remaining[0] = cost(a);
       } else {
         slot.second = second;
         const double ca = cost(a), cb = cost(prog[second]);
-        const double shorter = std::min(ca, cb), longer = std::max(ca, cb);
-        slot.work = longer + options.pair_serial_share * shorter;
+        if (shared_device) {
+          slot.remaining[0] = ca;
+          slot.remaining[1] = cb;
+          slot.work = std::max(ca, cb);
+        } else {
+          slot.work = slot.remaining[0] = std::max(ca, cb) + options.pair_serial_share * std::min(ca, cb);
+        }
       }
-      slot.remaining = slot.work;
+      // A zero-cost action still has to end: it takes no time, on one thread.
+      if (slot.threads() == 0) slot.remaining[0] = 1e-300;
     }
     // Speeds: the running ranks of each device share it.
     std::vector<int> running_on(static_cast<size_t>(devices), 0);
     for (int r = 0; r < P; ++r)
-      if (run[static_cast<size_t>(r)].active) ++running_on[static_cast<size_t>(r % devices)];
+      if (run[static_cast<size_t>(r)].active) running_on[static_cast<size_t>(r % devices)] += run[static_cast<size_t>(r)].threads();
     double next = next_arrival;
     for (int r = 0; r < P; ++r) {
       const auto& slot = run[static_cast<size_t>(r)];
       if (!slot.active) continue;
       const double rate = rate_for(running_on[static_cast<size_t>(r % devices)] * replicas);
-      next = std::min(next, now + slot.remaining / rate);
+      for (double left : slot.remaining)
+        if (left > 0) next = std::min(next, now + left / rate);
     }
     if (!std::isfinite(next)) break;  // nothing runs and nothing will arrive: done, or stuck
     for (int r = 0; r < P; ++r) {
       auto& slot = run[static_cast<size_t>(r)];
       if (!slot.active) continue;
       const double rate = rate_for(running_on[static_cast<size_t>(r % devices)] * replicas);
-      slot.remaining -= rate * (next - now);
+      for (double& left : slot.remaining) {
+        if (left <= 0) continue;
+        left -= rate * (next - now);
+        if (left <= 1e-9 * std::max(1.0, slot.work)) left = 0;
+      }
       busy[r] += next - now;
     }
     now = next;
     for (int r = 0; r < P; ++r) {
       auto& slot = run[static_cast<size_t>(r)];
-      if (!slot.active || slot.remaining > 1e-9 * std::max(1.0, slot.work)) continue;
+      if (!slot.active || slot.threads() > 0) continue;
       const auto& prog = schedule.per_rank[r];
       if (slot.second == kNone) {
         record(r, prog[slot.first], slot.start, now);

@@ -18,6 +18,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -509,8 +510,128 @@ nlohmann::json profile_json(const DeviceProfile& d, double seconds) {
           {"replica_link_source", d.replica_link_source},
           {"pair_serial_share", d.pair_serial_share},
           {"rank_concurrency", d.rank_concurrency},
+          {"sharing_efficiency", d.sharing_efficiency},
+          {"handoff_ms", d.handoff_ms},
           {"memory_per_device_bytes", d.memory_per_device_bytes},
           {"devices", d.devices}};
+}
+
+// The user's own configuration as a candidate (nullopt: one the planner does not model, a
+// schedule file or an asynchronous pipeline).
+std::optional<PlanCandidate> candidate_of_config(const PipelineConfig& config, const ModelInterface& model,
+                                                 const DeviceProfile& profile) {
+  const ParallelConfig& p = config.parallel;
+  if (!p.schedule_file.empty() || p.sync_mode != "bsp") return std::nullopt;
+  PlanCandidate c;
+  c.schedule = p.schedule;
+  c.pipeline_ranks = p.model_parallel_size;
+  c.virtual_stages = p.virtual_stages;
+  c.microbatches = config.training.num_microbatches;
+  c.data_parallel = p.data_parallel_size;
+  c.overlap = p.overlap_f_b == "true";
+  const int stages = p.model_parallel_size * p.virtual_stages;
+  std::vector<double> layer_ms;
+  const int64_t microbatch_size = config.dataset.batch_size / std::max(1, config.training.num_microbatches);
+  for (size_t l = 0; l < profile.layer_names.size(); ++l) {
+    const LayerMeasurement m = profile.layer_at(l, microbatch_size);
+    layer_ms.push_back(m.forward_ms + m.input_grad_ms + m.weight_grad_ms);
+  }
+  for (const StageSpec& spec : model.get_stage_partition(p, stages, layer_ms)) {
+    const int64_t first_block = std::max<int64_t>(spec.first_layer, 1);
+    const int64_t last_block = std::min<int64_t>(spec.last_layer, static_cast<int64_t>(profile.layer_names.size()) - 1);
+    c.blocks_per_stage.push_back(last_block - first_block);
+    c.recompute_ratio.push_back(spec.recompute_ratio);
+  }
+  return c;
+}
+
+// Runs `candidate` for 5 steps as calibration run `name`; its median step in ms (<= 0: failed).
+double calibration_run(const PipelineConfig& config, const PlanCandidate& candidate, const DeviceProfile& profile,
+                       const PlanRequest& request, const std::string& self_exe, const std::string& name,
+                       std::ostream& out) {
+  PlannedCandidate planned = predict_candidate(candidate, config, profile, false);
+  PlanRequest calibrate_request = request;
+  calibrate_request.verify_steps = 5;
+  out << "  calibrating: " << candidate.label() << " for 5 steps\n";
+  out.flush();
+  const VerifyResult run =
+      verify_candidate(config, planned, profile, calibrate_request, self_exe,
+                       (std::filesystem::path(config.training.output_dir) / "plan_verify" / name).string());
+  return run.exit_code == 0 ? run.measured_ms : -1.0;
+}
+
+std::string calibrate_profile(const PipelineConfig& config, const ModelInterface& model, const PlanRequest& request,
+                              const std::string& self_exe, DeviceProfile& profile, std::ostream& out) {
+  const std::optional<PlanCandidate> own = candidate_of_config(config, model, profile);
+  if (!own) return "not calibrated: the configuration uses a schedule file or sync_mode asp";
+  // The second run: the same ranks, replicas and micro-batches, interleaved with the most virtual
+  // stages the model allows (at most 4), no pairs.
+  std::optional<PlanCandidate> more;
+  PlanOptions options;
+  options.world_size = own->pipeline_ranks * own->data_parallel;
+  options.schedules = {"interleaved_1f1b"};
+  options.allow_overlap = false;
+  try {
+    for (const PlanCandidate& c : enumerate_candidates(config, profile, options)) {
+      if (c.pipeline_ranks == own->pipeline_ranks && c.microbatches == own->microbatches &&
+          c.data_parallel == own->data_parallel && (!more || c.virtual_stages > more->virtual_stages)) {
+        more = c;
+      }
+    }
+  } catch (const ConfigError&) {
+  }
+  if (more && more->virtual_stages == own->virtual_stages) more.reset();
+  const double measured_own = calibration_run(config, *own, profile, request, self_exe, "calibration_1", out);
+  if (measured_own <= 0) return "not calibrated: the run of your configuration failed (plan_verify/calibration_1/run.log)";
+  const double measured_more =
+      more ? calibration_run(config, *more, profile, request, self_exe, "calibration_2", out) : -1.0;
+  // The second parameter: how long a hand-off from one rank to the next takes beyond the
+  // transport's own measured latency (a rank woken on a busy device waits for its turn).
+  const double measured_latency = profile.link_latency_ms;
+  auto predicted = [&](const PlanCandidate& c, double efficiency, double handoff) {
+    DeviceProfile p = profile;
+    p.sharing_efficiency = efficiency;
+    p.link_latency_ms = measured_latency + handoff;
+    return predict_candidate(c, config, p, false).prediction.step_ms;
+  };
+  // The efficiency that makes `own` come out as measured, for a given overhead (the predicted
+  // step falls as the efficiency rises).
+  auto fit_efficiency = [&](double overhead) {
+    double lo = 0.2, hi = 2.0;
+    if (predicted(*own, hi, overhead) >= measured_own) return hi;
+    if (predicted(*own, lo, overhead) <= measured_own) return lo;
+    for (int i = 0; i < 30; ++i) {
+      const double mid = 0.5 * (lo + hi);
+      (predicted(*own, mid, overhead) > measured_own ? lo : hi) = mid;
+    }
+    return 0.5 * (lo + hi);
+  };
+  const double before_own = predicted(*own, 1.0, 0.0);
+  double overhead = 0;
+  if (measured_more > 0) {
+    // More actions per rank than `own`: the overhead that makes both come out as measured.
+    double lo = 0, hi = std::max(0.1, measured_more / 20.0);
+    for (int i = 0; i < 30; ++i) {
+      const double mid = 0.5 * (lo + hi);
+      (predicted(*more, fit_efficiency(mid), mid) < measured_more ? lo : hi) = mid;
+    }
+    overhead = 0.5 * (lo + hi);
+  }
+  profile.link_latency_ms = measured_latency + overhead;
+  profile.handoff_ms = overhead;
+  profile.sharing_efficiency = fit_efficiency(overhead);
+  std::ostringstream text;
+  text.precision(4);
+  text << own->label() << " ran at " << measured_own << " ms/step (" << before_own << " predicted from the layers alone)";
+  if (more) {
+    text << ", " << more->label() << " at " << measured_more << " ms/step";
+  } else {
+    text << " (no second configuration with more virtual stages: hand-off time not fitted)";
+  }
+  text << "; fitted: ranks sharing a device run at " << profile.sharing_efficiency
+       << " of their measured concurrency, a hand-off between ranks takes " << profile.handoff_ms
+       << " ms more than the transport's own latency";
+  return text.str();
 }
 
 }  // namespace
@@ -527,21 +648,32 @@ int run_plan_command(PipelineConfig config, const PlanRequest& request, const st
   }
   PipelineComponents components = create_components(config);  // validates; resolves vocab_size
   components.model->configure(config.model);
-  // Micro-batch sizes the candidates can have: the batch over each count that divides it. The
-  // profile measures the smallest and the largest; the others are interpolated.
+  // Micro-batch sizes the candidates can have: the batch over each count that divides it.
   std::vector<int64_t> sizes;
   for (int64_t m = 1; m <= config.dataset.batch_size; ++m)
     if (config.dataset.batch_size % m == 0 && m <= request.max_microbatches) sizes.push_back(config.dataset.batch_size / m);
   std::sort(sizes.begin(), sizes.end());
   ProfileOptions popts;
-  popts.microbatch_sizes = {sizes.front()};
-  if (sizes.back() != sizes.front()) popts.microbatch_sizes.push_back(sizes.back());
+  // Every size when there are at most four, else the smallest, the largest and two between
+  // (spread evenly over the sorted sizes); the others are interpolated.
+  if (sizes.size() <= 4) {
+    popts.microbatch_sizes = sizes;
+  } else {
+    for (size_t i = 0; i < 4; ++i) popts.microbatch_sizes.push_back(sizes[i * (sizes.size() - 1) / 3]);
+  }
   popts.link_gbps = request.link_gbps;
   popts.link_latency_us = request.link_latency_us;
   popts.memory_budget_gib = request.memory_budget_gib;
   out << "gpipe_runner --plan: measuring " << components.model->layer_costs().size() << " layers of model '"
       << config.model.name << "' on " << config.parallel.device << "\n";
-  const DeviceProfile profile = measure_device_profile(config, components, popts, out);
+  DeviceProfile profile = measure_device_profile(config, components, popts, out);
+
+  // Calibration: two short runs, the user's own configuration and the same with more virtual
+  // stages (more actions per rank). How well ranks sharing a device share it in a real pipeline
+  // (DeviceProfile::sharing_efficiency) and what the executor costs per action beyond its layers
+  // (action_overhead_ms) are fitted to them; everything else stays as measured.
+  std::string calibration = "not calibrated (--plan-calibrate 0)";
+  if (request.calibrate) calibration = calibrate_profile(config, *components.model, request, self_exe, profile, out);
   const double measured_s = ms_since(started) / 1e3;
 
   PlanOptions options;
@@ -554,7 +686,7 @@ int run_plan_command(PipelineConfig config, const PlanRequest& request, const st
       << " us + " << profile.link_ms_per_byte * kMiB << " ms/MiB; replicas' link " << profile.replica_link_source
       << "; ranks together on one device run " << (profile.rank_concurrency.empty() ? 1.0 : profile.rank_concurrency.back())
       << "x one rank; overlapped halves " << 100 * profile.pair_serial_share << "% serial; memory budget "
-      << gib_text(profile.memory_per_device_bytes) << " per device\n";
+      << gib_text(profile.memory_per_device_bytes) << " per device\ncalibration: " << calibration << "\n";
 
   const std::string output = request.output.empty()
                                  ? (std::filesystem::path(config.training.output_dir) / "plan.yaml").string()

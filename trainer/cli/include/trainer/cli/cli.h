@@ -27,6 +27,9 @@ struct PlanRequest {
   double link_latency_us = -1;   // --link-latency-us X; < 0: measured or assumed
   std::vector<std::string> schedules;  // --plan-schedules a,b: only these; empty: all
   int max_microbatches = 64;           // --plan-max-microbatches N
+  // --plan-calibrate 0|1: run the configuration as given for a few steps first and fit how well
+  // ranks sharing a device share it (DeviceProfile::sharing_efficiency).
+  bool calibrate = true;
 };
 
 struct RunOptions {

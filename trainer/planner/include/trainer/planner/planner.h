@@ -32,13 +32,13 @@ struct LayerMeasurement {
 };
 
 // What the planner knows about the device and the model, all measured (or given for links it
-// cannot measure). Layer measurements are taken at two micro-batch sizes; other sizes are
-// interpolated linearly in the micro-batch size (time and memory are affine in the tokens).
+// cannot measure). Layer measurements are taken at up to four micro-batch sizes (ascending,
+// distinct); other sizes are interpolated piecewise linearly in the micro-batch size.
 struct DeviceProfile {
   std::string device;  // "cpu", "NVIDIA H100 80GB HBM3"
   std::vector<std::string> layer_names;
   std::vector<int64_t> layer_parameters;
-  std::vector<int64_t> microbatch_sizes;              // 1 or 2 sizes, ascending
+  std::vector<int64_t> microbatch_sizes;              // 1 to 4 sizes, ascending, distinct
   std::vector<std::vector<LayerMeasurement>> layers;  // [size index][layer]
   double optimizer_ms_per_parameter = 0;  // gradient norm + AdamW, per parameter (serial per step)
   double bytes_per_parameter = 16;        // weights + gradients + AdamW state (fp32)
@@ -51,6 +51,13 @@ struct DeviceProfile {
   // ranks' worth of work at once: rank_concurrency[k-1] for k ranks busy together, measured by
   // running one layer on k threads (k for a CPU's cores, about 1 for a saturated GPU).
   std::vector<double> rank_concurrency;
+  // What ranks sharing a device achieve in a real pipeline, as a share of rank_concurrency (the
+  // threads of a pipeline contend more than copies of one layer do): calibrated by --plan from
+  // one run of the user's own configuration (1: not calibrated).
+  double sharing_efficiency = 1.0;
+  // Of link_latency_ms, what the calibration added to the transport's measured latency: a rank
+  // woken by its input on a busy device waits for its turn (0: not calibrated).
+  double handoff_ms = 0;
   double replica_link_latency_ms = 0;     // between the processes of data-parallel replicas
   double replica_link_ms_per_byte = 0;
   std::string replica_link_source = "assumed";

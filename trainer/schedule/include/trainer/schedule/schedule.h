@@ -232,7 +232,8 @@ struct SimulateOptions {
   // starting once both halves' inputs are there, both results leaving at its end (the executor's
   // order: both receives before the pair, both sends after it). 1 (the default): the halves run
   // back to back, the first as soon as its own inputs are there (one saturated device); 0: fully
-  // at once (halves that leave each other's resources idle). The planner measures it.
+  // at once (halves that leave each other's resources idle). The planner measures it. On a shared
+  // device (rank_concurrency below) a pair instead runs as two threads, each taking its share.
   double pair_serial_share = 1.0;
   // Ranks sharing a device: rank r runs on device r % devices, and while n of a device's ranks
   // run at once each progresses at min(1, rank_concurrency[n-1] / n) of its own speed (processor

@@ -14,7 +14,7 @@
 namespace gpipe {
 
 struct ProfileOptions {
-  std::vector<int64_t> microbatch_sizes;  // 1 or 2 sizes to measure at (ascending)
+  std::vector<int64_t> microbatch_sizes;  // 1 to 4 distinct sizes to measure at (ascending)
   int warmup_runs = 2;
   int timed_runs = 5;
   double link_gbps = 0;          // > 0: given, not measured
