@@ -218,6 +218,7 @@ PlannedCandidate predict_candidate(const PlanCandidate& candidate, const Pipelin
     // latency of every stage's collective included (they queue on one Gloo / NCCL connection).
     double allreduce_ms = 0;
     if (c.data_parallel > 1) {
+      allreduce_ms += profile.replica_step_ms;
       const double d = c.data_parallel;
       for (const StageModel& st : stages) {
         allreduce_ms += profile.replica_link_latency_ms * 2 * (d - 1) / d * 2 +

@@ -166,14 +166,15 @@ std::pair<double, double> measure_inprocess_link(double bytes, c10::Device devic
         transport->send(TransferKey{TransferKind::kGradient, 0, i}, std::move(m));
       }
     });
-    const auto start = Clock::now();
+    std::vector<double> round_trips;  // the median: one descheduled round must not count
     for (int i = 0; i < kRounds; ++i) {
+      const auto start = Clock::now();
       transport->send(TransferKey{TransferKind::kActivation, 1, i}, Message{t, nullptr});
       (void)transport->recv(TransferKey{TransferKind::kGradient, 0, i}, std::chrono::seconds(30));
+      round_trips.push_back(ms_since(start));
     }
-    const double ms = ms_since(start) / (2.0 * kRounds);
     echo.join();
-    return ms;
+    return median(round_trips) / 2.0;
   };
   const double small = one_way_ms(1);
   const double large = one_way_ms(elements);
@@ -512,6 +513,7 @@ nlohmann::json profile_json(const DeviceProfile& d, double seconds) {
           {"rank_concurrency", d.rank_concurrency},
           {"sharing_efficiency", d.sharing_efficiency},
           {"handoff_ms", d.handoff_ms},
+          {"replica_step_ms", d.replica_step_ms},
           {"memory_per_device_bytes", d.memory_per_device_bytes},
           {"devices", d.devices}};
 }
@@ -620,6 +622,32 @@ std::string calibrate_profile(const PipelineConfig& config, const ModelInterface
   profile.link_latency_ms = measured_latency + overhead;
   profile.handoff_ms = overhead;
   profile.sharing_efficiency = fit_efficiency(overhead);
+  // A third run when replicas are possible: the same schedule and micro-batches as 2 replicas of
+  // half the ranks, for what a multi-process step costs beyond its all-reduces.
+  std::optional<PlanCandidate> replicated;
+  double measured_replicated = -1;
+  if (own->data_parallel == 1 && own->pipeline_ranks % 2 == 0) {
+    PlanOptions dp_options;
+    dp_options.world_size = own->pipeline_ranks;
+    dp_options.schedules = {own->schedule};
+    dp_options.allow_overlap = false;
+    try {
+      for (const PlanCandidate& c : enumerate_candidates(config, profile, dp_options)) {
+        if (c.data_parallel == 2 && c.microbatches == own->microbatches && c.virtual_stages == own->virtual_stages) {
+          replicated = c;
+          break;
+        }
+      }
+    } catch (const ConfigError&) {
+    }
+    if (replicated) {
+      measured_replicated = calibration_run(config, *replicated, profile, request, self_exe, "calibration_3", out);
+      if (measured_replicated > 0) {
+        profile.replica_step_ms =
+            std::max(0.0, measured_replicated - predict_candidate(*replicated, config, profile, false).prediction.step_ms);
+      }
+    }
+  }
   std::ostringstream text;
   text.precision(4);
   text << own->label() << " ran at " << measured_own << " ms/step (" << before_own << " predicted from the layers alone)";
@@ -628,9 +656,11 @@ std::string calibrate_profile(const PipelineConfig& config, const ModelInterface
   } else {
     text << " (no second configuration with more virtual stages: hand-off time not fitted)";
   }
+  if (replicated && measured_replicated > 0) text << ", " << replicated->label() << " at " << measured_replicated << " ms/step";
   text << "; fitted: ranks sharing a device run at " << profile.sharing_efficiency
        << " of their measured concurrency, a hand-off between ranks takes " << profile.handoff_ms
-       << " ms more than the transport's own latency";
+       << " ms more than the transport's own latency, a step of replicas " << profile.replica_step_ms
+       << " ms more than its all-reduces";
   return text.str();
 }
 

@@ -58,6 +58,9 @@ struct DeviceProfile {
   // Of link_latency_ms, what the calibration added to the transport's measured latency: a rank
   // woken by its input on a busy device waits for its turn (0: not calibrated).
   double handoff_ms = 0;
+  // What a step of data-parallel replicas costs beyond their all-reduces (the processes agree on
+  // losses and the gradient norm, heartbeats): calibrated by --plan from one run with 2 replicas.
+  double replica_step_ms = 0;
   double replica_link_latency_ms = 0;     // between the processes of data-parallel replicas
   double replica_link_ms_per_byte = 0;
   std::string replica_link_source = "assumed";
