@@ -213,7 +213,8 @@ TEST(PredictCandidate, PeakMemoryFollowsTheSchedule) {
   const PlannedCandidate p = predict_candidate(c, config, profile);
   ASSERT_EQ(p.prediction.peak_bytes_per_rank.size(), 4u);
   const double mib = 1024.0 * 1024.0;
-  // Rank 1 holds one block (1M parameters x 16 bytes) and 3 micro-batches of 10 MiB at size 1.
+  // Rank 1 holds one block (1M parameters x 16 bytes: weights, AdamW state, and by its activation
+  // peak its gradients) and 3 micro-batches of 10 MiB at size 1.
   EXPECT_NEAR(p.prediction.peak_bytes_per_rank[1], 16e6 + 3 * 10 * mib + 1 * mib, 1.0);
   EXPECT_GT(p.prediction.peak_bytes_per_rank[0], p.prediction.peak_bytes_per_rank[3]);
   EXPECT_NEAR(p.prediction.peak_bytes_per_device[1], 100 + p.prediction.peak_bytes_per_rank[1], 1.0);

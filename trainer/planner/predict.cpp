@@ -72,6 +72,10 @@ StageModel model_stage(const DeviceProfile& profile, size_t first, size_t last, 
   return st;
 }
 
+bool detail_is_backward(ActionType t) {
+  return t == ActionType::kBackward || t == ActionType::kBackwardInput || t == ActionType::kBackwardWeight;
+}
+
 struct MemoryWalk {
   std::vector<double> rank_peak;    // static + activations + workspace, per rank
   std::vector<double> device_peak;  // base + its ranks' static + their activations over time + workspace
@@ -87,7 +91,7 @@ MemoryWalk walk_memory(const Schedule& schedule, const SimulatedStep& step, cons
   std::vector<double> rank_static(static_cast<size_t>(P), 0.0), rank_workspace(static_cast<size_t>(P), 0.0);
   for (int s = 0; s < schedule.num_stages(); ++s) {
     const auto r = static_cast<size_t>(schedule.rank_of_stage(s));
-    rank_static[r] += profile.bytes_per_parameter * stages[static_cast<size_t>(s)].parameters;
+    rank_static[r] += profile.state_bytes_per_parameter * stages[static_cast<size_t>(s)].parameters;
     rank_workspace[r] = std::max(rank_workspace[r], stages[static_cast<size_t>(s)].workspace_bytes);
   }
   // (time, rank, delta): frees before allocations at the same instant.
@@ -97,9 +101,20 @@ MemoryWalk walk_memory(const Schedule& schedule, const SimulatedStep& step, cons
     double delta;
   };
   std::vector<Event> events;
+  std::vector<bool> has_grads(stages.size(), false), has_casts(stages.size(), false);
   for (int r = 0; r < P; ++r) {
     for (const SimulatedAction& sa : step.timeline[static_cast<size_t>(r)]) {
-      const StageModel& st = stages[static_cast<size_t>(sa.action.stage)];
+      const auto s = static_cast<size_t>(sa.action.stage);
+      const StageModel& st = stages[s];
+      // A stage's gradients appear at its first backward, its autocast copies at its first forward.
+      if (detail_is_backward(sa.action.type) && !has_grads[s]) {
+        has_grads[s] = true;
+        events.push_back({sa.start, r, profile.grad_bytes_per_parameter * st.parameters});
+      }
+      if (sa.action.type == ActionType::kForward && !has_casts[s] && profile.cast_bytes_per_parameter > 0) {
+        has_casts[s] = true;
+        events.push_back({sa.start, r, profile.cast_bytes_per_parameter * st.parameters});
+      }
       switch (sa.action.type) {
         case ActionType::kForward: events.push_back({sa.end, r, st.held_bytes}); break;
         case ActionType::kBackward: events.push_back({sa.end, r, -st.held_bytes}); break;
@@ -144,7 +159,9 @@ Schedule candidate_schedule(const PlanCandidate& c) {
   Schedule compute = make_schedule(parse_schedule_kind(c.schedule), c.pipeline_ranks, c.microbatches / c.data_parallel,
                                    c.virtual_stages);
   if (c.overlap) compute = with_overlap(compute, OverlapMode::kOn);
-  return compute;
+  // As the executors run it: with its sends and receives (a receive placed early makes its rank
+  // wait there, e.g. interleaved 1F1B's paired receives before the forward).
+  return with_communication(compute);
 }
 
 std::string gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / (1024.0 * kMiB)); }

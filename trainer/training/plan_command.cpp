@@ -377,6 +377,8 @@ DeviceProfile measure_device_profile(const PipelineConfig& config, const Pipelin
     }
   }
 
+  // bf16 autocast keeps a bf16 copy of every weight per step (WeightCastCache).
+  profile.cast_bytes_per_parameter = bf16 ? 2 : 0;
   // Memory per device: given, or the device's.
   profile.devices = device.is_cuda() ? std::max(1, count_distinct_devices(resolve_rank_devices(
                                                       config.parallel.device, config.parallel.model_parallel_size)))

@@ -41,7 +41,12 @@ struct DeviceProfile {
   std::vector<int64_t> microbatch_sizes;              // 1 to 4 sizes, ascending, distinct
   std::vector<std::vector<LayerMeasurement>> layers;  // [size index][layer]
   double optimizer_ms_per_parameter = 0;  // gradient norm + AdamW, per parameter (serial per step)
-  double bytes_per_parameter = 16;        // weights + gradients + AdamW state (fp32)
+  // Per parameter: weights and AdamW state held all step (fp32: 4 + 8); gradients, made by a
+  // stage's first backward each step (the trainer sets them to none after the update); the
+  // low-precision copies bf16 autocast makes at a stage's first forward of a step (0 in fp32).
+  double state_bytes_per_parameter = 12;
+  double grad_bytes_per_parameter = 4;
+  double cast_bytes_per_parameter = 0;
   double base_bytes = 0;                  // allocated before any stage exists (data, tokenizer)
   double link_latency_ms = 0;             // one transfer between ranks
   double link_ms_per_byte = 0;

@@ -246,7 +246,9 @@ struct SimulateOptions {
 };
 // Runs every rank's program against the compute dependencies (as simulated_bubble_fraction
 // below) with these costs: one entry for every stage, or one per stage (virtual stages included,
-// so a measured imbalance shows), with transfer times between ranks (StageCosts). Throws
+// so a measured imbalance shows), with transfer times between ranks (StageCosts). A schedule with
+// communication actions is run as the executors run it: sends never wait, a receive waits for
+// its tensor (so a receive placed early holds its rank). Throws
 // std::invalid_argument for a wrong number of entries, a negative cost, or a schedule whose
 // compute order deadlocks.
 SimulatedStep simulate_step(const Schedule& schedule, const std::vector<StageCosts>& stage_costs,
