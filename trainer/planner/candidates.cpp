@@ -125,17 +125,7 @@ std::vector<PlanCandidate> enumerate_candidates(const PipelineConfig& config, co
             continue;
           }
           out.push_back(c);
-          // Pairs on the interleaved kinds are left out: their runs took 20-38% longer than the
-          // simulator predicts (docs/results/2026-11-27-planner-cpu.md), an executor behaviour it
-          // does not model yet. One-stage kinds and zbv were predicted within 12%.
-          const bool pairs_modelled = kind == ScheduleKind::kOneFOneB || kind == ScheduleKind::kZeroBubbleH1 ||
-                                      kind == ScheduleKind::kZeroBubbleV;
-          if (options.allow_overlap && (kind == ScheduleKind::kInterleavedOneFOneB ||
-                                        kind == ScheduleKind::kInterleavedZeroBubble || kind == ScheduleKind::kLoopedBFS)) {
-            note("overlapped pairs on interleaved_1f1b / interleaved_zb / looped_bfs are not offered: the simulator "
-                 "predicts them 20-38% fast (not modelled yet)");
-          }
-          if (options.allow_overlap && pairs_modelled) {
+          if (options.allow_overlap && kind != ScheduleKind::kGPipe && kind != ScheduleKind::kDualPipeV) {
             try {
               const Schedule paired = with_overlap(compute, OverlapMode::kOn);
               if (count_overlapped_pairs(paired) > 0 && legal(paired)) {
