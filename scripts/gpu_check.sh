@@ -160,7 +160,7 @@ step c check_memcheck.sh 60
 step d check_trainer.sh 450
 step e check_distributed.sh 90
 step f check_driver_rules.sh 120
-step i check_plan.sh 150
+step i check_plan.sh 200
 step g check_schedules.sh 480
 step h check_replay.sh 120
 

@@ -94,7 +94,8 @@ std::string render_plan_table(const Plan& plan, const DeviceProfile& profile, in
     for (const auto& [name, pc] : family_best) {
       const double slower = pc->prediction.step_ms / best - 1;
       const auto& pick = plan.ranked.front().prediction;
-      std::string why = slower <= 0 ? "the pick" : fmt::format("{:+.1f}% step time", 100 * slower);
+      const bool is_pick = pc == &plan.ranked.front();
+      std::string why = is_pick ? "the pick" : slower <= 0 ? "ties the pick" : fmt::format("{:+.1f}% step time", 100 * slower);
       if (slower > 0) {
         if (pc->prediction.bubble > pick.bubble + 0.01)
           why += fmt::format(": bubble {:.1f}% vs {:.1f}%", 100 * pc->prediction.bubble, 100 * pick.bubble);

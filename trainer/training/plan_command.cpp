@@ -697,7 +697,7 @@ int run_plan_command(PipelineConfig config, const PlanRequest& request, const st
   popts.link_latency_us = request.link_latency_us;
   popts.memory_budget_gib = request.memory_budget_gib;
   out << "gpipe_runner --plan: measuring " << components.model->layer_costs().size() << " layers of model '"
-      << config.model.name << "' on " << config.parallel.device << "\n";
+      << config.model.name << "' on " << resolve_rank_devices(config.parallel.device, 1).front().str() << "\n";
   DeviceProfile profile = measure_device_profile(config, components, popts, out);
 
   // Calibration: two short runs, the user's own configuration and the same with more virtual
