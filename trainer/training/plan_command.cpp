@@ -6,6 +6,7 @@
 #include <c10/core/GradMode.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -397,6 +398,7 @@ int run_child(const std::vector<std::string>& argv, const std::string& log_path,
   if (pid < 0) throw std::runtime_error("--verify: fork failed");
   if (pid == 0) {
     setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // an interrupted --plan takes its runs with it
     const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       dup2(fd, 1);
@@ -752,6 +754,7 @@ int run_plan_command(PipelineConfig config, const PlanRequest& request, const st
         << " steps each (steps after the first two compared)\n";
     out << "  #  candidate                          predicted ms  measured ms   error   predicted MiB  measured MiB   error\n";
     std::vector<double> errors;
+    int failed = 0;
     for (int i = 0; i < k; ++i) {
       const std::string dir = (std::filesystem::path(config.training.output_dir) / "plan_verify" /
                                ("candidate_" + std::to_string(i + 1))).string();
@@ -770,6 +773,7 @@ int run_plan_command(PipelineConfig config, const PlanRequest& request, const st
         std::snprintf(row, sizeof row, "%3d  %-34s  run failed (exit %d): see %s/run.log\n", i + 1,
                       v.candidate.label().c_str(), v.exit_code, dir.c_str());
         out << row;
+        ++failed;
         continue;
       }
       const double err = v.predicted_ms / v.measured_ms - 1;
@@ -784,6 +788,10 @@ int run_plan_command(PipelineConfig config, const PlanRequest& request, const st
     if (!errors.empty()) {
       out << "step time: median |error| " << 100 * median(errors) << "%, max "
           << 100 * *std::max_element(errors.begin(), errors.end()) << "% (error = predicted / measured - 1)\n";
+    }
+    if (failed > 0) {
+      out << failed << " of " << k << " verify runs failed (their run.log says why)\n";
+      return 1;
     }
   }
   return 0;

@@ -39,8 +39,9 @@ struct VerifyResult {
   std::string output_dir;
 };
 
-// The whole --plan command. Returns the exit code (0 ok; ConfigError from the planner is thrown,
-// exit 2). `self_exe` is gpipe_runner's own path, for --verify's runs.
+// The whole --plan command. Returns the exit code (0 ok, 1 when a --verify run failed; the
+// planner's ConfigError is thrown: exit 2). `self_exe` is gpipe_runner's own path, for the
+// calibration and --verify runs.
 int run_plan_command(PipelineConfig config, const PlanRequest& request, const std::string& self_exe,
                      std::ostream& out);
 
