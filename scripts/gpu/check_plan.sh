@@ -13,7 +13,7 @@ need_trainer "i: plan" || exit 1
 dir=$OUTDIR/plan
 mkdir -p "$dir"
 timeout -k 5 "${GPU_PLAN_TIMEOUT:-190}" "$RUNNER" --config "$GPU_ROOT/$GPU_CONFIG" --set parallel.device=cuda \
-  --output-dir "$dir" --plan --plan-schedules 1f1b,zb_h1,interleaved_1f1b,dualpipev \
+  --output-dir "$dir" --plan --plan-schedules 1f1b,zb_h1,interleaved_1f1b,dualpipev --plan-max-microbatches 8 \
   --verify "${GPU_CHECK_PLAN_VERIFY:-2}" --verify-steps 5 >"$OUTDIR/logs/plan.log" 2>&1
 rc=$?
 "$PYTHON" - "$dir/plan.json" "$rc" <<'PY' | tee -a "$OUTDIR/results.md"

@@ -273,6 +273,41 @@ TEST(PredictCandidate, RecomputeIsRaisedOnlyWhereMemoryNeedsIt) {
   }
 }
 
+// On GPUs each replica's process sits on one GPU: replicas beyond the GPUs are not candidates
+// (NCCL refuses two processes on one), and a malformed candidate is refused, not mis-simulated.
+TEST(EnumerateCandidates, ReplicasNeedAGpuEach) {
+  const PipelineConfig config = base_config(4, 8, 8);
+  DeviceProfile profile = uniform_profile(8);
+  profile.devices = 1;  // one GPU
+  std::vector<std::string> notes;
+  for (const PlanCandidate& c : enumerate_candidates(config, profile, PlanOptions{}, &notes)) {
+    EXPECT_EQ(c.data_parallel, 1) << c.label();
+  }
+  EXPECT_THAT(notes, testing::Contains(testing::HasSubstr("needs a GPU of its own")));
+  PlanCandidate bad = one_f_one_b({4, 3}, 8);  // 7 blocks of 8
+  EXPECT_THROW(predict_candidate(bad, config, profile), std::invalid_argument);
+  bad = one_f_one_b({4, 4}, 8);
+  bad.recompute_ratio = {0};
+  EXPECT_THROW(predict_candidate(bad, config, profile), std::invalid_argument);
+}
+
+// A stage sends its output forward and a gradient shaped like its input back: with a costly
+// link, a stage whose input is small pays little for its backward send.
+TEST(PredictCandidate, GradientsAreSizedByTheStageInput) {
+  const PipelineConfig config = base_config(2, 2, 2);
+  DeviceProfile profile = uniform_profile(2);
+  profile.link_ms_per_byte = 1e-6;
+  PlanCandidate c = one_f_one_b({1, 1}, 1);
+  c.schedule = "gpipe";
+  const double base = predict_candidate(c, config, profile).prediction.pipeline_ms;
+  // Make the head's output (the logits) huge: it is never sent, so nothing changes.
+  for (auto& size : profile.layers) size.back().output_bytes *= 1000;
+  EXPECT_DOUBLE_EQ(predict_candidate(c, config, profile).prediction.pipeline_ms, base);
+  // Make the last layer of stage 0 (block 1) output huge: both directions pay for it.
+  for (auto& size : profile.layers) size[1].output_bytes *= 1000;
+  EXPECT_GT(predict_candidate(c, config, profile).prediction.pipeline_ms, base + 1.0);
+}
+
 // Replicas pay an all-reduce per stage on the replicas' link; a slower link costs more.
 TEST(PredictCandidate, ReplicasPayForTheirAllReduce) {
   const PipelineConfig config = base_config(2, 4, 8);

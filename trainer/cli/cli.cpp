@@ -85,8 +85,9 @@ RunOptions parse_cli(int argc, const char* const* argv) {
       ->check(CLI::NonNegativeNumber)->needs(plan_flag);
   app.add_option("--plan-schedules", opts.plan.schedules, "With --plan: only these schedules (comma separated)")
       ->delimiter(',')->needs(plan_flag);
-  app.add_option("--plan-calibrate", opts.plan.calibrate, "With --plan: first run the configuration as given for 5 "
-                 "steps and fit how well ranks sharing a device share it (1, the default; 0: skip)")->needs(plan_flag);
+  app.add_option("--plan-calibrate", opts.plan.calibrate, "With --plan: first run the configuration as given, with "
+                 "the most virtual stages and as 2 replicas, 5 steps each, and fit how well ranks share a device, the "
+                 "hand-off time and the replicas' step cost (1, the default; 0: skip)")->needs(plan_flag);
   app.add_option("--plan-max-microbatches", opts.plan.max_microbatches, "With --plan: the most micro-batches tried")
       ->check(CLI::PositiveNumber)->needs(plan_flag);
   app.add_flag("--print-config", opts.print_config, "Print the effective config as YAML and exit");

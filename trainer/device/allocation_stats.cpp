@@ -59,7 +59,7 @@ class CountingCpuAllocator final : public c10::Allocator {
 };
 
 std::once_flag g_install_once;
-bool g_installed = false;
+std::atomic<bool> g_installed{false};
 
 }  // namespace
 
@@ -72,7 +72,7 @@ void install_cpu_allocation_counter() {
   });
 }
 
-bool cpu_allocation_counter_installed() { return g_installed; }
+bool cpu_allocation_counter_installed() { return g_installed.load(); }
 
 int64_t allocated_bytes(const c10::Device& device) {
 #ifdef OURGPIPE_HAVE_TORCH_CUDA

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <thread>
 #include <vector>
 
@@ -31,9 +32,23 @@ LinkCost measure_gloo_allreduce(int64_t bytes) {
     const double l = run(elements, kLargeRounds);
     if (rank == 0) small_ms = s, large_ms = l;
   };
-  std::thread peer(rank_main, 1);
-  rank_main(0);
+  // Either rank's failure (no loopback device, a timeout) is rethrown here once both have ended.
+  std::exception_ptr peer_error, own_error;
+  std::thread peer([&] {
+    try {
+      rank_main(1);
+    } catch (...) {
+      peer_error = std::current_exception();
+    }
+  });
+  try {
+    rank_main(0);
+  } catch (...) {
+    own_error = std::current_exception();
+  }
   peer.join();
+  if (own_error) std::rethrow_exception(own_error);
+  if (peer_error) std::rethrow_exception(peer_error);
   return LinkCost{small_ms, std::max(0.0, large_ms - small_ms) / static_cast<double>(elements * 4)};
 }
 

@@ -82,6 +82,11 @@ std::vector<PlanCandidate> enumerate_candidates(const PipelineConfig& config, co
       note(fmt::format("{} pipeline ranks (data_parallel_size {}): more ranks than the model's {} blocks", ranks, dp, blocks));
       continue;
     }
+    if (profile.device != "cpu" && dp > std::max(1, profile.devices)) {
+      note(fmt::format("data_parallel_size {}: each replica's process needs a GPU of its own (NCCL refuses two on "
+                       "one), {} visible", dp, std::max(1, profile.devices)));
+      continue;
+    }
     if (batch % dp != 0) {
       note(fmt::format("data_parallel_size {}: does not divide dataset.batch_size {}", dp, batch));
       continue;
@@ -140,10 +145,14 @@ std::vector<PlanCandidate> enumerate_candidates(const PipelineConfig& config, co
     }
   }
   if (out.empty()) {
+    std::string why;
+    if (notes) {
+      for (size_t i = 0; i < std::min<size_t>(3, notes->size()); ++i) why += "; " + (*notes)[i];
+    }
     throw ConfigError(fmt::format(
-        "no pipeline configuration is legal for a world of {} ranks, {} blocks and dataset.batch_size {}: give a "
-        "world size (--world-size) of at most {} pipeline ranks, or a batch with more divisors", world, blocks, batch,
-        blocks));
+        "no pipeline configuration is legal for a world of {} ranks, {} blocks and dataset.batch_size {}{}: give a "
+        "world size (--world-size) of at most {} pipeline ranks, a batch with more divisors, or fewer restrictions "
+        "(--plan-schedules, --plan-max-microbatches)", world, blocks, batch, why, blocks));
   }
   return out;
 }

@@ -66,10 +66,19 @@ StageModel model_stage(const DeviceProfile& profile, size_t first, size_t last, 
   st.costs.forward += profile.action_overhead_ms;
   st.costs.backward_input += profile.action_overhead_ms;
   st.costs.backward_weight += profile.action_overhead_ms;
-  const double boundary = profile.layer_at(last - 1, microbatch_size).output_bytes;
-  st.costs.send_activation = profile.link_latency_ms + boundary * profile.link_ms_per_byte;
-  st.costs.send_gradient = st.costs.send_activation;
+  // Its output goes forward; the gradient it sends back is shaped like its input.
+  const double output = profile.layer_at(last - 1, microbatch_size).output_bytes;
+  const double input = first > 0 ? profile.layer_at(first - 1, microbatch_size).output_bytes : 0.0;
+  st.costs.send_activation = profile.link_latency_ms + output * profile.link_ms_per_byte;
+  st.costs.send_gradient = profile.link_latency_ms + input * profile.link_ms_per_byte;
   return st;
+}
+
+// The devices one replica's ranks run on, as the runner places them: on CPU the machine; on
+// GPUs, one process puts rank r on GPU r % GPUs, and each replica's process sits on one GPU.
+int replica_devices(const PlanCandidate& c, const DeviceProfile& profile) {
+  if (profile.device == "cpu" || c.data_parallel > 1) return 1;
+  return std::max(1, std::min(profile.devices, c.pipeline_ranks));
 }
 
 bool detail_is_backward(ActionType t) {
@@ -82,9 +91,8 @@ struct MemoryWalk {
 };
 
 MemoryWalk walk_memory(const Schedule& schedule, const SimulatedStep& step, const std::vector<StageModel>& stages,
-                       const DeviceProfile& profile) {
+                       const DeviceProfile& profile, int devices) {
   const int P = schedule.num_ranks;
-  const int devices = std::max(1, std::min(profile.devices, P));
   MemoryWalk out;
   out.rank_peak.assign(static_cast<size_t>(P), 0.0);
   out.device_peak.assign(static_cast<size_t>(devices), profile.base_bytes);
@@ -200,6 +208,16 @@ PlannedCandidate predict_candidate(const PlanCandidate& candidate, const Pipelin
   PlanCandidate& c = out.candidate;
   const Schedule schedule = candidate_schedule(c);
   const size_t num_layers = profile.layer_names.size();
+  const auto stages_wanted = static_cast<size_t>(schedule.num_stages());
+  int64_t blocks = 0;
+  for (int64_t b : c.blocks_per_stage) blocks += b;
+  if (c.blocks_per_stage.size() != stages_wanted || c.recompute_ratio.size() != stages_wanted ||
+      num_layers < 3 || blocks != static_cast<int64_t>(num_layers) - 2 ||
+      std::any_of(c.blocks_per_stage.begin(), c.blocks_per_stage.end(), [](int64_t b) { return b < 1; })) {
+    throw std::invalid_argument("predict_candidate: " + c.label() + " needs one block count (>= 1) and one recompute "
+                                "ratio per stage (" + std::to_string(stages_wanted) + "), the blocks summing to the "
+                                "model's " + std::to_string(num_layers > 2 ? num_layers - 2 : 0));
+  }
   const int64_t microbatch_size = config.dataset.batch_size / c.microbatches;
   const auto ranges = stage_layers(c.blocks_per_stage, num_layers);
   double total_parameters = 0;
@@ -213,7 +231,7 @@ PlannedCandidate predict_candidate(const PlanCandidate& candidate, const Pipelin
   // share the machine's cores too.
   sim.rank_concurrency = profile.rank_concurrency;
   for (size_t k = 1; k < sim.rank_concurrency.size(); ++k) sim.rank_concurrency[k] *= profile.sharing_efficiency;
-  sim.devices = std::max(1, std::min(profile.devices, schedule.num_ranks));
+  sim.devices = replica_devices(c, profile);
   sim.replicas = profile.device == "cpu" ? c.data_parallel : 1;
   for (int attempt = 0;; ++attempt) {
     std::vector<StageModel> stages;
@@ -224,7 +242,7 @@ PlannedCandidate predict_candidate(const PlanCandidate& candidate, const Pipelin
       costs.push_back(stages.back().costs);
     }
     const SimulatedStep step = simulate_step(schedule, costs, sim);
-    const MemoryWalk mem = walk_memory(schedule, step, stages, profile);
+    const MemoryWalk mem = walk_memory(schedule, step, stages, profile, sim.devices);
     PlanPrediction& p = out.prediction;
     p.pipeline_ms = step.makespan;
     p.bubble = step.bubble;

@@ -30,6 +30,12 @@ SimulatedStep simulate_step(const Schedule& schedule, const std::vector<StageCos
   if (!(options.pair_serial_share >= 0 && options.pair_serial_share <= 1)) {
     throw std::invalid_argument("simulate_step: pair_serial_share must be in [0, 1]");
   }
+  for (double c : options.rank_concurrency) {
+    if (!(c > 0) || !std::isfinite(c)) throw std::invalid_argument("simulate_step: rank_concurrency entries must be > 0");
+  }
+  if (options.devices < 1 || options.replicas < 1) {
+    throw std::invalid_argument("simulate_step: devices and replicas must be >= 1");
+  }
   const auto costs_of = [&](int stage) -> const StageCosts& {
     return stage_costs.size() == 1 ? stage_costs.front() : stage_costs[static_cast<size_t>(stage)];
   };
@@ -195,8 +201,14 @@ SimulatedStep simulate_step(const Schedule& schedule, const std::vector<StageCos
       const double rate = rate_for(running_on[static_cast<size_t>(r % devices)] * replicas);
       for (double& left : slot.remaining) {
         if (left <= 0) continue;
-        left -= rate * (next - now);
-        if (left <= 1e-9 * std::max(1.0, slot.work)) left = 0;
+        // A thread whose own end is the next event ends there exactly (no rounding left over,
+        // which at large clock values could stall the loop).
+        if (now + left / rate <= next) {
+          left = 0;
+        } else {
+          left -= rate * (next - now);
+          if (left <= 1e-9 * std::max(1.0, slot.work)) left = 0;
+        }
       }
       busy[r] += next - now;
     }

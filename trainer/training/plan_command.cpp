@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <barrier>
+#include <exception>
+#include <mutex>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -161,20 +163,35 @@ std::pair<double, double> measure_inprocess_link(double bytes, c10::Device devic
   auto one_way_ms = [&](int64_t n) {
     const at::Tensor t = at::zeros({n}, at::TensorOptions().dtype(at::kFloat).device(device));
     constexpr int kRounds = 50;
+    std::exception_ptr echo_error;
     std::thread echo([&] {
-      for (int i = 0; i < kRounds; ++i) {
-        Message m = transport->recv(TransferKey{TransferKind::kActivation, 1, i}, std::chrono::seconds(30));
-        transport->send(TransferKey{TransferKind::kGradient, 0, i}, std::move(m));
+      try {
+        for (int i = 0; i < kRounds; ++i) {
+          Message m = transport->recv(TransferKey{TransferKind::kActivation, 1, i}, std::chrono::seconds(30));
+          transport->send(TransferKey{TransferKind::kGradient, 0, i}, std::move(m));
+        }
+      } catch (...) {
+        echo_error = std::current_exception();
+        transport->abort("the echo thread failed");
       }
     });
     std::vector<double> round_trips;  // the median: one descheduled round must not count
-    for (int i = 0; i < kRounds; ++i) {
-      const auto start = Clock::now();
-      transport->send(TransferKey{TransferKind::kActivation, 1, i}, Message{t, nullptr});
-      (void)transport->recv(TransferKey{TransferKind::kGradient, 0, i}, std::chrono::seconds(30));
-      round_trips.push_back(ms_since(start));
+    try {
+      for (int i = 0; i < kRounds; ++i) {
+        const auto start = Clock::now();
+        transport->send(TransferKey{TransferKind::kActivation, 1, i}, Message{t, nullptr});
+        (void)transport->recv(TransferKey{TransferKind::kGradient, 0, i}, std::chrono::seconds(30));
+        round_trips.push_back(ms_since(start));
+      }
+    } catch (...) {
+      transport->abort("the measuring thread failed");
+      echo.join();
+      if (echo_error) std::rethrow_exception(echo_error);
+      throw;
     }
     echo.join();
+    if (echo_error) std::rethrow_exception(echo_error);
+    transport->reset();
     return median(round_trips) / 2.0;
   };
   const double small = one_way_ms(1);
@@ -182,22 +199,32 @@ std::pair<double, double> measure_inprocess_link(double bytes, c10::Device devic
   return {small, std::max(0.0, large - small) / std::max(1.0, bytes)};
 }
 
-// Runs `work` on k threads at once (released together), `rounds` times; the median wall time.
-double concurrent_ms(int k, int rounds, const std::function<void(int)>& work) {
+// Runs `work` on k threads at once (released together, each bound to `device`), `rounds` times;
+// the median wall time. A thread's exception is rethrown here once all have joined.
+double concurrent_ms(int k, int rounds, c10::Device device, const std::function<void(int)>& work) {
   std::vector<double> walls;
   for (int r = 0; r < rounds; ++r) {
     std::barrier sync(k + 1);
     std::vector<std::thread> threads;
+    std::mutex error_mu;
+    std::exception_ptr error;
     for (int i = 0; i < k; ++i) {
       threads.emplace_back([&, i] {
+        bind_thread_to_device(device);
         c10::AutoGradMode grad_on(true);
         sync.arrive_and_wait();
-        work(i);
+        try {
+          work(i);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(error_mu);
+          if (!error) error = std::current_exception();
+        }
       });
     }
     const auto start = Clock::now();
     sync.arrive_and_wait();
     for (auto& t : threads) t.join();
+    if (error) std::rethrow_exception(error);
     walls.push_back(ms_since(start));
   }
   return median(walls);
@@ -312,29 +339,37 @@ DeviceProfile measure_device_profile(const PipelineConfig& config, const Pipelin
 
   // Transfers between the ranks of one process (the in-process transport), or as given.
   const double boundary = profile.layers.front()[static_cast<size_t>(std::min<int64_t>(1, num_layers - 1))].output_bytes;
-  if (options.link_gbps > 0) {
-    profile.link_ms_per_byte = 1e3 / (options.link_gbps * 1e9);
-    profile.link_latency_ms = options.link_latency_us >= 0 ? options.link_latency_us / 1e3 : 0.02;
-    profile.link_source = "given";
-    profile.replica_link_ms_per_byte = profile.link_ms_per_byte;
-    profile.replica_link_latency_ms = profile.link_latency_ms;
-    profile.replica_link_source = "given";
-  } else {
-    std::tie(profile.link_latency_ms, profile.link_ms_per_byte) = measure_inprocess_link(boundary, device);
+  // The in-process transport, always measured: calibration runs use it, whatever link is given.
+  std::tie(profile.inprocess_latency_ms, profile.inprocess_ms_per_byte) = measure_inprocess_link(boundary, device);
+  profile.link_latency_ms = profile.inprocess_latency_ms;
+  profile.link_ms_per_byte = profile.inprocess_ms_per_byte;
+  profile.link_source = "measured, in-process transport";
+  if (options.link_gbps > 0 || options.link_latency_us >= 0) {
+    if (options.link_gbps > 0) profile.link_ms_per_byte = 1e3 / (options.link_gbps * 1e9);
     if (options.link_latency_us >= 0) profile.link_latency_ms = options.link_latency_us / 1e3;
-    profile.link_source = "measured, in-process transport";
-    if (device.is_cpu()) {
-      // Replicas on CPU are processes joined by Gloo: one all-reduce between two local ranks.
+    profile.link_source = "given (--link-gbps / --link-latency-us)";
+  }
+  if (options.link_gbps > 0) {
+    profile.replica_link_ms_per_byte = profile.link_ms_per_byte;
+    profile.replica_link_latency_ms = options.link_latency_us >= 0 ? options.link_latency_us / 1e3 : 0.02;
+    profile.replica_link_source = "given (--link-gbps)";
+  } else if (device.is_cpu()) {
+    // Replicas on CPU are processes joined by Gloo: one all-reduce between two local ranks.
+    try {
       const LinkCost gloo = measure_gloo_allreduce(4 * 1024 * 1024);
       profile.replica_link_latency_ms = gloo.latency_ms;
       profile.replica_link_ms_per_byte = gloo.ms_per_byte;
       profile.replica_link_source = "measured, Gloo all-reduce between two local ranks";
-    } else {
-      // NCCL between GPUs needs two GPUs' processes: assumed unless given.
-      profile.replica_link_ms_per_byte = 1e3 / (100.0 * 1e9);
-      profile.replica_link_latency_ms = 0.02;
-      profile.replica_link_source = "assumed 100 GB/s, 20 us (NCCL; give --link-gbps)";
+    } catch (const std::exception& e) {
+      profile.replica_link_ms_per_byte = 1e3 / (2.0 * 1e9);
+      profile.replica_link_latency_ms = 0.05;
+      profile.replica_link_source = std::string("assumed 2 GB/s, 50 us (the Gloo measurement failed: ") + e.what() + ")";
     }
+  } else {
+    // NCCL between GPUs needs two GPUs' processes: assumed unless given.
+    profile.replica_link_ms_per_byte = 1e3 / (100.0 * 1e9);
+    profile.replica_link_latency_ms = 0.02;
+    profile.replica_link_source = "assumed 100 GB/s, 20 us (NCCL; give --link-gbps)";
   }
 
   // Ranks that share the device: what k of them achieve together (one block's F + I + W on each
@@ -355,18 +390,22 @@ DeviceProfile measure_device_profile(const PipelineConfig& config, const Pipelin
       (void)runner.run(p);
       copies.push_back(std::move(p));
     }
-    const int rounds = 3;
-    const double one = concurrent_ms(1, rounds, [&](int i) { (void)runner.run(copies[static_cast<size_t>(i)]); });
+    const int rounds = 5;
+    const double one = concurrent_ms(1, rounds, device, [&](int i) { (void)runner.run(copies[static_cast<size_t>(i)]); });
     for (int k = 1; k <= max_k; ++k) {
-      const double wall = k == 1 ? one : concurrent_ms(k, rounds, [&](int i) { (void)runner.run(copies[static_cast<size_t>(i)]); });
-      profile.rank_concurrency.push_back(std::max(1e-3, k * one / std::max(1e-9, wall)));
+      const double wall = k == 1 ? one : concurrent_ms(k, rounds, device, [&](int i) { (void)runner.run(copies[static_cast<size_t>(i)]); });
+      // More ranks never do less in all than fewer did (a dip is a noisy round, not the device).
+      const double achieved = std::max(1e-3, k * one / std::max(1e-9, wall));
+      profile.rank_concurrency.push_back(profile.rank_concurrency.empty()
+                                             ? achieved
+                                             : std::max(achieved, profile.rank_concurrency.back()));
     }
     if (max_k >= 2) {
       // A pair: thread 0 runs the forward alone, thread 1 a whole F + I + W (its backward part
       // overlaps thread 0's forward). Serial share = (together - longer) / shorter.
       const LayerMeasurement& lm = profile.layers.front()[static_cast<size_t>(block)];
       const double f = lm.forward_ms, whole = lm.forward_ms + lm.input_grad_ms + lm.weight_grad_ms;
-      const double together = concurrent_ms(2, rounds, [&](int i) {
+      const double together = concurrent_ms(2, rounds, device, [&](int i) {
         if (i == 0) {
           AutocastScope autocast(device, bf16);
           (void)copies[0].module->forward(copies[0].input);
@@ -381,8 +420,8 @@ DeviceProfile measure_device_profile(const PipelineConfig& config, const Pipelin
   // bf16 autocast keeps a bf16 copy of every weight per step (WeightCastCache).
   profile.cast_bytes_per_parameter = bf16 ? 2 : 0;
   // Memory per device: given, or the device's.
-  profile.devices = device.is_cuda() ? std::max(1, count_distinct_devices(resolve_rank_devices(
-                                                      config.parallel.device, config.parallel.model_parallel_size)))
+  // GPUs visible (the runner puts rank r on GPU r % that count): one rank per device over 64.
+  profile.devices = device.is_cuda() ? std::max(1, count_distinct_devices(resolve_rank_devices(config.parallel.device, 64)))
                                      : 1;
   profile.memory_per_device_bytes = options.memory_budget_gib > 0 ? options.memory_budget_gib * 1024.0 * kMiB
                                                                   : static_cast<double>(total_memory_bytes({device}));
@@ -394,23 +433,30 @@ namespace {
 // Runs `argv` with its output in `log_path`, in its own process group; kills the group after
 // `timeout`. Returns the exit code (128 + signal when killed).
 int run_child(const std::vector<std::string>& argv, const std::string& log_path, std::chrono::seconds timeout) {
+  // Everything the child needs is made before fork: after it, only async-signal-safe calls.
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("--plan: cannot write " + log_path + " (check the output folder)");
+  const pid_t parent = getpid();
   const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("--verify: fork failed");
+  if (pid < 0) {
+    close(fd);
+    throw std::runtime_error("--plan: fork failed for a calibration or --verify run");
+  }
   if (pid == 0) {
     setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // an interrupted --plan takes its runs with it
-    const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      close(fd);
-    }
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
+    if (getppid() != parent) _exit(125);  // it was interrupted before the line above
+    dup2(fd, 1);
+    dup2(fd, 2);
     execv(args[0], args.data());
+    static const char kExecFailed[] = "--plan: execv of gpipe_runner failed\n";
+    (void)!write(2, kExecFailed, sizeof kExecFailed - 1);
     _exit(127);
   }
+  close(fd);
   setpgid(pid, pid);
   const auto deadline = Clock::now() + timeout;
   int status = 0;
@@ -429,8 +475,7 @@ int run_child(const std::vector<std::string>& argv, const std::string& log_path,
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-VerifyResult verify_candidate(const PipelineConfig& base, const PlannedCandidate& pick, const DeviceProfile& profile,
-                              const PlanRequest& request, const std::string& self_exe, const std::string& dir) {
+VerifyResult verify_candidate(const PipelineConfig& base, const PlannedCandidate& pick, const PlanRequest& request, const std::string& self_exe, const std::string& dir) {
   VerifyResult v;
   v.candidate = pick.candidate;
   v.predicted_ms = pick.prediction.step_ms;
@@ -561,7 +606,7 @@ double calibration_run(const PipelineConfig& config, const PlanCandidate& candid
   out << "  calibrating: " << candidate.label() << " for 5 steps\n";
   out.flush();
   const VerifyResult run =
-      verify_candidate(config, planned, profile, calibrate_request, self_exe,
+      verify_candidate(config, planned, calibrate_request, self_exe,
                        (std::filesystem::path(config.training.output_dir) / "plan_verify" / name).string());
   return run.exit_code == 0 ? run.measured_ms : -1.0;
 }
@@ -593,17 +638,20 @@ std::string calibrate_profile(const PipelineConfig& config, const ModelInterface
       more ? calibration_run(config, *more, profile, request, self_exe, "calibration_2", out) : -1.0;
   // The second parameter: how long a hand-off from one rank to the next takes beyond the
   // transport's own measured latency (a rank woken on a busy device waits for its turn).
-  const double measured_latency = profile.link_latency_ms;
+  // The calibration runs are single processes: their ranks talk through the in-process
+  // transport, whatever link the plan is given for its candidates.
   auto predicted = [&](const PlanCandidate& c, double efficiency, double handoff) {
     DeviceProfile p = profile;
     p.sharing_efficiency = efficiency;
-    p.link_latency_ms = measured_latency + handoff;
+    p.link_latency_ms = profile.inprocess_latency_ms + handoff;
+    p.link_ms_per_byte = profile.inprocess_ms_per_byte;
     return predict_candidate(c, config, p, false).prediction.step_ms;
   };
   // The efficiency that makes `own` come out as measured, for a given overhead (the predicted
   // step falls as the efficiency rises).
+  // At most 1: copies of one layer on k threads are the best case a pipeline's ranks can reach.
   auto fit_efficiency = [&](double overhead) {
-    double lo = 0.2, hi = 2.0;
+    double lo = 0.2, hi = 1.0;
     if (predicted(*own, hi, overhead) >= measured_own) return hi;
     if (predicted(*own, lo, overhead) <= measured_own) return lo;
     for (int i = 0; i < 30; ++i) {
@@ -623,7 +671,7 @@ std::string calibrate_profile(const PipelineConfig& config, const ModelInterface
     }
     overhead = 0.5 * (lo + hi);
   }
-  profile.link_latency_ms = measured_latency + overhead;
+  profile.link_latency_ms += overhead;  // every hand-off pays it, on whatever link
   profile.handoff_ms = overhead;
   profile.sharing_efficiency = fit_efficiency(overhead);
   // A third run when replicas are possible: the same schedule and micro-batches as 2 replicas of
@@ -647,8 +695,11 @@ std::string calibrate_profile(const PipelineConfig& config, const ModelInterface
     if (replicated) {
       measured_replicated = calibration_run(config, *replicated, profile, request, self_exe, "calibration_3", out);
       if (measured_replicated > 0) {
+        DeviceProfile local = profile;  // its ranks share one process: the in-process transport
+        local.link_latency_ms = profile.inprocess_latency_ms + overhead;
+        local.link_ms_per_byte = profile.inprocess_ms_per_byte;
         profile.replica_step_ms =
-            std::max(0.0, measured_replicated - predict_candidate(*replicated, config, profile, false).prediction.step_ms);
+            std::max(0.0, measured_replicated - predict_candidate(*replicated, config, local, false).prediction.step_ms);
       }
     }
   }
@@ -702,10 +753,11 @@ int run_plan_command(PipelineConfig config, const PlanRequest& request, const st
       << config.model.name << "' on " << resolve_rank_devices(config.parallel.device, 1).front().str() << "\n";
   DeviceProfile profile = measure_device_profile(config, components, popts, out);
 
-  // Calibration: two short runs, the user's own configuration and the same with more virtual
-  // stages (more actions per rank). How well ranks sharing a device share it in a real pipeline
-  // (DeviceProfile::sharing_efficiency) and what the executor costs per action beyond its layers
-  // (action_overhead_ms) are fitted to them; everything else stays as measured.
+  // Calibration: up to three short runs, the user's own configuration, the same with the most
+  // virtual stages, and the same as 2 replicas. How well ranks sharing a device share it in a
+  // real pipeline (DeviceProfile::sharing_efficiency), what a hand-off between ranks costs beyond
+  // the transport (handoff_ms) and what a step of replicas costs beyond its all-reduces
+  // (replica_step_ms) are fitted to them; everything else stays as measured.
   std::string calibration = "not calibrated (--plan-calibrate 0)";
   if (request.calibrate) calibration = calibrate_profile(config, *components.model, request, self_exe, profile, out);
   const double measured_s = ms_since(started) / 1e3;
@@ -742,7 +794,8 @@ int run_plan_command(PipelineConfig config, const PlanRequest& request, const st
                            {"verify", nlohmann::json::array()}};
   for (const auto& pc : plan.ranked) report["ranked"].push_back(candidate_json(pc));
   for (const auto& pc : plan.rejected) report["rejected"].push_back(candidate_json(pc));
-  const std::string report_path = (std::filesystem::path(output).replace_extension(".json")).string();
+  std::string report_path = (std::filesystem::path(output).replace_extension(".json")).string();
+  if (report_path == output) report_path = (std::filesystem::path(output).replace_extension(".report.json")).string();
   auto write_report = [&] { std::ofstream(report_path) << report.dump(1) << "\n"; };
   write_report();
   out << "wrote " << report_path << " (the profile, every candidate's prediction" << (request.verify > 0 ? ", the verify runs" : "")
@@ -758,7 +811,7 @@ int run_plan_command(PipelineConfig config, const PlanRequest& request, const st
     for (int i = 0; i < k; ++i) {
       const std::string dir = (std::filesystem::path(config.training.output_dir) / "plan_verify" /
                                ("candidate_" + std::to_string(i + 1))).string();
-      const VerifyResult v = verify_candidate(config, plan.ranked[static_cast<size_t>(i)], profile, request, self_exe, dir);
+      const VerifyResult v = verify_candidate(config, plan.ranked[static_cast<size_t>(i)], request, self_exe, dir);
       report["verify"].push_back({{"rank", i + 1},
                                   {"label", v.candidate.label()},
                                   {"exit_code", v.exit_code},
@@ -770,8 +823,11 @@ int run_plan_command(PipelineConfig config, const PlanRequest& request, const st
       write_report();
       char row[256];
       if (v.exit_code != 0 || v.measured_ms <= 0) {
-        std::snprintf(row, sizeof row, "%3d  %-34s  run failed (exit %d): see %s/run.log\n", i + 1,
-                      v.candidate.label().c_str(), v.exit_code, dir.c_str());
+        const std::string why = v.exit_code == 124 ? "timed out"
+                                : v.exit_code == 0  ? "fewer than 3 steps in metrics.jsonl (a shorter dataset?)"
+                                                    : "run failed (exit " + std::to_string(v.exit_code) + ")";
+        std::snprintf(row, sizeof row, "%3d  %-34s  %s: see %s/run.log\n", i + 1, v.candidate.label().c_str(),
+                      why.c_str(), dir.c_str());
         out << row;
         ++failed;
         continue;

@@ -27,8 +27,9 @@ struct PlanRequest {
   double link_latency_us = -1;   // --link-latency-us X; < 0: measured or assumed
   std::vector<std::string> schedules;  // --plan-schedules a,b: only these; empty: all
   int max_microbatches = 64;           // --plan-max-microbatches N
-  // --plan-calibrate 0|1: run the configuration as given for a few steps first and fit how well
-  // ranks sharing a device share it (DeviceProfile::sharing_efficiency).
+  // --plan-calibrate 0|1: first run the configuration as given, with the most virtual stages and
+  // as 2 replicas (5 steps each), and fit DeviceProfile::sharing_efficiency, handoff_ms and
+  // replica_step_ms to them.
   bool calibrate = true;
 };
 

@@ -30,8 +30,9 @@ int count_distinct_devices(const std::vector<c10::Device>& devices);
 int64_t peak_memory_bytes(const std::vector<c10::Device>& devices);
 void reset_peak_memory(const std::vector<c10::Device>& devices);
 // Allocated-bytes statistics (what a tensor holds, not what an allocator caches). CUDA: the
-// caching allocator's. CPU: counted once install_cpu_allocation_counter() wrapped LibTorch's CPU
-// allocator (gpipe_runner does for CPU runs); -1 where nothing counts.
+// caching allocator's. CPU: counted once install_cpu_allocation_counter() replaced LibTorch's CPU
+// allocator with a counting one (gpipe_runner does at start; CPU allocations then no longer reach
+// the PyTorch profiler's memory view); -1 where nothing counts.
 void install_cpu_allocation_counter();
 bool cpu_allocation_counter_installed();
 int64_t allocated_bytes(const c10::Device& device);

@@ -50,7 +50,10 @@ struct DeviceProfile {
   double base_bytes = 0;                  // allocated before any stage exists (data, tokenizer)
   double link_latency_ms = 0;             // one transfer between ranks
   double link_ms_per_byte = 0;
-  std::string link_source = "measured";   // "measured (in-process transport)" or "given (--link-gbps)"
+  std::string link_source = "measured";   // "measured, in-process transport" or "given"
+  // The in-process transport as measured (what calibration runs use, whatever link is given).
+  double inprocess_latency_ms = 0;
+  double inprocess_ms_per_byte = 0;
   double pair_serial_share = 1.0;         // SimulateOptions::pair_serial_share, measured
   // Ranks sharing one device (all ranks on CPU, several ranks on one GPU) run at most this many
   // ranks' worth of work at once: rank_concurrency[k-1] for k ranks busy together, measured by
@@ -69,9 +72,11 @@ struct DeviceProfile {
   double replica_link_latency_ms = 0;     // between the processes of data-parallel replicas
   double replica_link_ms_per_byte = 0;
   std::string replica_link_source = "assumed";
-  double action_overhead_ms = 0;          // executor cost per compute action beyond its layers' time
+  double action_overhead_ms = 0;          // executor cost per compute action beyond its layers' time (0: none known)
   double memory_per_device_bytes = 0;     // the budget each device's ranks share
-  int devices = 1;                        // distinct devices of one replica's ranks (rank r on device r % devices)
+  // GPUs visible (1 on CPU). The runner places one process's ranks on GPU r % devices; each
+  // process of data-parallel replicas on one GPU (cuda:LOCAL_RANK), all its ranks there.
+  int devices = 1;
 
   // The layer at any micro-batch size, interpolated (or extrapolated) from the measured ones.
   LayerMeasurement layer_at(size_t layer, int64_t microbatch_size) const;

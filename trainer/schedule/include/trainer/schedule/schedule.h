@@ -222,7 +222,7 @@ struct SimulatedAction {
 struct SimulatedStep {
   double makespan = 0;        // the step: the last rank's last action ends
   double bubble = 0;          // idle rank-time / (ranks x makespan)
-  std::vector<double> busy;   // compute time per rank
+  std::vector<double> busy;   // time each rank spent computing (on a shared device: while sharing it)
   // Per rank, its compute actions in program order with their start and end (communication
   // actions are not listed: their time is in the receiving action's start).
   std::vector<std::vector<SimulatedAction>> timeline;
@@ -249,7 +249,8 @@ struct SimulateOptions {
 // so a measured imbalance shows), with transfer times between ranks (StageCosts). A schedule with
 // communication actions is run as the executors run it: sends never wait, a receive waits for
 // its tensor (so a receive placed early holds its rank). Throws
-// std::invalid_argument for a wrong number of entries, a negative cost, or a schedule whose
+// std::invalid_argument for a wrong number of entries, a negative cost, options out of range
+// (pair_serial_share outside [0, 1], a concurrency <= 0, devices or replicas < 1), or a schedule whose
 // compute order deadlocks.
 SimulatedStep simulate_step(const Schedule& schedule, const std::vector<StageCosts>& stage_costs,
                             const SimulateOptions& options = {});
