@@ -58,11 +58,12 @@ std::string plan_yaml(const PipelineConfig& base, const PlannedCandidate& pick, 
   out << "# Written by gpipe_runner --plan: " << pick.candidate.label() << "\n";
   out << fmt::format("# Measured on {}: {} layers at micro-batch sizes {}; optimizer {:.3g} ms per million parameters; "
                      "link {:.3g} ms + {:.3g} ms/MiB ({}); overlapped pairs run {:.0f}% serially; ranks sharing a "
-                     "device reach {:.2f} of their measured concurrency (calibrated), replicas {:.3g} ms per step.\n",
+                     "device reach {:.2f} of their measured concurrency, an action costs {:.3g} ms beyond its layers, replicas "
+                     "{:.3g} ms per step (calibrated).\n",
                      profile.device, profile.layer_names.size(), join(profile.microbatch_sizes),
                      profile.optimizer_ms_per_parameter * 1e6, profile.link_latency_ms, profile.link_ms_per_byte * kMiB,
                      profile.link_source, 100 * profile.pair_serial_share, profile.sharing_efficiency,
-                     profile.replica_step_ms);
+                     profile.action_overhead_ms, profile.replica_step_ms);
   out << fmt::format("# Predicted: step {:.1f} ms (pipeline {:.1f} ms), bubble {:.1f}%, {:.0f} tokens/s, peak {:.1f} MiB "
                      "on the fullest rank, {:.1f} MiB on the fullest device.\n",
                      p.step_ms, p.pipeline_ms, 100 * p.bubble, p.tokens_per_s, max_of(p.peak_bytes_per_rank) / kMiB,
