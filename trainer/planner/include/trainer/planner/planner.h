@@ -3,7 +3,7 @@
 // micro-batches, time-balanced partition, per-stage recompute, overlapped pairs, data-parallel
 // replicas), predicts each one's step time and peak memory with the schedule simulator
 // (simulate_step, communication and memory over time included), and ranks them. Torch-free: the
-// measurement lives in trainer/training/plan_command.cpp, which fills DeviceProfile.
+// measurement lives in trainer/training/plan_measure.cpp, which fills DeviceProfile.
 //
 //   config + world size --> enumerate_candidates --> predict (simulate_step + memory walk)
 //        DeviceProfile  ----------------------------^          |
