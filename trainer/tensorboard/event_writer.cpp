@@ -15,7 +15,13 @@
 #ifndef OURGPIPE_TENSORBOARD_UNAVAILABLE
 #include <boost/crc.hpp>
 
+// Where protoc writes the header depends on CMake's protobuf_generate (3.2x writes proto/..., the
+// GPU image's CMake writes it flat): take whichever this build generated.
+#if __has_include("proto/tensorboard_event.pb.h")
 #include "proto/tensorboard_event.pb.h"
+#else
+#include "tensorboard_event.pb.h"
+#endif
 #endif
 
 namespace gpipe {
