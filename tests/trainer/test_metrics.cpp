@@ -10,6 +10,7 @@
 
 #include "temp_dir.h"
 #include "trainer/training/lr_schedule.h"
+#include "trainer/device/device.h"
 #include "trainer/metrics/metrics.h"
 
 namespace gpipe {
@@ -120,6 +121,23 @@ TEST(LrScheduleTest, WarmupThenCosineToFloor) {
     EXPECT_GE(learning_rate_at(s, 100, base, 10, 0.1), learning_rate_at(s + 1, 100, base, 10, 0.1));
   }
   EXPECT_DOUBLE_EQ(learning_rate_at(0, 1, base, 0, 0.1), base);
+}
+
+// The planner reads the allocator's baseline before the process has made any CUDA tensor; on the
+// H100 that threw "Invalid device argument" (the caching allocator was not initialized yet). A
+// threadsafe death test runs the body in a freshly exec'd process, where CUDA is untouched.
+TEST(AllocationStatsCudaTest, ReadableBeforeTheFirstCudaTensor) {
+  if (!cuda_usable()) GTEST_SKIP() << "GPU-only: no CUDA device visible (runs in ctest -L gpu on the GPU machine)";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        const c10::Device gpu(c10::kCUDA, 0);
+        const bool ok = allocated_bytes(gpu) == 0 && peak_allocated_bytes({gpu}) == 0;
+        reset_peak_allocated({gpu});
+        reset_peak_memory({gpu});
+        std::exit(ok && peak_memory_bytes({gpu}) == 0 ? 0 : 3);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

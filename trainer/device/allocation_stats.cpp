@@ -15,6 +15,7 @@
 #include "trainer/device/device.h"
 
 #ifdef OURGPIPE_HAVE_TORCH_CUDA
+#include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
@@ -74,11 +75,38 @@ void install_cpu_allocation_counter() {
 
 bool cpu_allocation_counter_installed() { return g_installed.load(); }
 
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+namespace {
+c10::CachingDeviceAllocator::DeviceStats cuda_allocator_stats(c10::DeviceIndex index) {
+  // The caching allocator sizes its per-device tables when CUDA is first initialized (the first
+  // CUDA tensor); before that getDeviceStats throws "Invalid device argument ...: did you call
+  // init?". The planner reads its baseline before it allocates anything (H100, first GPU run).
+  at::globalContext().lazyInitDevice(c10::kCUDA);
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+}
+constexpr auto kAggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+}  // namespace
+
+int64_t cuda_allocated_bytes_now(c10::DeviceIndex index) {
+  return cuda_allocator_stats(index).allocated_bytes[kAggregate].current;
+}
+int64_t cuda_allocated_bytes_peak(c10::DeviceIndex index) {
+  return cuda_allocator_stats(index).allocated_bytes[kAggregate].peak;
+}
+void reset_cuda_allocator_peak(c10::DeviceIndex index) {
+  at::globalContext().lazyInitDevice(c10::kCUDA);
+  c10::cuda::CUDACachingAllocator::resetPeakStats(index);
+}
+#else
+int64_t cuda_allocated_bytes_now(c10::DeviceIndex) { return -1; }
+int64_t cuda_allocated_bytes_peak(c10::DeviceIndex) { return -1; }
+void reset_cuda_allocator_peak(c10::DeviceIndex) {}
+#endif
+
 int64_t allocated_bytes(const c10::Device& device) {
 #ifdef OURGPIPE_HAVE_TORCH_CUDA
   if (device.is_cuda()) {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-    return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
+    return cuda_allocated_bytes_now(device.index());
   }
 #endif
   if (device.is_cpu() && g_installed) return g_cpu_now.load(std::memory_order_relaxed);
@@ -90,9 +118,7 @@ int64_t peak_allocated_bytes(const std::vector<c10::Device>& devices) {
   for (const auto& d : devices) {
 #ifdef OURGPIPE_HAVE_TORCH_CUDA
     if (d.is_cuda()) {
-      const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
-      peak = std::max<int64_t>(
-          peak, stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak);
+      peak = std::max<int64_t>(peak, cuda_allocated_bytes_peak(d.index()));
       continue;
     }
 #endif
@@ -105,7 +131,7 @@ void reset_peak_allocated(const std::vector<c10::Device>& devices) {
   for (const auto& d : devices) {
 #ifdef OURGPIPE_HAVE_TORCH_CUDA
     if (d.is_cuda()) {
-      c10::cuda::CUDACachingAllocator::resetPeakStats(d.index());
+      reset_cuda_allocator_peak(d.index());
       continue;
     }
 #endif

@@ -92,9 +92,7 @@ int64_t peak_memory_bytes(const std::vector<c10::Device>& devices) {
   for (const auto& d : devices) {
     if (!d.is_cuda() || !seen.insert(d.index()).second) continue;
     any_cuda = true;
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
-    const auto& agg = stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
-    peak = std::max<int64_t>(peak, agg.peak);
+    peak = std::max<int64_t>(peak, cuda_allocated_bytes_peak(d.index()));
   }
 #else
   (void)devices;
@@ -127,7 +125,7 @@ int64_t total_memory_bytes(const std::vector<c10::Device>& devices) {
 void reset_peak_memory(const std::vector<c10::Device>& devices) {
 #ifdef OURGPIPE_HAVE_TORCH_CUDA
   for (const auto& d : devices) {
-    if (d.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(d.index());
+    if (d.is_cuda()) reset_cuda_allocator_peak(d.index());
   }
 #else
   (void)devices;

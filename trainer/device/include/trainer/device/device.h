@@ -39,6 +39,12 @@ int64_t allocated_bytes(const c10::Device& device);
 // Largest allocated bytes over `devices` since reset_peak_allocated (-1: none counted).
 int64_t peak_allocated_bytes(const std::vector<c10::Device>& devices);
 void reset_peak_allocated(const std::vector<c10::Device>& devices);
+// The CUDA caching allocator's allocated bytes on one GPU, now and at their peak, and the peak's
+// reset. Safe before the process's first CUDA tensor (they initialize CUDA first, as the first
+// allocation would); -1 / nothing in a build without LibTorch-CUDA.
+int64_t cuda_allocated_bytes_now(c10::DeviceIndex index);
+int64_t cuda_allocated_bytes_peak(c10::DeviceIndex index);
+void reset_cuda_allocator_peak(c10::DeviceIndex index);
 // Memory the distinct devices among `devices` have in all: each GPU's total memory, or the
 // machine's physical memory (once) for CPU.
 int64_t total_memory_bytes(const std::vector<c10::Device>& devices);
