@@ -154,7 +154,7 @@ step() {
 publish
 step build build.sh 300
 step ctest ctest.sh 120
-step a check_hp_be.sh 45
+step a check_hp_be.sh 60
 step b check_torch_shim.sh 150
 step c check_memcheck.sh 60
 step d check_trainer.sh 450

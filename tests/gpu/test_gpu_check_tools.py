@@ -2,6 +2,7 @@
 run with and without the shim, and its CPU phases (deterministic digests, graph phase skipped),
 nccl_under_shim's latency verdict."""
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -50,6 +51,32 @@ class HpBeRatioTest(unittest.TestCase):
         out = self.ratio(wrong)
         self.assertEqual(out.returncode, 2)
         self.assertIn("results=WRONG", out.stdout)
+
+
+    def test_several_runs_per_side_compare_their_median_medians(self):
+        # One noisy no-shim run (46 us, as on the H100) must not decide the verdict alone.
+        logs = {}
+        for name, text in [("n1", NO_SHIM.replace("median=800.0", "median=230.0")),
+                           ("n2", NO_SHIM.replace("median=800.0", "median=460.0")),
+                           ("n3", NO_SHIM.replace("median=800.0", "median=240.0")),
+                           ("s1", NO_SHIM.replace("not-loaded", "on").replace("median=800.0", "median=250.0")),
+                           ("s2", NO_SHIM.replace("not-loaded", "on").replace("median=800.0", "median=255.0")),
+                           ("s3", NO_SHIM.replace("not-loaded", "on").replace("median=800.0", "median=900.0")),
+                           ("a1", NO_SHIM.replace("be_kernels_per_hp=4", "be_kernels_per_hp=0")
+                            .replace("median=800.0", "median=200.0"))]:
+            logs[name] = self.dir / f"{name}.log"
+            logs[name].write_text(text)
+        out = run(ROOT / "scripts/gpu/hp_be_ratio.py", "--no-shim", logs["n1"], logs["n2"], logs["n3"],
+                  "--shim", logs["s1"], logs["s2"], logs["s3"], "--alone", logs["a1"])
+        self.assertEqual(out.returncode, 0, out.stdout)  # 255 / 240: the one slow run on each side is ignored
+        self.assertIn("ratio shim/no-shim=1.062", out.stdout)
+        self.assertIn("shim/alone 1.275", out.stdout)
+        self.assertIn("medians of 3 runs each", out.stdout)
+
+    def test_one_log_pair_and_flags_cannot_be_mixed(self):
+        (self.dir / "n.log").write_text(NO_SHIM)
+        out = run(ROOT / "scripts/gpu/hp_be_ratio.py", self.dir / "n.log", "--shim", self.dir / "n.log")
+        self.assertEqual(out.returncode, 2)
 
 
 class TorchUnderShimTest(unittest.TestCase):
@@ -112,7 +139,7 @@ class TorchUnderShimTest(unittest.TestCase):
         self.assertEqual(shim_counters.delta({"kernel": 12, "copy": 3}, {"kernel": 2, "copy": 3}), {"kernel": 10})
 
 
-def nccl_result(shim: bool, hp_load_ms: float, be_max_wait_us=None, active=None):
+def nccl_result(shim: bool, hp_load_ms: float, be_max_wait_us=None, active=None, world_size=2):
     """A nccl_under_shim.py result with the same medians for both ops."""
     phases = {}
     for op in ("sum", "avg"):
@@ -121,7 +148,7 @@ def nccl_result(shim: bool, hp_load_ms: float, be_max_wait_us=None, active=None)
         if shim:
             phases[f"{op}/hp_load"]["shim"] = {"deferred": 3, "forced_by_starvation": 1, "communication_streams": 0}
     return {"shim_loaded": shim, "shim_active": shim if active is None else active,
-            "be_max_wait_us": be_max_wait_us, "phases": phases}
+            "be_max_wait_us": be_max_wait_us, "phases": phases, "world_size": world_size}
 
 
 class NcclUnderShimCompareTest(unittest.TestCase):
@@ -129,6 +156,7 @@ class NcclUnderShimCompareTest(unittest.TestCase):
         self.tmp = tempfile.TemporaryDirectory()
         self.dir = Path(self.tmp.name)
         (self.dir / "no_shim.json").write_text(json.dumps(nccl_result(False, 0.5)))
+        (self.dir / "no_shim_1.json").write_text(json.dumps(nccl_result(False, 0.5, world_size=1)))
 
     def tearDown(self):
         self.tmp.cleanup()
@@ -151,6 +179,29 @@ class NcclUnderShimCompareTest(unittest.TestCase):
         out = self.compare(nccl_result(True, 0.6, be_max_wait_us=5000))
         self.assertEqual(out.returncode, 1, out.stdout)
         self.assertIn("inconclusive", out.stdout)
+
+    def test_one_rank_gives_figures_but_no_verdict(self):
+        # One rank: NCCL launches no communication kernel (H100: 400 ms held for sum at 200 ms).
+        (self.dir / "shim.json").write_text(json.dumps(nccl_result(True, 400.3, be_max_wait_us=200000, world_size=1)))
+        out = run(HERE / "nccl_under_shim.py", "--compare", self.dir / "no_shim_1.json", self.dir / "shim.json")
+        self.assertEqual(out.returncode, 3, out.stdout)
+        self.assertIn("no verdict with one rank", out.stdout)
+        self.assertIn("median 400.300 ms shim", out.stdout)
+
+    def test_world_size_beyond_the_gpus_is_refused(self):
+        out = run(HERE / "nccl_under_shim.py", "--world-size", "0")
+        self.assertEqual(out.returncode, 2, out.stdout + out.stderr)
+        self.assertIn("--world-size must be >= 1", out.stderr)
+
+    def test_two_ranks_run_as_two_processes_that_each_need_a_gpu(self):
+        env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        out = subprocess.run([sys.executable, str(HERE / "nccl_under_shim.py"), "--world-size", "2",
+                              "--output", str(self.dir / "r.json")], capture_output=True, text=True,
+                             timeout=120, env=env)
+        self.assertEqual(out.returncode, 2, out.stderr)
+        self.assertEqual(out.stderr.count("this check needs one"), 2, out.stderr)  # both ranks ran
+        self.assertFalse((self.dir / "r.json").exists())
 
     def test_runs_without_the_shim_scheduling_are_unusable(self):
         out = self.compare(nccl_result(True, 0.6, be_max_wait_us=200000, active=False))

@@ -17,6 +17,18 @@ namespace {
 
 using namespace icpt_test;
 
+// One block of 512 threads through cuLaunchKernelEx with its arguments in `extra`, as NCCL launches.
+CUresult launch_ex_with_extra(CUfunction f, CUstream stream, unsigned char* args, size_t args_size) {
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, args, CU_LAUNCH_PARAM_BUFFER_SIZE, &args_size,
+                   CU_LAUNCH_PARAM_END};
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = 512;
+  cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.hStream = stream;
+  return cuLaunchKernelEx(&cfg, f, nullptr, extra);
+}
+
 TEST_F(Scheduling, UnmanagedAndHighPriorityLaunchesReachTheDriverAtOnceWithIdenticalBytes) {
   ASSERT_EQ(launch(k_hp_, hp_, 7, 2.25), CUDA_SUCCESS);
   ASSERT_EQ(launch(k_other_, plain_, 8, -1.0), CUDA_SUCCESS);
@@ -256,15 +268,7 @@ TEST_F(Scheduling, CommunicationKernelsAreNeverDeferred) {
   hold_high_priority();
   CUfunction nccl = fake_cuda_make_function("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0, nullptr);
   unsigned char args[16] = {9, 8, 7, 6, 5, 4, 3, 2, 1};
-  size_t args_size = sizeof args;
-  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, args, CU_LAUNCH_PARAM_BUFFER_SIZE, &args_size,
-                   CU_LAUNCH_PARAM_END};
-  CUlaunchConfig cfg{};
-  cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
-  cfg.blockDimX = 512;
-  cfg.blockDimY = cfg.blockDimZ = 1;
-  cfg.hStream = be_;
-  ASSERT_EQ(cuLaunchKernelEx(&cfg, nccl, nullptr, extra), CUDA_SUCCESS);
+  ASSERT_EQ(launch_ex_with_extra(nccl, be_, args, sizeof args), CUDA_SUCCESS);
   auto log = calls();
   ASSERT_EQ(count_launches(log, nccl), 1u) << "NCCL kernel was deferred";
   const fake_cuda_call& c = log.at(find_launch(log, nccl));
@@ -283,6 +287,44 @@ TEST_F(Scheduling, CommunicationKernelsAreNeverDeferred) {
     ASSERT_NE(set_class, nullptr);
     EXPECT_EQ(set_class(be_, "best_effort"), 0);
   }
+}
+
+// torch.distributed's NCCL pattern: the tensor is produced on the caller's (best-effort) stream,
+// which records an event; the NCCL stream waits on it and launches the collective. The collective
+// must go out at once, and only after the producer and the record it waits on (else it reads the
+// tensor before it is written, or its peers spin waiting for it behind the policy).
+TEST_F(Scheduling, ACollectiveWaitingOnHeldBestEffortWorkReleasesItInOrder) {
+  hold_high_priority();
+  CUevent ready = nullptr;
+  ASSERT_EQ(cuEventCreate(&ready, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(ready, be_), CUDA_SUCCESS);
+  expect_deferred(k_be_);
+  ASSERT_EQ(cuStreamWaitEvent(plain_, ready, 0), CUDA_SUCCESS);
+  CUfunction nccl = fake_cuda_make_function(
+      "_Z40ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE", 0, nullptr);
+  unsigned char args[16] = {1, 2, 3};
+  ASSERT_EQ(launch_ex_with_extra(nccl, plain_, args, sizeof args), CUDA_SUCCESS);
+  auto log = calls();
+  ASSERT_EQ(count_launches(log, nccl), 1u) << "the collective was deferred";
+  long producer = find_launch(log, k_be_);
+  long rec = find_call(log, [&](const fake_cuda_call& c) {
+    return std::strcmp(c.name, "cuEventRecord") == 0 && c.event == h(ready);
+  });
+  long wait = find_named(log, "cuStreamWaitEvent", h(plain_));
+  long collective = find_launch(log, nccl);
+  ASSERT_GE(producer, 0) << "the producer is still held";
+  ASSERT_GE(rec, 0) << "the record the collective waits on is still held";
+  ASSERT_GE(wait, 0);
+  EXPECT_LT(producer, rec);
+  EXPECT_LT(rec, wait);
+  EXPECT_LT(wait, collective);
+  if (scheduled_) {
+    auto set_class = shim_fn<orion_set_stream_class_fn>("orion_set_stream_class");
+    ASSERT_NE(set_class, nullptr);
+    EXPECT_EQ(set_class(plain_, "best_effort"), 0);
+  }
+  EXPECT_EQ(cuEventDestroy(ready), CUDA_SUCCESS);
 }
 
 TEST_F(Scheduling, NothingIsDeferredWhileACaptureIsActive) {

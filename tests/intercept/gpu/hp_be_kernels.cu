@@ -42,12 +42,13 @@ __global__ void hp_kernel(float* c, const float* a, const float* b, int n) {
   if (i < n) c[i] = a[i] + b[i];
 }
 
-static long arg(int argc, char** argv, int i, long fallback) {
+// be_kernels_per_hp may be 0: the HP client alone, the reference its latency is judged against.
+static long arg(int argc, char** argv, int i, long fallback, long least) {
   if (argc <= i) return fallback;
   char* end = nullptr;
   long v = std::strtol(argv[i], &end, 10);
-  if (end == argv[i] || *end != '\0' || v <= 0) {
-    std::fprintf(stderr, "usage: %s [hp_iterations>0] [be_kernels_per_hp>0] (got '%s')\n", argv[0],
+  if (end == argv[i] || *end != '\0' || v < least) {
+    std::fprintf(stderr, "usage: %s [hp_iterations>0] [be_kernels_per_hp>=0] (got '%s')\n", argv[0],
                  argv[i]);
     std::exit(2);
   }
@@ -55,8 +56,8 @@ static long arg(int argc, char** argv, int i, long fallback) {
 }
 
 int main(int argc, char** argv) {
-  const int hp_iters = static_cast<int>(arg(argc, argv, 1, 200));
-  const int be_per_hp = static_cast<int>(arg(argc, argv, 2, 4));
+  const int hp_iters = static_cast<int>(arg(argc, argv, 1, 200, 1));
+  const int be_per_hp = static_cast<int>(arg(argc, argv, 2, 4, 0));
   const int n_be = 1 << 22, n_hp = 1 << 16, rounds = 2000;
 
   int least = 0, greatest = 0;
