@@ -2,7 +2,8 @@
 # Check (g): schedules with and without overlapped forward+backward pairs (parallel.overlap_f_b),
 # with and without the shim, 4 ranks co-located on the one GPU (configs/gpt_350m_gpu.yaml, bf16,
 # async_threaded): 1f1b (no pairs / every steady-state F paired with the next B) and dualpipev
-# (no pairs / torch's OVERLAP_F_B pairs), each shim off and shim `orion`. Per run: mean step
+# (no pairs / torch's OVERLAP_F_B pairs), each shim off and shim `orion`; every other schedule
+# (gpipe, interleaved_1f1b, zb_h1, looped_bfs, interleaved_zb, zbv) shim off, pairs off and on. Per run: mean step
 # time against 1f1b without pairs or shim, and from the profiled step's Kineto trace the share of
 # GPU busy time in which forward and backward kernels ran at once (scripts/gpu/kernel_overlap.py).
 # What overlap is for: the paired forward (best-effort class, its own lane thread) filling the SMs
@@ -21,7 +22,7 @@ mkdir -p "$dir"
 failed=0
 run() {  # variant schedule overlap shim(0|1)
   local variant=$1 schedule=$2 overlap=$3 shim=$4 v=1
-  [ "$schedule" = dualpipev ] && v=2
+  case "$schedule" in interleaved_1f1b | looped_bfs | interleaved_zb | zbv | dualpipev) v=2 ;; esac
   local args=(--set parallel.scheduler=async_threaded --set "parallel.schedule=$schedule"
               --set "parallel.virtual_stages=$v" --set "parallel.overlap_f_b=$overlap")
   if [ "$shim" = 1 ]; then
@@ -47,5 +48,10 @@ run dualpipev dualpipev false 0
 run dualpipev_pairs dualpipev auto 0
 run dualpipev_shim dualpipev false 1
 run dualpipev_pairs_shim dualpipev auto 1
-report_runs "g: schedules" "$failed" "8 runs completed, losses finite; ratios in the rows above" \
+# Every other schedule, shim off, pairs off and on (true: each steady-state F paired with a B).
+for schedule in gpipe interleaved_1f1b zb_h1 looped_bfs interleaved_zb zbv; do
+  run "$schedule" "$schedule" false 0
+  run "${schedule}_pairs" "$schedule" true 0
+done
+report_runs "g: schedules" "$failed" "20 runs completed, losses finite; ratios in the rows above" \
   "logs/schedules_*.log" scripts/gpu/schedules_summary.py "$dir" --warmup "$warmup"

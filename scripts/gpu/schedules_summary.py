@@ -15,8 +15,11 @@ import statistics
 import sys
 from pathlib import Path
 
+# 1f1b and dualpipev with and without the shim; every other schedule without it, pairs off and on.
+OTHER_SCHEDULES = ["gpipe", "interleaved_1f1b", "zb_h1", "looped_bfs", "interleaved_zb", "zbv"]
 VARIANTS = ["1f1b", "1f1b_pairs", "1f1b_shim", "1f1b_pairs_shim",
-            "dualpipev", "dualpipev_pairs", "dualpipev_shim", "dualpipev_pairs_shim"]
+            "dualpipev", "dualpipev_pairs", "dualpipev_shim", "dualpipev_pairs_shim"] + \
+           [f"{s}{pairs}" for s in OTHER_SCHEDULES for pairs in ("", "_pairs")]
 
 
 def run_row(folder: Path, warmup: int):

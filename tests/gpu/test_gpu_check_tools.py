@@ -306,3 +306,50 @@ class ReplaySummaryTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TraceDigestTest(unittest.TestCase):
+    """scripts/gpu/trace_digest.py on a hand-made trace whose answers are known."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = Path(self.tmp.name)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def digest(self, events):
+        (self.dir / "t.json").write_text(json.dumps({"traceEvents": events}))
+        out = run(ROOT / "scripts/gpu/trace_digest.py", self.dir / "t.json", "--json", self.dir / "d.json")
+        return out, (json.loads((self.dir / "d.json").read_text()) if out.returncode == 0 else None)
+
+    def test_busy_share_idle_gap_and_what_the_threads_were_in(self):
+        events = [
+            {"ph": "X", "cat": "kernel", "name": "a", "ts": 0, "dur": 1000, "tid": 7},
+            {"ph": "X", "cat": "kernel", "name": "b", "ts": 500, "dur": 500, "tid": 8},
+            {"ph": "X", "cat": "gpu_memcpy", "name": "c", "ts": 3000, "dur": 1000, "tid": 7},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "ts": 1000, "dur": 1900, "tid": 1},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 10, "dur": 5, "tid": 2},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 500, "tid": 2},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "ts": 100, "dur": 100, "tid": 2},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 3500, "dur": 500, "tid": 2},
+        ]
+        out, d = self.digest(events)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertAlmostEqual(d["gpu"]["busy_ms"], 2.0)
+        self.assertAlmostEqual(d["gpu"]["span_ms"], 4.0)
+        gap = d["gpu"]["longest_idle_gaps"][0]
+        self.assertAlmostEqual(gap["ms"], 2.0)
+        self.assertEqual(gap["threads_in"], {"1": ["cudaStreamSynchronize"]})
+        sync = next(r for r in d["runtime"] if r["name"] == "cudaStreamSynchronize")
+        self.assertAlmostEqual(sync["total_ms"], 1.9)
+        thread = next(r for r in d["threads"] if r["tid"] == "2")
+        self.assertAlmostEqual(thread["span_ms"], 4.0)
+        self.assertAlmostEqual(thread["in_ops_share"], 0.25)  # nested addmm is not counted twice
+        self.assertEqual(d["ops"][0], {"name": "aten::mm", "count": 2, "total_ms": 1.0})
+        self.assertIn("idle 2.00 ms at 1.0 ms (tid 1: cudaStreamSynchronize)", out.stdout)
+
+    def test_a_trace_without_gpu_work_fails(self):
+        out, _ = self.digest([{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 5, "tid": 1}])
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("no GPU kernel", out.stderr)
