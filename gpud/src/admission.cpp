@@ -1,0 +1,41 @@
+// The best-effort side's decision per launch: pure, so it is tested under a fake clock and costs
+// a few loads and compares in the launching thread.
+#include "gpud/gpud.h"
+
+namespace gpud {
+
+Decision admit(const WindowView& window, const GrantView& grant, int64_t now_ns, int64_t kernel_ns,
+               int64_t inflight_ns, const AdmissionConfig& config) {
+  // The daemon renews the lease every tick: past it, the daemon is gone or stuck, and what the
+  // grant says can no longer be trusted. The user chose what happens then.
+  if (grant.lease_expiry_ns <= now_ns) {
+    return config.fallback == Fallback::kPassThrough ? Decision{Verdict::kRun, "lease expired: passing through"}
+                                                     : Decision{Verdict::kHold, "lease expired: holding"};
+  }
+  switch (grant.mode) {
+    case GrantMode::kRevoked:
+      return {Verdict::kHold, "grant revoked"};
+    case GrantMode::kFree:
+      return {Verdict::kRun, "no pipeline: free"};
+    case GrantMode::kGated:
+      break;
+  }
+  // The daemon notices a stale pipeline within a tick; the client need not wait for it.
+  if (window.heartbeat_ns == 0 || now_ns - window.heartbeat_ns > config.stale_after_ns) {
+    return {Verdict::kRun, "pipeline heartbeat stale: free"};
+  }
+  if (window.windows_published == 0 || now_ns < window.open_ns || now_ns >= window.close_ns) {
+    return {Verdict::kHold, "outside a window"};
+  }
+  const int64_t left = window.close_ns - config.guard_ns - now_ns;
+  if (kernel_ns < 0) {
+    // Unknown length: only into a long window, and alone.
+    if (left >= config.unknown_kernel_min_window_ns && inflight_ns == 0) return {Verdict::kRun, "unknown kernel, long window"};
+    return {Verdict::kHold, "unknown kernel, window too short"};
+  }
+  if (inflight_ns + kernel_ns > grant.inflight_budget_ns) return {Verdict::kHold, "in-flight budget full"};
+  if (inflight_ns + kernel_ns > left) return {Verdict::kHold, "does not fit before the window closes"};
+  return {Verdict::kRun, "fits the window"};
+}
+
+}  // namespace gpud

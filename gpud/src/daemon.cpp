@@ -1,0 +1,383 @@
+// orion-gpud's server: one per GPU (a lock on the GPU's UUID), a Unix SOCK_SEQPACKET socket only
+// its owner (and uids allowed by name) can use, a versioned hello, every message validated, every
+// wait bounded (a tick, a hello deadline), and each client watched through a pidfd and its socket,
+// so a client that dies or execs (its close-on-exec socket closes) loses its grant within a tick.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "gpud/gpud.h"
+#include "shared_memory.h"
+#include "socket_io.h"
+
+namespace gpud {
+
+namespace fs = std::filesystem;
+
+std::filesystem::path default_runtime_dir() {
+  if (const char* d = std::getenv("ORION_GPUD_DIR"); d != nullptr && *d != '\0') return d;
+  if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x != nullptr && *x != '\0') return fs::path(x) / "orion-gpud";
+  return fs::path(fmt::format("/tmp/orion-gpud-{}", geteuid()));
+}
+
+std::filesystem::path socket_path(const std::filesystem::path& dir, const std::string& gpu) {
+  return dir / fmt::format("gpu-{}.sock", gpu);
+}
+
+namespace {
+
+void check_gpu_name(const std::string& gpu) {
+  const bool ok = !gpu.empty() && gpu.size() <= 80 && std::all_of(gpu.begin(), gpu.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  });
+  if (!ok) {
+    throw DaemonError(fmt::format("--gpu '{}' is not a GPU UUID (letters, digits, '-', '_', '.'; see nvidia-smi -L)", gpu));
+  }
+}
+
+// The runtime folder: ours, and writable by no one else (anyone who can write it can replace the
+// socket). Other allowed uids need to traverse it: 0711 then, else 0700.
+void prepare_dir(const fs::path& dir, bool others_allowed) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    throw DaemonError(fmt::format("runtime folder {} is not a folder ({})", dir.string(), std::strerror(errno)));
+  }
+  if (st.st_uid != geteuid()) {
+    throw DaemonError(fmt::format("runtime folder {} belongs to uid {}, not to this daemon's uid {}: use "
+                                  "--dir or ORION_GPUD_DIR with a folder of your own",
+                                  dir.string(), st.st_uid, geteuid()));
+  }
+  if (chmod(dir.c_str(), others_allowed ? 0711 : 0700) != 0) {
+    throw DaemonError(fmt::format("cannot restrict {}: {}", dir.string(), std::strerror(errno)));
+  }
+}
+
+pid_t peer_pid_uid(int fd, uid_t* uid) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return -1;
+  *uid = cred.uid;
+  return cred.pid;
+}
+
+int pidfd_of(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+#else
+  (void)pid;
+  return -1;  // the socket's hang-up still tells
+#endif
+}
+
+}  // namespace
+
+struct Daemon::Impl {
+  struct Connection {
+    int fd = -1;
+    int pidfd = -1;
+    pid_t pid = 0;
+    uid_t uid = 0;
+    int id = 0;  // 0 until its hello
+    Role role = Role::kBestEffort;
+    int64_t hello_deadline_ns = 0;
+    // Set when the peer is refused at accept (uid, too many clients): the reason goes out as the
+    // answer to its first message, so the close does not reset a connection with unread data (the
+    // peer would see ECONNRESET instead of the reason).
+    std::string refusal;
+    SharedPage grant;
+  };
+
+  DaemonOptions options;
+  int lock_fd = -1;
+  int listen_fd = -1;
+  SharedPage pipeline_page;
+  GrantBook book;
+  std::vector<Connection> connections;
+
+  explicit Impl(DaemonOptions o) : options(std::move(o)), book(options.grants) {}
+
+  PipelinePage& pipeline() { return *static_cast<PipelinePage*>(pipeline_page.data()); }
+
+  bool allowed(uid_t uid) const {
+    return uid == geteuid() ||
+           std::find(options.allowed_uids.begin(), options.allowed_uids.end(), uid) != options.allowed_uids.end();
+  }
+
+  void drop(size_t index, const std::string& why) {
+    Connection& c = connections[index];
+    if (c.id != 0) {
+      spdlog::info("orion-gpud: {} client {} (pid {}) left: {}", to_string(c.role), c.id, c.pid, why);
+      if (c.role == Role::kBestEffort && c.grant.data() != nullptr) {
+        write_grant(*static_cast<GrantPage*>(c.grant.data()), GrantView{});  // revoked, if it still looks
+      }
+      if (c.role == Role::kPipeline) {  // the next pipeline starts from a clean page
+        heartbeat(pipeline(), 0);
+        publish_window(pipeline(), 0, 0);
+        pipeline().pipeline_pid.store(0, std::memory_order_release);
+      }
+      book.remove(c.id, why);
+    }
+    if (c.pidfd >= 0) close(c.pidfd);
+    close(c.fd);
+    connections.erase(connections.begin() + static_cast<std::ptrdiff_t>(index));
+  }
+
+  void refuse(int fd, const std::string& why) {
+    try {
+      io::send_message(fd, io::error_message(why));
+    } catch (const ProtocolError&) {
+    }
+  }
+
+  void accept_one(int64_t now) {
+    const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;
+    uid_t uid = 0;
+    const pid_t pid = peer_pid_uid(fd, &uid);
+    if (pid <= 0) {
+      close(fd);
+      return;
+    }
+    Connection c;
+    if (!allowed(uid)) {
+      spdlog::warn("orion-gpud: refused pid {} of uid {} (not in --allow-uid)", pid, uid);
+      c.refusal = fmt::format("uid {} is not allowed by this orion-gpud (started by uid {}; it allows more with "
+                              "--allow-uid)", uid, geteuid());
+    } else if (connections.size() >= options.max_clients) {
+      c.refusal = fmt::format("orion-gpud serves at most {} clients", options.max_clients);
+    }
+    c.fd = fd;
+    c.pid = pid;
+    c.uid = uid;
+    c.hello_deadline_ns = now + options.hello_timeout_ns;
+    connections.push_back(std::move(c));
+  }
+
+  // Returns an error text to send before dropping the connection, or "" when all went well.
+  std::string on_hello(Connection& c, const nlohmann::json& m, int64_t now) {
+    if (!m.contains("version") || !m["version"].is_number_unsigned()) return "hello without an unsigned 'version'";
+    if (m["version"].get<uint64_t>() != kProtocolVersion) {
+      return fmt::format("protocol version {}, this orion-gpud speaks {}: run the same release of both",
+                         m["version"].get<uint64_t>(), kProtocolVersion);
+    }
+    if (!m.contains("role") || !m["role"].is_string()) return "hello without a string 'role'";
+    const auto role = role_from_string(m["role"].get<std::string>());
+    if (!role) return fmt::format("unknown role '{}' (pipeline or best_effort)", m["role"].get<std::string>());
+    if (!m.contains("pid") || !m["pid"].is_number_integer() || m["pid"].get<int64_t>() != c.pid) {
+      return fmt::format("hello must carry the sender's pid ({}, from the socket)", c.pid);
+    }
+    if (!m.contains("name") || !m["name"].is_string() || m["name"].get<std::string>().size() > 64) {
+      return "hello needs a 'name' of at most 64 characters";
+    }
+    const std::string name = m["name"].get<std::string>();
+    try {
+      c.id = book.add(*role, c.pid, name, now);
+    } catch (const ProtocolError& e) {
+      return e.what();
+    }
+    c.role = *role;
+    c.pidfd = pidfd_of(c.pid);
+    std::vector<int> fds;
+    std::vector<int> to_close;
+    if (c.role == Role::kPipeline) {
+      pipeline().pipeline_pid.store(c.pid, std::memory_order_release);
+      fds.push_back(pipeline_page.fd());
+    } else {
+      c.grant = SharedPage("orion-gpud-grant");
+      init_grant_page(*static_cast<GrantPage*>(c.grant.data()));
+      write_grant(*static_cast<GrantPage*>(c.grant.data()), book.grant(c.id));
+      to_close = {pipeline_page.open_read_only(), c.grant.open_read_only()};
+      fds = to_close;
+    }
+    nlohmann::json welcome = {{"type", "welcome"},
+                              {"version", kProtocolVersion},
+                              {"client_id", c.id},
+                              {"gpu", options.gpu},
+                              {"lease_ms", static_cast<double>(options.grants.lease_ns) / 1e6},
+                              {"stale_after_ms", static_cast<double>(options.grants.stale_after_ns) / 1e6}};
+    std::string error;
+    try {
+      io::send_message(c.fd, welcome, fds);
+    } catch (const ProtocolError& e) {
+      error = e.what();
+    }
+    for (int fd : to_close) close(fd);
+    if (error.empty()) spdlog::info("orion-gpud: {} client {} attached (pid {}, '{}')", to_string(c.role), c.id, c.pid, name);
+    return error;
+  }
+
+  // Returns false when the connection must go.
+  bool on_readable(size_t index, int64_t now) {
+    Connection& c = connections[index];
+    io::Incoming in = io::receive_message(c.fd, -1);
+    for (int fd : in.fds) close(fd);  // clients send no descriptors
+    switch (in.what) {
+      case io::Received::kTimeout:
+        return true;
+      case io::Received::kClosed:
+        drop(index, "closed its connection (exit or exec)");
+        return false;
+      case io::Received::kOversized:
+      case io::Received::kMalformed:
+        if (!c.refusal.empty()) break;  // the refusal is the answer, whatever was sent
+        refuse(c.fd, in.error);
+        drop(index, "sent " + in.error);
+        return false;
+      case io::Received::kMessage:
+        break;
+    }
+    if (!c.refusal.empty()) {
+      const std::string why = c.refusal;
+      refuse(c.fd, why);
+      drop(index, why);
+      return false;
+    }
+    const std::string type = in.message["type"].get<std::string>();
+    if (c.id == 0) {
+      std::string error = type == "hello" ? on_hello(c, in.message, now) : "the first message must be a hello";
+      if (!error.empty()) {
+        refuse(c.fd, error);
+        drop(index, error);
+        return false;
+      }
+      return true;
+    }
+    if (type == "status") {
+      nlohmann::json s = book.status(read_window(pipeline()), now);
+      s["type"] = "status";
+      s["gpu"] = options.gpu;
+      s["version"] = kProtocolVersion;
+      try {
+        io::send_message(c.fd, s);
+      } catch (const ProtocolError&) {
+        // A status too large for one message: say so rather than drop the client.
+        refuse(c.fd, "status too large for one message");
+      }
+      return true;
+    }
+    if (type == "bye") {
+      drop(index, "said bye");
+      return false;
+    }
+    refuse(c.fd, fmt::format("unknown message type '{}'", type));
+    drop(index, "sent an unknown message type");
+    return false;
+  }
+
+  void tick(int64_t now) {
+    for (size_t i = connections.size(); i-- > 0;) {
+      if (connections[i].id == 0 && now >= connections[i].hello_deadline_ns) {
+        refuse(connections[i].fd, !connections[i].refusal.empty()
+                                      ? connections[i].refusal
+                                      : fmt::format("no hello within {} ms", options.hello_timeout_ns / 1'000'000));
+        drop(i, "no hello in time");
+      }
+    }
+    const WindowView window = read_window(pipeline());
+    book.tick(window, now);
+    for (Connection& c : connections) {
+      if (c.id != 0 && c.role == Role::kBestEffort) {
+        write_grant(*static_cast<GrantPage*>(c.grant.data()), book.grant(c.id));
+      }
+    }
+  }
+};
+
+Daemon::Daemon(DaemonOptions options) {
+  check_gpu_name(options.gpu);
+  if (options.dir.empty()) options.dir = default_runtime_dir();
+  prepare_dir(options.dir, !options.allowed_uids.empty());
+  impl_ = std::make_unique<Impl>(options);
+  const fs::path lock = options.dir / fmt::format("gpu-{}.lock", options.gpu);
+  impl_->lock_fd = open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (impl_->lock_fd < 0) throw DaemonError(fmt::format("cannot open {}: {}", lock.string(), std::strerror(errno)));
+  if (flock(impl_->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    throw DaemonError(fmt::format("another orion-gpud serves GPU {} (it holds {}): one daemon per GPU",
+                                  options.gpu, lock.string()));
+  }
+  socket_ = socket_path(options.dir, options.gpu);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_.string().size() >= sizeof addr.sun_path) {
+    throw DaemonError(fmt::format("socket path {} is too long for a Unix socket: use a shorter --dir", socket_.string()));
+  }
+  std::strncpy(addr.sun_path, socket_.c_str(), sizeof addr.sun_path - 1);
+  unlink(socket_.c_str());  // a stale socket of a dead daemon (we hold the lock)
+  impl_->listen_fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (impl_->listen_fd < 0 || bind(impl_->listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      chmod(socket_.c_str(), options.allowed_uids.empty() ? 0600 : 0666) != 0 || listen(impl_->listen_fd, 16) != 0) {
+    throw DaemonError(fmt::format("cannot listen on {}: {}", socket_.string(), std::strerror(errno)));
+  }
+  impl_->pipeline_page = SharedPage("orion-gpud-pipeline");
+  init_pipeline_page(impl_->pipeline());
+}
+
+Daemon::~Daemon() {
+  if (!impl_) return;
+  while (!impl_->connections.empty()) impl_->drop(impl_->connections.size() - 1, "the daemon stopped");
+  if (impl_->listen_fd >= 0) {
+    close(impl_->listen_fd);
+    unlink(socket_.c_str());
+  }
+  if (impl_->lock_fd >= 0) close(impl_->lock_fd);
+}
+
+void Daemon::run(const std::atomic<bool>& stop) {
+  Impl& d = *impl_;
+  int64_t next_tick = monotonic_ns();
+  std::vector<pollfd> fds;
+  while (!stop.load(std::memory_order_acquire)) {
+    const int64_t now = monotonic_ns();
+    if (now >= next_tick) {
+      d.tick(now);
+      next_tick = now + d.options.tick_ns;
+    }
+    fds.clear();
+    fds.push_back({d.listen_fd, POLLIN, 0});
+    for (const auto& c : d.connections) {
+      fds.push_back({c.fd, POLLIN, 0});
+      fds.push_back({c.pidfd, static_cast<short>(c.pidfd >= 0 ? POLLIN : 0), 0});
+    }
+    const int wait_ms = static_cast<int>(std::clamp<int64_t>((next_tick - now + 999'999) / 1'000'000, 0, 1000));
+    const int rc = poll(fds.data(), fds.size(), wait_ms);
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      throw DaemonError(fmt::format("poll: {}", std::strerror(errno)));
+    }
+    if (rc == 0) continue;
+    const int64_t at = monotonic_ns();
+    // Connections first, from the back (drop() erases), then new ones.
+    for (size_t i = d.connections.size(); i-- > 0;) {
+      const pollfd& sock = fds[1 + 2 * i];
+      const pollfd& pid = fds[2 + 2 * i];
+      if (pid.revents & POLLIN) {
+        d.drop(i, "its process exited");
+        continue;
+      }
+      if (sock.revents & POLLIN) {
+        d.on_readable(i, at);
+      } else if (sock.revents & (POLLHUP | POLLERR)) {
+        d.drop(i, "closed its connection (exit or exec)");
+      }
+    }
+    if (fds[0].revents & POLLIN) d.accept_one(at);
+  }
+}
+
+}  // namespace gpud

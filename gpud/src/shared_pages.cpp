@@ -1,0 +1,99 @@
+// The shared pages' layout and their lock-free reads and writes.
+#include <ctime>
+#include <type_traits>
+
+#include "gpud/gpud.h"
+
+namespace gpud {
+
+static_assert(std::atomic<int64_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free &&
+                  std::atomic<uint32_t>::is_always_lock_free,
+              "shared pages need address-free atomics");
+static_assert(std::is_standard_layout_v<PipelinePage> && std::is_standard_layout_v<GrantPage>);
+static_assert(sizeof(PipelinePage) <= 4096 && sizeof(GrantPage) <= 4096, "one page each");
+
+int64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+void init_pipeline_page(PipelinePage& page) {
+  page.magic = kPageMagic;
+  page.version = kProtocolVersion;
+  page.seq.store(0, std::memory_order_relaxed);
+  page.window_open_ns.store(0, std::memory_order_relaxed);
+  page.window_close_ns.store(0, std::memory_order_relaxed);
+  page.windows_published.store(0, std::memory_order_relaxed);
+  page.heartbeat_ns.store(0, std::memory_order_relaxed);
+  page.pipeline_pid.store(0, std::memory_order_release);
+}
+
+void init_grant_page(GrantPage& page) {
+  page.magic = kPageMagic;
+  page.version = kProtocolVersion;
+  page.epoch.store(0, std::memory_order_relaxed);
+  page.mode.store(static_cast<uint32_t>(GrantMode::kRevoked), std::memory_order_relaxed);
+  page.lease_expiry_ns.store(0, std::memory_order_relaxed);
+  page.inflight_budget_ns.store(0, std::memory_order_release);
+}
+
+// A sequence lock with one writer (the pipeline process): odd while writing. The fields are
+// atomics themselves, so a reader racing a writer reads torn pairs only, never torn values, and
+// the sequence check throws those away.
+void publish_window(PipelinePage& page, int64_t open_ns, int64_t close_ns) {
+  const uint64_t s = page.seq.load(std::memory_order_relaxed);
+  page.seq.store(s + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  page.window_open_ns.store(open_ns, std::memory_order_relaxed);
+  page.window_close_ns.store(close_ns, std::memory_order_relaxed);
+  page.windows_published.store(page.windows_published.load(std::memory_order_relaxed) + 1,
+                               std::memory_order_relaxed);
+  page.seq.store(s + 2, std::memory_order_release);
+}
+
+void heartbeat(PipelinePage& page, int64_t now_ns) { page.heartbeat_ns.store(now_ns, std::memory_order_release); }
+
+WindowView read_window(const PipelinePage& page) {
+  WindowView v;
+  for (;;) {
+    const uint64_t before = page.seq.load(std::memory_order_acquire);
+    if (before & 1) continue;  // a publication in progress: it is a few stores long
+    v.open_ns = page.window_open_ns.load(std::memory_order_relaxed);
+    v.close_ns = page.window_close_ns.load(std::memory_order_relaxed);
+    v.windows_published = page.windows_published.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (page.seq.load(std::memory_order_relaxed) == before) break;
+  }
+  v.heartbeat_ns = page.heartbeat_ns.load(std::memory_order_acquire);
+  return v;
+}
+
+GrantView read_grant(const GrantPage& page) {
+  // One writer (the daemon) bumps the epoch last: reread until the epoch is the same around the
+  // fields, so mode, lease and budget belong together.
+  GrantView g;
+  for (;;) {
+    const uint64_t before = page.epoch.load(std::memory_order_acquire);
+    g.mode = static_cast<GrantMode>(page.mode.load(std::memory_order_relaxed));
+    g.lease_expiry_ns = page.lease_expiry_ns.load(std::memory_order_relaxed);
+    g.inflight_budget_ns = page.inflight_budget_ns.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (page.epoch.load(std::memory_order_relaxed) == before && !(before & 1)) {
+      g.epoch = before / 2;
+      return g;
+    }
+  }
+}
+
+void write_grant(GrantPage& page, const GrantView& grant) {
+  const uint64_t e = page.epoch.load(std::memory_order_relaxed);
+  page.epoch.store(e + 1, std::memory_order_relaxed);  // odd: being written
+  std::atomic_thread_fence(std::memory_order_release);
+  page.mode.store(static_cast<uint32_t>(grant.mode), std::memory_order_relaxed);
+  page.lease_expiry_ns.store(grant.lease_expiry_ns, std::memory_order_relaxed);
+  page.inflight_budget_ns.store(grant.inflight_budget_ns, std::memory_order_relaxed);
+  page.epoch.store(e + 2, std::memory_order_release);
+}
+
+}  // namespace gpud

@@ -1,0 +1,106 @@
+#include "socket_io.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "gpud/gpud.h"
+
+namespace gpud::io {
+
+namespace {
+constexpr size_t kMaxFds = 4;
+}
+
+void send_message(int fd, const nlohmann::json& message, const std::vector<int>& fds) {
+  const std::string text = message.dump();
+  if (text.size() > kMaxMessageBytes) throw ProtocolError("message too large to send");
+  if (fds.size() > kMaxFds) throw ProtocolError("too many descriptors in one message");
+  iovec iov{const_cast<char*>(text.data()), text.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)] = {};
+  if (!fds.empty()) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
+  ssize_t n;
+  do {
+    n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) throw ProtocolError(fmt::format("send failed: {}", std::strerror(errno)));
+}
+
+Incoming receive_message(int fd, int64_t timeout_ns) {
+  Incoming in;
+  if (timeout_ns >= 0) {
+    pollfd p{fd, POLLIN, 0};
+    int rc;
+    do {
+      rc = poll(&p, 1, static_cast<int>((timeout_ns + 999'999) / 1'000'000));
+    } while (rc < 0 && errno == EINTR);
+    if (rc == 0) {
+      in.what = Received::kTimeout;
+      return in;
+    }
+  }
+  char buffer[kMaxMessageBytes + 1];
+  iovec iov{buffer, sizeof buffer};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  do {
+    n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int received;
+        std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        in.fds.push_back(received);
+      }
+    }
+  }
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    in.what = Received::kTimeout;
+    return in;
+  }
+  if (n <= 0) {
+    in.what = Received::kClosed;
+    return in;
+  }
+  if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || static_cast<size_t>(n) > kMaxMessageBytes) {
+    in.what = Received::kOversized;
+    in.error = fmt::format("message over {} bytes or with too many descriptors", kMaxMessageBytes);
+    return in;
+  }
+  in.message = nlohmann::json::parse(buffer, buffer + n, nullptr, /*allow_exceptions=*/false);
+  if (in.message.is_discarded() || !in.message.is_object() || !in.message.contains("type") ||
+      !in.message["type"].is_string()) {
+    in.what = Received::kMalformed;
+    in.error = "not a JSON object with a string 'type'";
+    return in;
+  }
+  in.what = Received::kMessage;
+  return in;
+}
+
+nlohmann::json error_message(const std::string& text) { return {{"type", "error"}, {"error", text}}; }
+
+}  // namespace gpud::io

@@ -1,0 +1,162 @@
+// The pure parts of cross-process bubble filling, under a fake clock: a best-effort launch's
+// admission, the shared pages' sequence locks (also under TSan), the daemon's grant decisions.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include "gpud/gpud.h"
+
+namespace gpud {
+namespace {
+
+constexpr int64_t kMs = 1'000'000;
+constexpr int64_t kUs = 1'000;
+
+struct AdmissionTest : ::testing::Test {
+  const int64_t now = 10'000 * kMs;
+  WindowView window{now - 1 * kMs, now + 4 * kMs, 3, now - 1 * kMs};  // open, 4 ms left, live
+  GrantView grant{GrantMode::kGated, 7, now + 100 * kMs, 2 * kMs};
+  AdmissionConfig config;  // guard 50 us, stale 200 ms, unknown kernels need 5 ms
+};
+
+TEST_F(AdmissionTest, AKernelThatFitsTheOpenWindowRuns) {
+  const Decision d = admit(window, grant, now, 500 * kUs, 500 * kUs, config);
+  EXPECT_EQ(d.verdict, Verdict::kRun) << d.reason;
+}
+
+TEST_F(AdmissionTest, WorkPastTheWindowsCloseIsHeld) {
+  window.close_ns = now + 600 * kUs;  // 550 us usable after the guard
+  EXPECT_EQ(admit(window, grant, now, 500 * kUs, 0, config).verdict, Verdict::kRun);
+  EXPECT_EQ(admit(window, grant, now, 500 * kUs, 100 * kUs, config).verdict, Verdict::kHold);
+  EXPECT_STREQ(admit(window, grant, now, 500 * kUs, 100 * kUs, config).reason, "does not fit before the window closes");
+}
+
+TEST_F(AdmissionTest, TheInFlightBudgetBoundsWorkInsideAWindow) {
+  window.close_ns = now + 100 * kMs;
+  EXPECT_EQ(admit(window, grant, now, 1 * kMs, 1 * kMs, config).verdict, Verdict::kRun);  // exactly the budget
+  const Decision d = admit(window, grant, now, 1 * kMs, 1 * kMs + 1, config);
+  EXPECT_EQ(d.verdict, Verdict::kHold);
+  EXPECT_STREQ(d.reason, "in-flight budget full");
+}
+
+TEST_F(AdmissionTest, OutsideAWindowOrBeforeItOpensNothingRuns) {
+  window.open_ns = now + 1 * kMs;  // published ahead of time
+  EXPECT_EQ(admit(window, grant, now, 1 * kUs, 0, config).verdict, Verdict::kHold);
+  EXPECT_EQ(admit(window, grant, now + 1 * kMs, 1 * kUs, 0, config).verdict, Verdict::kRun);
+  EXPECT_EQ(admit(window, grant, window.close_ns, 1 * kUs, 0, config).verdict, Verdict::kHold);
+  window.windows_published = 0;
+  EXPECT_EQ(admit(window, grant, now + 2 * kMs, 1 * kUs, 0, config).verdict, Verdict::kHold);
+}
+
+TEST_F(AdmissionTest, AKernelOfUnknownLengthOnlyGoesAloneIntoALongWindow) {
+  EXPECT_EQ(admit(window, grant, now, -1, 0, config).verdict, Verdict::kHold);  // 4 ms left < 5 ms
+  window.close_ns = now + 20 * kMs;
+  EXPECT_EQ(admit(window, grant, now, -1, 0, config).verdict, Verdict::kRun);
+  EXPECT_EQ(admit(window, grant, now, -1, 10 * kUs, config).verdict, Verdict::kHold);
+}
+
+TEST_F(AdmissionTest, AStaleOrAbsentPipelineFreesBestEffortWork) {
+  window.heartbeat_ns = now - 201 * kMs;
+  window.windows_published = 0;
+  Decision d = admit(window, grant, now, -1, 5 * kMs, config);
+  EXPECT_EQ(d.verdict, Verdict::kRun);
+  EXPECT_STREQ(d.reason, "pipeline heartbeat stale: free");
+  window.heartbeat_ns = 0;
+  EXPECT_EQ(admit(window, grant, now, -1, 5 * kMs, config).verdict, Verdict::kRun);
+}
+
+TEST_F(AdmissionTest, FreeAndRevokedGrantsOverrideTheWindow) {
+  window.open_ns = now + 10 * kMs;  // closed now
+  grant.mode = GrantMode::kFree;
+  EXPECT_EQ(admit(window, grant, now, 1 * kUs, 0, config).verdict, Verdict::kRun);
+  grant.mode = GrantMode::kRevoked;
+  window.open_ns = now - 1 * kMs;  // open now
+  EXPECT_EQ(admit(window, grant, now, 1 * kUs, 0, config).verdict, Verdict::kHold);
+}
+
+TEST_F(AdmissionTest, AnExpiredLeaseFallsBackAsTheUserChose) {
+  grant.lease_expiry_ns = now;  // the daemon stopped renewing it
+  Decision d = admit(window, grant, now, 1 * kUs, 0, config);
+  EXPECT_EQ(d.verdict, Verdict::kHold);
+  EXPECT_STREQ(d.reason, "lease expired: holding");
+  config.fallback = Fallback::kPassThrough;
+  grant.mode = GrantMode::kRevoked;  // the lease decides first: the grant is not trusted any more
+  d = admit(window, grant, now, 1 * kUs, 0, config);
+  EXPECT_EQ(d.verdict, Verdict::kRun);
+  EXPECT_STREQ(d.reason, "lease expired: passing through");
+}
+
+// One writer publishes windows whose length is always 1000 ns; readers must never see the open of
+// one publication with the close of another (the sequence lock), under TSan too.
+TEST(SharedPagesTest, ReadersSeeWholeWindowsWhileTheWriterPublishes) {
+  auto page = std::make_unique<PipelinePage>();
+  init_pipeline_page(*page);
+  auto grants = std::make_unique<GrantPage>();
+  init_grant_page(*grants);
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (int64_t i = 1; i <= 20000; ++i) {
+      publish_window(*page, i * 7, i * 7 + 1000);
+      write_grant(*grants, {i % 2 ? GrantMode::kGated : GrantMode::kFree, 0, i * 11, i * 11 + 5});
+    }
+    done = true;
+  });
+  int64_t torn = 0, reads = 0;
+  uint64_t last_count = 0;
+  while (!done.load()) {
+    const WindowView w = read_window(*page);
+    if (w.windows_published != 0 && w.close_ns - w.open_ns != 1000) ++torn;
+    if (w.windows_published < last_count) ++torn;  // never goes back
+    last_count = w.windows_published;
+    const GrantView g = read_grant(*grants);
+    if (g.epoch != 0 && g.inflight_budget_ns - g.lease_expiry_ns != 5) ++torn;
+    ++reads;
+  }
+  writer.join();
+  EXPECT_EQ(torn, 0) << "of " << reads << " reads";
+  EXPECT_EQ(read_window(*page).windows_published, 20000u);
+  EXPECT_EQ(read_grant(*grants).epoch, 20000u);
+}
+
+TEST(GrantBookTest, LeasesRenewEveryTickAndModesFollowThePipelinesHeartbeat) {
+  GrantConfig config{.lease_ns = 100 * kMs, .stale_after_ns = 50 * kMs, .inflight_budget_ns = 2 * kMs};
+  GrantBook book(config);
+  int64_t t = 1'000 * kMs;
+  const int be = book.add(Role::kBestEffort, 100, "eval", t);
+  WindowView pipeline{};  // no pipeline yet
+  book.tick(pipeline, t);
+  EXPECT_EQ(book.grant(be).mode, GrantMode::kFree);
+  EXPECT_EQ(book.grant(be).lease_expiry_ns, t + 100 * kMs);
+
+  const int p = book.add(Role::kPipeline, 200, "gpipe_runner", t);
+  EXPECT_THROW(book.add(Role::kPipeline, 201, "second", t), ProtocolError);
+  pipeline.heartbeat_ns = t;
+  t += 10 * kMs;
+  book.tick(pipeline, t);
+  EXPECT_EQ(book.grant(be).mode, GrantMode::kGated);
+  EXPECT_EQ(book.grant(be).lease_expiry_ns, t + 100 * kMs);
+  const uint64_t epoch = book.grant(be).epoch;
+
+  t += 51 * kMs;  // heartbeat 61 ms old: stale
+  book.tick(pipeline, t);
+  EXPECT_EQ(book.grant(be).mode, GrantMode::kFree);
+  EXPECT_GT(book.grant(be).epoch, epoch);
+
+  book.remove(p, "killed");
+  pipeline.heartbeat_ns = t;  // a fresh heartbeat on the page means nothing without the client
+  book.tick(pipeline, t);
+  EXPECT_EQ(book.grant(be).mode, GrantMode::kFree);
+  EXPECT_EQ(book.add(Role::kPipeline, 202, "next", t), p + 1);  // a new pipeline may attach
+
+  book.remove(be, "exited");
+  EXPECT_EQ(book.grant(be).mode, GrantMode::kRevoked);
+  const nlohmann::json s = book.status(pipeline, t);
+  EXPECT_EQ(s["grants_revoked"], 1);
+  EXPECT_EQ(s["clients"].size(), 1u);
+  EXPECT_EQ(s["recent_departures"].size(), 2u);
+}
+
+}  // namespace
+}  // namespace gpud

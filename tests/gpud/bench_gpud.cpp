@@ -1,0 +1,97 @@
+// What cross-process bubble filling costs, measured (not asserted):
+//   BM_AdmitPerLaunch     what a best-effort launch pays in its own thread: the clock, the two
+//                         sequence-locked reads of the shared pages and the decision
+//   BM_ClockOnly          the reference measured in the same run: the clock read alone
+//   BM_DaemonCpuShare     orion-gpud's CPU time over wall time while it serves a heartbeating
+//                         pipeline and 8 best-effort clients (counter cpu_share; goal < 0.05)
+// Run: build/tests/gpud/bench_gpud   (issue 25's goals: admission <= 200 ns added, daemon < 5%)
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <benchmark/benchmark.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "gpud/gpud.h"
+
+namespace {
+
+void BM_ClockOnly(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(gpud::monotonic_ns());
+}
+BENCHMARK(BM_ClockOnly);
+
+void BM_AdmitPerLaunch(benchmark::State& state) {
+  auto pipeline = std::make_unique<gpud::PipelinePage>();
+  auto grant = std::make_unique<gpud::GrantPage>();
+  gpud::init_pipeline_page(*pipeline);
+  gpud::init_grant_page(*grant);
+  const int64_t now = gpud::monotonic_ns();
+  gpud::heartbeat(*pipeline, now + 3'600'000'000'000);
+  gpud::publish_window(*pipeline, now, now + 3'600'000'000'000);
+  gpud::write_grant(*grant, {gpud::GrantMode::kGated, 0, now + 3'600'000'000'000, 2'000'000});
+  const gpud::AdmissionConfig config;
+  int64_t runs = 0;
+  for (auto _ : state) {
+    const int64_t t = gpud::monotonic_ns();
+    const gpud::Decision d =
+        gpud::admit(gpud::read_window(*pipeline), gpud::read_grant(*grant), t, 100'000, 500'000, config);
+    runs += d.verdict == gpud::Verdict::kRun;
+  }
+  state.counters["admitted_share"] = static_cast<double>(runs) / static_cast<double>(state.iterations());
+}
+BENCHMARK(BM_AdmitPerLaunch);
+
+double thread_cpu_s(pthread_t thread) {
+  clockid_t id;
+  timespec ts{};
+  if (pthread_getcpuclockid(thread, &id) != 0 || clock_gettime(id, &ts) != 0) return 0;
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+void BM_DaemonCpuShare(benchmark::State& state) {
+  char tmpl[] = "/tmp/gpudbenchXXXXXX";
+  const std::filesystem::path dir = mkdtemp(tmpl);
+  gpud::DaemonOptions options;
+  options.gpu = "GPU-bench";
+  options.dir = dir;
+  std::atomic<bool> stop{false};
+  auto daemon = std::make_unique<gpud::Daemon>(options);
+  std::thread server([&] { daemon->run(stop); });
+  {
+    gpud::Client pipeline = gpud::Client::connect(dir, options.gpu, gpud::Role::kPipeline, "pipeline");
+    std::vector<gpud::Client> clients;
+    for (int i = 0; i < 8; ++i) {
+      clients.push_back(gpud::Client::connect(dir, options.gpu, gpud::Role::kBestEffort, "be"));
+    }
+    for (auto _ : state) {
+      const double cpu0 = thread_cpu_s(server.native_handle());
+      const auto wall0 = std::chrono::steady_clock::now();
+      // One second of a pipeline publishing a window every millisecond (a busy pipeline).
+      while (std::chrono::steady_clock::now() - wall0 < std::chrono::seconds(1)) {
+        const int64_t now = gpud::monotonic_ns();
+        gpud::heartbeat(pipeline.pipeline_writable(), now);
+        gpud::publish_window(pipeline.pipeline_writable(), now, now + 500'000);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+      state.counters["cpu_share"] = (thread_cpu_s(server.native_handle()) - cpu0) / wall;
+    }
+  }
+  stop = true;
+  server.join();
+  daemon.reset();
+  std::filesystem::remove_all(dir);
+}
+BENCHMARK(BM_DaemonCpuShare)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,416 @@
+// orion-gpud as a server: the hello and the pages it hands over, every refusal (version, uid,
+// malformed, oversized, silent, second pipeline, second daemon), a fuzzed protocol, and killing
+// each party for real (separate processes: the daemon binary and gpud_test_client).
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpud/gpud.h"
+
+extern char** environ;
+
+namespace gpud {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr int64_t kMs = 1'000'000;
+constexpr const char* kGpu = "GPU-test-0";
+
+// A short folder of our own (a Unix socket path must fit in 108 bytes).
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/gpudXXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+bool eventually(const std::function<bool()>& cond, int64_t timeout_ms = 3000) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return cond();
+}
+
+DaemonOptions test_options(const fs::path& dir) {
+  DaemonOptions o;
+  o.gpu = kGpu;
+  o.dir = dir;
+  o.grants = {.lease_ns = 150 * kMs, .stale_after_ns = 60 * kMs, .inflight_budget_ns = 2 * kMs};
+  o.tick_ns = 5 * kMs;
+  o.hello_timeout_ns = 200 * kMs;
+  return o;
+}
+
+// The daemon on a thread of this process.
+struct InProcessDaemon {
+  std::atomic<bool> stop{false};
+  std::unique_ptr<Daemon> daemon;
+  std::thread thread;
+  explicit InProcessDaemon(DaemonOptions o) : daemon(std::make_unique<Daemon>(std::move(o))) {
+    thread = std::thread([this] { daemon->run(stop); });
+  }
+  ~InProcessDaemon() {
+    stop = true;
+    thread.join();
+  }
+};
+
+// A raw connection, to say what a well-behaved client would not.
+struct Raw {
+  int fd = -1;
+  explicit Raw(const fs::path& dir) {
+    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, socket_path(dir, kGpu).c_str(), sizeof addr.sun_path - 1);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      ADD_FAILURE() << "connect: " << std::strerror(errno);
+    }
+  }
+  ~Raw() { close(fd); }
+  void send(const std::string& bytes) const { ASSERT_GE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), 0); }
+  // For the fuzz: the daemon may already have closed the connection.
+  void send_quietly(const std::string& bytes) const { (void)::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL); }
+  // The reply's text ("" when the daemon closed without one), and its descriptors.
+  std::string reply(std::vector<int>* fds = nullptr, int timeout_ms = 2000) const {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, timeout_ms) <= 0) return "<no reply>";
+    char buf[kMaxMessageBytes + 1];
+    iovec iov{buf, sizeof buf};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    const ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int got;
+        std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        if (fds != nullptr) fds->push_back(got); else close(got);
+      }
+    }
+    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+  }
+  bool closed_by_peer() const {
+    char b;
+    pollfd p{fd, POLLIN, 0};
+    return poll(&p, 1, 2000) > 0 && recv(fd, &b, 1, MSG_DONTWAIT) == 0;
+  }
+};
+
+std::string hello(const char* role, int64_t pid = getpid(), uint64_t version = kProtocolVersion) {
+  return nlohmann::json{{"type", "hello"}, {"version", version}, {"role", role}, {"pid", pid}, {"name", "t"}}.dump();
+}
+
+size_t clients_with_role(Client& c, const char* role) {
+  const nlohmann::json status = c.status();
+  size_t n = 0;
+  for (const auto& j : status.at("clients")) n += j.at("role") == role;
+  return n;
+}
+
+TEST(GpudDaemon, APipelineAndABestEffortClientShareTheWindowAndTheGrant) {
+  TempDir dir;
+  InProcessDaemon d(test_options(dir.path));
+  Client pipeline = Client::connect(dir.path, kGpu, Role::kPipeline, "gpipe_runner");
+  Client be = Client::connect(dir.path, kGpu, Role::kBestEffort, "eval");
+  // No heartbeat yet: best effort runs freely.
+  ASSERT_TRUE(eventually([&] { return read_grant(be.grant()).mode == GrantMode::kFree; }));
+  const int64_t now = monotonic_ns();
+  heartbeat(pipeline.pipeline_writable(), now);
+  publish_window(pipeline.pipeline_writable(), now + 1 * kMs, now + 9 * kMs);
+  ASSERT_TRUE(eventually([&] {
+    heartbeat(pipeline.pipeline_writable(), monotonic_ns());
+    return read_grant(be.grant()).mode == GrantMode::kGated;
+  }));
+  const WindowView w = read_window(be.pipeline());
+  EXPECT_EQ(w.open_ns, now + 1 * kMs);
+  EXPECT_EQ(w.close_ns, now + 9 * kMs);
+  EXPECT_EQ(w.windows_published, 1u);
+  EXPECT_EQ(read_grant(be.grant()).inflight_budget_ns, 2 * kMs);
+  // The lease keeps being renewed while the daemon lives.
+  const int64_t first = read_grant(be.grant()).lease_expiry_ns;
+  ASSERT_TRUE(eventually([&] { return read_grant(be.grant()).lease_expiry_ns > first + 20 * kMs; }));
+  // The pipeline stops heartbeating: stale after 60 ms, the grant goes free.
+  ASSERT_TRUE(eventually([&] { return read_grant(be.grant()).mode == GrantMode::kFree; }, 1000));
+  const nlohmann::json s = be.status();
+  EXPECT_EQ(s["gpu"], kGpu);
+  EXPECT_EQ(s["clients"].size(), 2u);
+  EXPECT_EQ(s["pipeline"]["windows_published"], 1);
+}
+
+TEST(GpudDaemon, BestEffortClientsGetReadOnlyPages) {
+  TempDir dir;
+  InProcessDaemon d(test_options(dir.path));
+  Raw raw(dir.path);
+  raw.send(hello("best_effort"));
+  std::vector<int> fds;
+  const std::string welcome = raw.reply(&fds);
+  ASSERT_NE(welcome.find("\"welcome\""), std::string::npos) << welcome;
+  ASSERT_EQ(fds.size(), 2u);
+  for (int fd : fds) {
+    EXPECT_EQ(fcntl(fd, F_GETFL) & O_ACCMODE, O_RDONLY);
+    EXPECT_EQ(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0), MAP_FAILED);
+    EXPECT_EQ(errno, EACCES);
+    EXPECT_NE(ftruncate(fd, 0), 0);  // sealed and read-only: the daemon's mapping cannot shrink
+    close(fd);
+  }
+}
+
+TEST(GpudDaemon, EveryBadHelloIsRefusedWithItsReasonAndTheDaemonCarriesOn) {
+  TempDir dir;
+  InProcessDaemon d(test_options(dir.path));
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {hello("pipeline", getpid(), 99), "protocol version 99, this orion-gpud speaks 1"},
+      {hello("observer"), "unknown role 'observer'"},
+      {hello("pipeline", getpid() + 1), "the sender's pid"},
+      {nlohmann::json{{"type", "hello"}, {"version", 1}, {"role", "pipeline"}, {"pid", getpid()}, {"name", 7}}.dump(),
+       "a 'name' of at most 64 characters"},
+      {"{not json", "not a JSON object"},
+      {R"(["hello"])", "not a JSON object"},
+      {R"({"type":"status"})", "the first message must be a hello"},
+      {std::string(kMaxMessageBytes + 100, 'x'), "message over 4096 bytes"},
+  };
+  for (const auto& [message, why] : cases) {
+    Raw raw(dir.path);
+    raw.send(message);
+    const std::string reply = raw.reply();
+    EXPECT_NE(reply.find("\"error\""), std::string::npos) << message.substr(0, 60) << " -> " << reply;
+    EXPECT_NE(reply.find(why), std::string::npos) << message.substr(0, 60) << " -> " << reply;
+    EXPECT_TRUE(raw.closed_by_peer());
+  }
+  // Nothing of that harmed it.
+  Client ok = Client::connect(dir.path, kGpu, Role::kPipeline, "after");
+  EXPECT_EQ(clients_with_role(ok, "pipeline"), 1u);
+}
+
+TEST(GpudDaemon, ASilentConnectionIsClosedAtTheHelloDeadline) {
+  TempDir dir;
+  InProcessDaemon d(test_options(dir.path));
+  Raw raw(dir.path);
+  const std::string reply = raw.reply(nullptr, 2000);
+  EXPECT_NE(reply.find("no hello within 200 ms"), std::string::npos) << reply;
+}
+
+TEST(GpudDaemon, OnePipelinePerGpuAndOneDaemonPerGpu) {
+  TempDir dir;
+  InProcessDaemon d(test_options(dir.path));
+  Client first = Client::connect(dir.path, kGpu, Role::kPipeline, "first");
+  try {
+    Client::connect(dir.path, kGpu, Role::kPipeline, "second");
+    ADD_FAILURE() << "a second pipeline was accepted";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("a pipeline is already attached to this GPU"), std::string::npos) << e.what();
+  }
+  try {
+    Daemon second(test_options(dir.path));
+    ADD_FAILURE() << "a second daemon took the same GPU";
+  } catch (const DaemonError& e) {
+    EXPECT_NE(std::string(e.what()).find("another orion-gpud serves GPU GPU-test-0"), std::string::npos) << e.what();
+  }
+  // The first one still serves.
+  EXPECT_EQ(clients_with_role(first, "pipeline"), 1u);
+}
+
+TEST(GpudDaemon, BadGpuNamesAndMissingDaemonsAreNamed) {
+  TempDir dir;
+  DaemonOptions o = test_options(dir.path);
+  o.gpu = "../etc";
+  try {
+    Daemon bad(o);
+    ADD_FAILURE() << "accepted a GPU name with a path in it";
+  } catch (const DaemonError& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a GPU UUID"), std::string::npos) << e.what();
+  }
+  try {
+    Client::connect(dir.path, "GPU-nobody", Role::kBestEffort, "x");
+    ADD_FAILURE() << "connected to no daemon";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("start one with `orion-gpud serve --gpu GPU-nobody`"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(GpudDaemon, FuzzedMessagesNeverHarmTheDaemon) {
+  TempDir dir;
+  InProcessDaemon d(test_options(dir.path));
+  std::mt19937 rng(25);
+  const std::vector<std::string> seeds = {hello("pipeline"), hello("best_effort"), R"({"type":"status"})",
+                                          R"({"type":"bye"})"};
+  for (int i = 0; i < 200; ++i) {
+    std::string m = seeds[rng() % seeds.size()];
+    switch (rng() % 4) {
+      case 0: m.resize(rng() % (m.size() + 1)); break;             // truncated
+      case 1: m[rng() % m.size()] = static_cast<char>(rng()); break;  // a byte flipped
+      case 2: m = std::string(1 + rng() % 6000, static_cast<char>(rng())); break;  // noise, maybe oversized
+      default: m.insert(rng() % m.size(), std::string(rng() % 40, '{')); break;
+    }
+    Raw raw(dir.path);
+    if (!m.empty()) raw.send_quietly(m);
+    if (i % 3 == 0) raw.send_quietly(R"({"type":"status"})");  // out of order
+  }
+  Client ok = Client::connect(dir.path, kGpu, Role::kBestEffort, "after fuzz");
+  EXPECT_TRUE(ok.status().contains("clients"));
+}
+
+// ---- each party killed, as separate processes ----------------------------------------------------
+
+struct Process {
+  pid_t pid = -1;
+  int out = -1;
+  Process(const std::vector<std::string>& argv) {
+    int pipe_fds[2];
+    if (pipe2(pipe_fds, O_CLOEXEC) != 0) return;
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    if (posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ) != 0) pid = -1;
+    posix_spawn_file_actions_destroy(&actions);
+    close(pipe_fds[1]);
+    out = pipe_fds[0];
+  }
+  ~Process() {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    close(out);
+  }
+  std::string line(int timeout_ms = 5000) {
+    std::string text;
+    char c;
+    while (true) {
+      pollfd p{out, POLLIN, 0};
+      if (poll(&p, 1, timeout_ms) <= 0 || read(out, &c, 1) != 1 || c == '\n') return text;
+      text += c;
+    }
+  }
+  void kill9() {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    pid = -1;
+  }
+};
+
+TEST(GpudDaemon, AnotherUidIsRefusedEvenWhenTheSocketIsOpen) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make a process of another uid";
+  TempDir dir;
+  DaemonOptions o = test_options(dir.path);
+  o.allowed_uids = {4242};  // opens the folder (0711) and socket (0666): SO_PEERCRED decides
+  InProcessDaemon d(o);
+  Process intruder({GPUD_TEST_CLIENT, "--dir", dir.path.string(), "--gpu", kGpu, "--as-uid", "65534"});
+  const std::string said = intruder.line();
+  EXPECT_NE(said.find("refused: orion-gpud refused: uid 65534 is not allowed"), std::string::npos) << said;
+}
+
+std::vector<std::string> client_argv(const fs::path& dir, const char* role) {
+  return {GPUD_TEST_CLIENT, "--dir", dir.string(), "--gpu", kGpu, "--role", role};
+}
+
+// A daemon in this process and client processes that can be killed.
+struct GpudKill : ::testing::Test {
+  TempDir dir;
+  InProcessDaemon daemon{test_options(dir.path)};
+  // A gpud_test_client in `role`, once it said it attached.
+  std::unique_ptr<Process> attached(const char* role) {
+    auto p = std::make_unique<Process>(client_argv(dir.path, role));
+    const std::string said = p->line();
+    EXPECT_EQ(said.rfind("attached", 0), 0u) << said;
+    return p;
+  }
+};
+
+TEST_F(GpudKill, AKilledBestEffortClientLosesItsGrantAndTheDaemonCarriesOn) {
+  Client watcher = Client::connect(dir.path, kGpu, Role::kPipeline, "watcher");
+  auto be = attached("best_effort");
+  ASSERT_EQ(clients_with_role(watcher, "best_effort"), 1u);
+  be->kill9();
+  ASSERT_TRUE(eventually([&] { return clients_with_role(watcher, "best_effort") == 0; }, 1000))
+      << "the daemon did not notice within 1 s";
+  EXPECT_EQ(watcher.status()["grants_revoked"], 1);
+}
+
+TEST_F(GpudKill, AKilledPipelineFreesBestEffortWork) {
+  Client be = Client::connect(dir.path, kGpu, Role::kBestEffort, "eval");
+  auto pipeline = attached("pipeline");
+  ASSERT_TRUE(eventually([&] { return read_grant(be.grant()).mode == GrantMode::kGated; }));
+  const int64_t killed_at = monotonic_ns();
+  pipeline->kill9();
+  ASSERT_TRUE(eventually([&] { return read_grant(be.grant()).mode == GrantMode::kFree; }, 1000));
+  // Noticed through its pidfd / socket, not only through the stale heartbeat (60 ms).
+  EXPECT_LT(monotonic_ns() - killed_at, 500 * kMs);
+  EXPECT_EQ(clients_with_role(be, "pipeline"), 0u);
+  attached("pipeline");  // a new pipeline may attach
+}
+
+TEST(GpudDaemonKilled, ItsClientsKeepTheirLeaseThenFallBack) {
+  TempDir dir;
+  Process daemon({GPUD_BINARY, "serve", "--gpu", kGpu, "--dir", dir.path.string(), "--lease-ms", "150",
+                  "--stale-ms", "60"});
+  ASSERT_TRUE(eventually([&] { return fs::exists(socket_path(dir.path, kGpu)); }));
+  Client pipeline = Client::connect(dir.path, kGpu, Role::kPipeline, "gpipe_runner");
+  Client be = Client::connect(dir.path, kGpu, Role::kBestEffort, "eval");
+  auto beat = [&] {
+    const int64_t now = monotonic_ns();
+    heartbeat(pipeline.pipeline_writable(), now);
+    publish_window(pipeline.pipeline_writable(), now - kMs, now + 100 * kMs);
+  };
+  ASSERT_TRUE(eventually([&] { beat(); return read_grant(be.grant()).mode == GrantMode::kGated; }));
+  AdmissionConfig hold, pass;
+  pass.fallback = Fallback::kPassThrough;
+  daemon.kill9();
+  // The pipeline never needed the daemon: it still publishes (its page is its own memory).
+  beat();
+  // Until the lease runs out the grant stands; then each client falls back as it chose.
+  const GrantView g = read_grant(be.grant());
+  EXPECT_EQ(admit(read_window(be.pipeline()), g, monotonic_ns(), 1 * kMs, 0, hold).verdict, Verdict::kRun);
+  const int64_t after_lease = g.lease_expiry_ns + 1;
+  EXPECT_STREQ(admit(read_window(be.pipeline()), g, after_lease, 1 * kMs, 0, hold).reason, "lease expired: holding");
+  EXPECT_EQ(admit(read_window(be.pipeline()), g, after_lease, 1 * kMs, 0, pass).verdict, Verdict::kRun);
+  // The lease really is not renewed any more, and a restarted daemon takes the GPU over.
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_EQ(read_grant(be.grant()).lease_expiry_ns, g.lease_expiry_ns);
+  Process again({GPUD_BINARY, "serve", "--gpu", kGpu, "--dir", dir.path.string()});
+  ASSERT_TRUE(eventually([&] {
+    try {
+      Client c = Client::connect(dir.path, kGpu, Role::kBestEffort, "after restart");
+      return true;
+    } catch (const ProtocolError&) {
+      return false;
+    }
+  }));
+}
+
+}  // namespace
+}  // namespace gpud
