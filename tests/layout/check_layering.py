@@ -22,7 +22,9 @@ trainer = root / "trainer"
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 # Headers from outside trainer/ that a folder may include by bare name (their include directory is
 # added in that folder's CMakeLists.txt).
-EXTERNAL_BARE = {"orion.h": {"device", "distributed"}}
+# tensorboard_event.pb.h: protoc's output in the build folder, flat with some CMake versions
+# (the GPU image's), under proto/ with others (trainer/tensorboard/CMakeLists.txt declares both).
+EXTERNAL_BARE = {"orion.h": {"device", "distributed"}, "tensorboard_event.pb.h": {"tensorboard"}}
 errors = []
 
 

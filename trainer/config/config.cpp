@@ -217,6 +217,11 @@ const std::vector<Field>& field_table() {
                          "naive, async_threaded", one_of({"naive", "async_threaded"})),
       field<bool>("parallel", "use_orion_scheduler", [](C& c) -> auto& { return c.parallel.use_orion_scheduler; },
                   "true or false"),
+      field<std::string>("parallel", "publish_bubbles_gpu",
+                         [](C& c) -> auto& { return c.parallel.publish_bubbles_gpu; },
+                         "a GPU UUID served by orion-gpud (empty: do not publish)"),
+      field<int>("parallel", "publish_bubbles_rank", [](C& c) -> auto& { return c.parallel.publish_bubbles_rank; },
+                 "-1 (every rank of this process) or a pipeline rank", [](int v) { return v >= -1; }),
       field<std::string>("parallel", "schedule", [](C& c) -> auto& { return c.parallel.schedule; },
                          "gpipe, 1f1b, interleaved_1f1b, zb_h1, looped_bfs, interleaved_zb, zbv, dualpipev",
                          one_of({"gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "looped_bfs", "interleaved_zb", "zbv",
@@ -439,6 +444,11 @@ void check_cross_fields(const PipelineConfig& c) {
     throw ConfigError("parallel.transport is gloo but parallel.device is cuda; use transport nccl (or auto) for GPU stages");
   if (c.dataset.tokenizer == "sentencepiece" && c.dataset.tokenizer_model.empty())
     throw ConfigError("dataset.tokenizer is sentencepiece but dataset.tokenizer_model is empty; give the .model file");
+  if (par.publish_bubbles_rank >= par.model_parallel_size) {
+    throw ConfigError("parallel.publish_bubbles_rank=" + std::to_string(par.publish_bubbles_rank) +
+                      " is not a pipeline rank (0.." + std::to_string(par.model_parallel_size - 1) +
+                      "; -1: every rank of this process)");
+  }
   if (par.use_orion_scheduler && par.device == "cpu")
     throw ConfigError("parallel.use_orion_scheduler is true but parallel.device is cpu; the Orion scheduler schedules CUDA kernels (use device: cuda or auto)");
 }

@@ -27,6 +27,7 @@
 #include "trainer/metrics/kineto_profile.h"
 #include "trainer/metrics/metrics.h"
 #include "trainer/metrics/timeline.h"
+#include "trainer/colocation/bubble_publisher.h"
 #include "trainer/training/lr_schedule.h"
 
 namespace gpipe {
@@ -101,6 +102,13 @@ nlohmann::json PipelineTrainer::train() {
   }
   std::filesystem::create_directories(t.output_dir);
   ActionRecorder recorder;
+  // orion-gpud: this step's idle windows, as the last step's were, published as the step runs.
+  std::optional<BubblePublisher> bubbles;
+  std::vector<IdleWindow> next_windows;
+  if (!p.publish_bubbles_gpu.empty()) {
+    bubbles.emplace(p.publish_bubbles_gpu, std::filesystem::path());
+    log_info("orion-gpud: publishing this pipeline's idle windows for GPU {}", p.publish_bubbles_gpu);
+  }
   const std::string timeline_name = main_process ? "timeline.json" : fmt::format("timeline.rank{}.json", dist_->rank());
   const std::string timeline_path = (std::filesystem::path(t.output_dir) / timeline_name).string();
   bool profiled = false;
@@ -142,7 +150,19 @@ nlohmann::json PipelineTrainer::train() {
     async_step_ = step;  // asp: the learning rate of this step's updates
     std::vector<Batch> step_batches;
     for (const Pending& w : window) step_batches.push_back(w.batch);
+    if (bubbles) bubbles->begin_step(next_windows);
     const std::vector<double> step_losses = forward_backward_steps(step_batches, step, &recorder);
+    if (bubbles) {
+      // When none of this process's ranks computed (they share the device): the next step's windows.
+      std::vector<std::pair<double, double>> busy;
+      for (int r : local_ranks_) {
+        if (p.publish_bubbles_rank >= 0 && r != p.publish_bubbles_rank) continue;
+        for (const ActionSpan& s : recorder.spans(r)) {
+          if (is_compute(s.action.type)) busy.emplace_back(s.start_us, s.end_us);
+        }
+      }
+      next_windows = idle_windows(std::move(busy), recorder.wall_us(), /*min_us=*/200);
+    }
     // Checked before optimizer_step: a non-finite loss means non-finite gradients, and
     // stepping on them would write NaN into the weights.
     for (int64_t k = 0; k < n; ++k) {

@@ -77,6 +77,13 @@ struct ParallelConfig {
   int model_parallel_size = 4;              // pipeline ranks
   std::string scheduler = "async_threaded"; // executor: naive | async_threaded
   bool use_orion_scheduler = false;
+  // orion-gpud (issue 25): publish each step's idle windows, predicted from the last step, to the
+  // daemon of this GPU UUID (runtime folder $ORION_GPUD_DIR...), so best-effort processes on the
+  // GPU fill them. Empty: off.
+  std::string publish_bubbles_gpu;
+  // Whose idle time is the GPU's: -1, every rank of this process (they share one GPU); r, pipeline
+  // rank r alone (it has the GPU to itself, as with one GPU per stage).
+  int publish_bubbles_rank = -1;
   // gpipe | 1f1b | zb_h1 (1 stage per rank) | interleaved_1f1b | interleaved_zb | looped_bfs
   // (any stages per rank) | zbv | dualpipev (2 stages per rank, V placement)
   std::string schedule = "1f1b";

@@ -1,0 +1,86 @@
+// The pipeline's side of bubble filling: idle windows from measured spans, and their publication
+// to a live orion-gpud in step order, each before it opens.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "gpud/gpud.h"
+#include "trainer/colocation/bubble_publisher.h"
+
+namespace gpipe {
+namespace {
+
+TEST(IdleWindowsTest, GapsInTheUnionOfBusySpansLongEnoughToUse) {
+  // Two ranks sharing a device: busy [0,10) and [5,20) overlap; [20,30) idle; [30,32) busy; then a
+  // 1 us gap (too short) and idle to the wall.
+  const auto w = idle_windows({{30, 32}, {0, 10}, {5, 20}, {33, 40}}, 100, 2);
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_DOUBLE_EQ(w[0].start_us, 20);
+  EXPECT_DOUBLE_EQ(w[0].end_us, 30);
+  EXPECT_DOUBLE_EQ(w[1].start_us, 40);
+  EXPECT_DOUBLE_EQ(w[1].end_us, 100);
+  // Idle before the first span too; nothing when always busy; all idle when nothing ran.
+  EXPECT_DOUBLE_EQ(idle_windows({{50, 100}}, 100, 1).at(0).end_us, 50);
+  EXPECT_TRUE(idle_windows({{0, 100}}, 100, 1).empty());
+  ASSERT_EQ(idle_windows({}, 100, 1).size(), 1u);
+}
+
+TEST(BubblePublisherTest, WindowsArePublishedInOrderBeforeTheyOpen) {
+  char tmpl[] = "/tmp/gpubXXXXXX";
+  const std::filesystem::path dir = mkdtemp(tmpl);
+  gpud::DaemonOptions options;
+  options.gpu = "GPU-publisher";
+  options.dir = dir;
+  options.tick_ns = 2'000'000;
+  std::atomic<bool> stop{false};
+  auto daemon = std::make_unique<gpud::Daemon>(options);
+  std::thread server([&] { daemon->run(stop); });
+  {
+    gpud::Client be = gpud::Client::connect(dir, options.gpu, gpud::Role::kBestEffort, "observer");
+    BubblePublisher publisher(options.gpu, dir);
+    const int64_t step_start = gpud::monotonic_ns();
+    publisher.begin_step({{20'000, 40'000}, {60'000, 70'000}});  // us: [20, 40) ms and [60, 70) ms
+    std::vector<gpud::WindowView> seen;
+    bool opened_early_enough = true;
+    while (gpud::monotonic_ns() - step_start < 90'000'000) {
+      const gpud::WindowView w = gpud::read_window(be.pipeline());
+      if (w.windows_published > 0 && (seen.empty() || seen.back().windows_published != w.windows_published)) {
+        seen.push_back(w);
+        // Published ahead: each window is on the page before it opens.
+        opened_early_enough &= gpud::monotonic_ns() <= w.open_ns + 1'000'000;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    ASSERT_EQ(seen.size(), 2u);
+    EXPECT_TRUE(opened_early_enough);
+    EXPECT_NEAR(static_cast<double>(seen[0].open_ns - step_start), 20e6, 2e6);
+    EXPECT_NEAR(static_cast<double>(seen[0].close_ns - seen[0].open_ns), 20e6, 1e3);
+    EXPECT_NEAR(static_cast<double>(seen[1].open_ns - step_start), 60e6, 2e6);
+    EXPECT_EQ(publisher.windows_published(), 2u);
+    // It heartbeats between windows: the grant is gated, not freed as stale.
+    EXPECT_EQ(gpud::read_grant(be.grant()).mode, gpud::GrantMode::kGated);
+  }
+  stop = true;
+  server.join();
+  daemon.reset();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(BubblePublisherTest, NoDaemonIsAClearError) {
+  try {
+    BubblePublisher publisher("GPU-none", "/tmp/gpub-nowhere");
+    ADD_FAILURE() << "attached to no daemon";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.publish_bubbles_gpu: no orion-gpud for GPU GPU-none"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace gpipe

@@ -1,0 +1,60 @@
+// The pipeline's side of cross-process bubble filling (issue 25): the idle windows of a step,
+// predicted from the last step's measured actions, published to orion-gpud (gpud/) as the step
+// runs, so a best-effort process on the same GPU runs only inside them. Torch-free.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace gpud {
+class Client;
+}
+
+namespace gpipe {
+
+struct IdleWindow {
+  double start_us = 0;  // since the step began
+  double end_us = 0;
+};
+
+// The gaps of at least min_us in the union of `busy` spans (start, end in us since the step
+// began) over [0, wall_us): when no rank sharing the device computed.
+std::vector<IdleWindow> idle_windows(std::vector<std::pair<double, double>> busy, double wall_us, double min_us);
+
+class BubblePublisher {
+ public:
+  // Attaches to the orion-gpud of `gpu` (runtime folder `dir`, empty: gpud::default_runtime_dir())
+  // as its pipeline; throws std::runtime_error naming the daemon's answer (none running, another
+  // pipeline attached, ...).
+  BubblePublisher(const std::string& gpu, std::filesystem::path dir);
+  ~BubblePublisher();
+  BubblePublisher(const BubblePublisher&) = delete;
+  BubblePublisher& operator=(const BubblePublisher&) = delete;
+
+  // A step begins now: its windows (offsets from now) are published in order as the step runs,
+  // each before it opens; the heartbeat goes on between steps.
+  void begin_step(std::vector<IdleWindow> windows);
+  uint64_t windows_published() const { return published_.load(); }
+
+ private:
+  void loop();
+  std::unique_ptr<gpud::Client> client_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::vector<IdleWindow> windows_;  // of the current step
+  int64_t step_start_ns_ = 0;
+  uint64_t step_generation_ = 0;
+  bool stop_ = false;
+  std::atomic<uint64_t> published_{0};
+  std::thread thread_;
+};
+
+}  // namespace gpipe
