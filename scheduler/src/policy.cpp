@@ -81,6 +81,7 @@ std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyParams&
     return std::make_unique<PriorityPolicy>();
   }
   if (name == "orion") return detail::make_orion_policy(params);
+  if (name == "gpud") return detail::make_gpud_policy(params);
   if (name == "partition") {
     detail::ParamReader r(name, params,
                           {"be_sm_frac", "granularity", "hp_rest", "gate", "adaptive", "hp_latency_target",
@@ -124,9 +125,12 @@ std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyParams&
   }
   std::string list;
   for (const auto& n : policy_names()) list += (list.empty() ? "" : ", ") + n;
-  throw std::invalid_argument("unknown scheduling policy '" + name + "' (choose one of: " + list + ")");
+  throw std::invalid_argument("unknown scheduling policy '" + name + "' (choose one of: " + list +
+                              ", or gpud with a running orion-gpud)");
 }
 
+// The policies a process or the simulator can run on its own; gpud (make_policy("gpud", {gpu=...}))
+// needs a running orion-gpud and is not among them.
 std::vector<std::string> policy_names() { return {"passthrough", "priority", "orion", "partition"}; }
 
 std::string policy_param_docs() {
@@ -152,7 +156,8 @@ std::string policy_param_docs() {
          "                   durations then come only from gaps in best-effort work)\n"
          "  probe_every_ms=50  adaptive: at most one such pause per this\n"
          "  be_depth=2       adaptive: best-effort ops in flight at most (work already on the GPU cannot be\n"
-         "                   paused: a shallow queue lets a pause, and a shrink, take effect soon)\n";
+         "                   paused: a shallow queue lets a pause, and a shrink, take effect soon)\n" +
+         detail::gpud_param_docs();
 }
 
 }  // namespace sched

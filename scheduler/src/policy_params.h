@@ -28,6 +28,9 @@ class ParamReader {
 };
 
 std::unique_ptr<Policy> make_orion_policy(const PolicyParams& params);
+// gpud_policy.cpp: connects to the GPU's orion-gpud (throws std::invalid_argument naming why not).
+std::unique_ptr<Policy> make_gpud_policy(const PolicyParams& params);
+std::string gpud_param_docs();
 std::string orion_param_docs();
 
 }  // namespace sched::detail

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "gpud/gpud.h"
+#include "in_process_daemon.h"
 #include "trainer/colocation/bubble_publisher.h"
 
 namespace gpipe {
@@ -31,15 +32,9 @@ TEST(IdleWindowsTest, GapsInTheUnionOfBusySpansLongEnoughToUse) {
 }
 
 TEST(BubblePublisherTest, WindowsArePublishedInOrderBeforeTheyOpen) {
-  char tmpl[] = "/tmp/gpubXXXXXX";
-  const std::filesystem::path dir = mkdtemp(tmpl);
-  gpud::DaemonOptions options;
-  options.gpu = "GPU-publisher";
-  options.dir = dir;
-  options.tick_ns = 2'000'000;
-  std::atomic<bool> stop{false};
-  auto daemon = std::make_unique<gpud::Daemon>(options);
-  std::thread server([&] { daemon->run(stop); });
+  gpud::testing::InProcessDaemon daemon("GPU-publisher");
+  const std::filesystem::path& dir = daemon.dir;
+  const gpud::DaemonOptions& options = daemon.options;
   {
     gpud::Client be = gpud::Client::connect(dir, options.gpu, gpud::Role::kBestEffort, "observer");
     BubblePublisher publisher(options.gpu, dir);
@@ -65,10 +60,6 @@ TEST(BubblePublisherTest, WindowsArePublishedInOrderBeforeTheyOpen) {
     // It heartbeats between windows: the grant is gated, not freed as stale.
     EXPECT_EQ(gpud::read_grant(be.grant()).mode, gpud::GrantMode::kGated);
   }
-  stop = true;
-  server.join();
-  daemon.reset();
-  std::filesystem::remove_all(dir);
 }
 
 TEST(BubblePublisherTest, NoDaemonIsAClearError) {

@@ -70,6 +70,9 @@ class Policy {
   virtual bool admit(const Op& op, const OpEstimate& est, const DeviceState& state) const = 0;
   // Whether best-effort ops are deferred at all (passthrough: no).
   virtual bool defers_best_effort() const { return true; }
+  // False: the dispatcher's starvation bound (be_max_wait_ns) does not force this policy's
+  // best-effort heads out (gpud: the pipeline's windows decide, and the lease bounds the wait).
+  virtual bool bounds_best_effort_wait() const { return true; }
   // The SM partition the backend should confine best-effort streams to (partition: yes), as it
   // stands now: the adaptive partition resizes it at run time, so backends ask at each
   // best-effort launch. Thread-safe and cheap (atomic loads, no lock): called from launch paths.

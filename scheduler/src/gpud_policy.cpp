@@ -1,0 +1,72 @@
+// ORION_POLICY=gpud: this process is a best-effort client of the GPU's orion-gpud (issue 25). A
+// best-effort op goes only when gpud::admit says it fits the pipeline's published idle window
+// (or the pipeline is gone, or the daemon is gone and the fallback is pass); the decision reads
+// two shared pages in the calling thread (or the pump's), no round trip to the daemon.
+#include <stdexcept>
+
+#include "gpud/gpud.h"
+#include "policy_params.h"
+#include "scheduler/policy.h"
+
+namespace sched::detail {
+
+namespace {
+
+class GpudPolicy final : public Policy {
+ public:
+  GpudPolicy(gpud::Client client, gpud::AdmissionConfig config) : client_(std::move(client)), config_(config) {}
+  const char* name() const override { return "gpud"; }
+  bool admit(const Op& /*op*/, const OpEstimate& est, const DeviceState& state) const override {
+    const int64_t kernel_ns = est.duration_ns > 0 ? static_cast<int64_t>(est.duration_ns) : -1;
+    const gpud::Decision d = gpud::admit(gpud::read_window(client_.pipeline()), gpud::read_grant(client_.grant()),
+                                         gpud::monotonic_ns(), kernel_ns,
+                                         static_cast<int64_t>(state.be_outstanding_ns), config_);
+    return d.verdict == gpud::Verdict::kRun;
+  }
+  // The pipeline's windows, not a timer, say when best-effort work may go: the dispatcher's
+  // starvation bound must not push it into the pipeline's busy time.
+  bool bounds_best_effort_wait() const override { return false; }
+
+ private:
+  gpud::Client client_;
+  gpud::AdmissionConfig config_;
+};
+
+}  // namespace
+
+std::unique_ptr<Policy> make_gpud_policy(const PolicyParams& params) {
+  ParamReader r("gpud", params, {"gpu", "dir", "fallback", "guard_us", "unknown_min_window_us", "stale_ms"});
+  auto it = params.find("gpu");
+  if (it == params.end() || it->second.empty()) {
+    throw std::invalid_argument("policy 'gpud': parameter 'gpu' (the GPU's UUID orion-gpud serves) is required");
+  }
+  gpud::AdmissionConfig config;
+  config.guard_ns = static_cast<int64_t>(r.number("guard_us", 50.0, 0.0, 1e6) * 1e3);
+  config.unknown_kernel_min_window_ns = static_cast<int64_t>(r.number("unknown_min_window_us", 5000.0, 0.0, 1e9) * 1e3);
+  config.stale_after_ns = static_cast<int64_t>(r.number("stale_ms", 200.0, 1.0, 1e6) * 1e6);
+  const std::string fallback = params.count("fallback") ? params.at("fallback") : "hold";
+  if (fallback != "hold" && fallback != "pass") {
+    throw std::invalid_argument("policy 'gpud': parameter 'fallback'='" + fallback + "': hold or pass");
+  }
+  config.fallback = fallback == "pass" ? gpud::Fallback::kPassThrough : gpud::Fallback::kHold;
+  const std::filesystem::path dir = params.count("dir") ? std::filesystem::path(params.at("dir")) : gpud::default_runtime_dir();
+  try {
+    return std::make_unique<GpudPolicy>(gpud::Client::connect(dir, it->second, gpud::Role::kBestEffort, "libgpu_scheduler"),
+                                        config);
+  } catch (const gpud::ProtocolError& e) {
+    throw std::invalid_argument(std::string("policy 'gpud': ") + e.what());
+  }
+}
+
+std::string gpud_param_docs() {
+  return "gpud: this process is a best-effort client of orion-gpud; best-effort ops go only inside the pipeline's\n"
+         "  published idle windows (no starvation bound)\n"
+         "  gpu=<uuid>        required: the GPU orion-gpud serves (nvidia-smi -L)\n"
+         "  dir=<folder>      orion-gpud's runtime folder (default $ORION_GPUD_DIR, $XDG_RUNTIME_DIR/orion-gpud, ...)\n"
+         "  fallback=hold     when the daemon is gone (lease expired): hold, or pass (run, unprotected)\n"
+         "  guard_us=50       kept free before a window closes\n"
+         "  unknown_min_window_us=5000  a kernel of unknown duration needs this much window left\n"
+         "  stale_ms=200      a pipeline heartbeat older than this frees best-effort work\n";
+}
+
+}  // namespace sched::detail

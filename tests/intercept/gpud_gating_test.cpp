@@ -1,0 +1,95 @@
+// ORION_POLICY=gpud in the shim (issue 25): this process is a best-effort client of an orion-gpud
+// (started below, before the shim reads its settings), and this test also plays the pipeline that
+// publishes windows. A best-effort launch reaches the driver only inside a published window; a
+// synchronisation still releases held work at once (safe by default beats the policy).
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "gpud/gpud.h"
+#include "in_process_daemon.h"
+#include "test_support.h"
+
+namespace {
+
+using namespace icpt_test;
+
+struct Pipeline {
+  gpud::testing::InProcessDaemon daemon{"GPU-shim"};
+  std::atomic<bool> stop{false};
+  std::unique_ptr<gpud::Client> client;
+  std::thread beat;
+  Pipeline() {
+    client = std::make_unique<gpud::Client>(
+        gpud::Client::connect(daemon.dir, "GPU-shim", gpud::Role::kPipeline, "test"));
+    beat = std::thread([this] {
+      while (!stop.load()) {
+        gpud::heartbeat(client->pipeline_writable(), gpud::monotonic_ns());
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    });
+    setenv("ORION_POLICY", "gpud", 1);
+    setenv("ORION_POLICY_PARAMS", ("gpu=GPU-shim,dir=" + daemon.dir.string()).c_str(), 1);
+  }
+  ~Pipeline() {
+    stop = true;
+    beat.join();
+    client.reset();
+  }
+  void open_for(int64_t ns) {
+    const int64_t now = gpud::monotonic_ns();
+    gpud::publish_window(client->pipeline_writable(), now, now + ns);
+  }
+  void close() { gpud::publish_window(client->pipeline_writable(), 0, 0); }
+};
+
+// Before main: the daemon must be up when the shim's first call reads ORION_POLICY. Stopped after
+// the tests (not at static destruction, where its thread would still log into a dying spdlog).
+Pipeline* g_pipeline = new Pipeline();
+struct StopPipeline : ::testing::Environment {
+  void TearDown() override {
+    delete g_pipeline;
+    g_pipeline = nullptr;
+  }
+};
+[[maybe_unused]] ::testing::Environment* const g_stop_pipeline = ::testing::AddGlobalTestEnvironment(new StopPipeline);
+
+bool launched_within(CUfunction k, int ms) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (std::chrono::steady_clock::now() < end) {
+    if (count_launches(calls(), k) == 1u) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return count_launches(calls(), k) == 1u;
+}
+
+TEST(GpudGating, BestEffortLaunchesGoOnlyInsideThePipelinesWindows) {
+  ASSERT_TRUE(scheduled_mode());
+  ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+  ASSERT_NE(use_device(0), nullptr);
+  CUstream be = nullptr;
+  ASSERT_EQ(cuStreamCreateWithPriority(&be, 0, 0), CUDA_SUCCESS);  // priority 0: best effort
+  CUfunction first = fake_cuda_make_function("gpud_be_first", 0, nullptr);
+  CUfunction second = fake_cuda_make_function("gpud_be_second", 0, nullptr);
+
+  ASSERT_EQ(cuLaunchKernel(first, 1, 1, 1, 32, 1, 1, 0, be, nullptr, nullptr), CUDA_SUCCESS);
+  EXPECT_FALSE(launched_within(first, 50)) << "a best-effort launch went with no window open";
+  g_pipeline->open_for(200'000'000);
+  EXPECT_TRUE(launched_within(first, 1000)) << "the window opened and the launch stayed held";
+
+  g_pipeline->close();
+  ASSERT_EQ(cuLaunchKernel(second, 1, 1, 1, 32, 1, 1, 0, be, nullptr, nullptr), CUDA_SUCCESS);
+  EXPECT_FALSE(launched_within(second, 30));
+  // A synchronisation needs the held work: it goes now, window or not.
+  ASSERT_EQ(cuStreamSynchronize(be), CUDA_SUCCESS);
+  EXPECT_EQ(count_launches(calls(), second), 1u);
+  EXPECT_TRUE(wait_idle());
+  EXPECT_EQ(cuStreamDestroy(be), CUDA_SUCCESS);
+}
+
+}  // namespace

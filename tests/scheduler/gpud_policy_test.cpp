@@ -1,0 +1,109 @@
+// ORION_POLICY=gpud through the dispatcher: best-effort ops wait for the pipeline's published
+// window (no starvation bound pushes them out), go when it opens, and run freely once the pipeline
+// is gone; bad parameters and a missing daemon are named.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <thread>
+
+#include "fake_device.h"
+#include "gpud/gpud.h"
+#include "in_process_daemon.h"
+#include "scheduler/dispatcher.h"
+#include "scheduler/policy.h"
+#include "scheduler/profile_store.h"
+
+namespace sched {
+namespace {
+
+using testing::FakeDevice;
+using testing::kernel_op;
+
+bool eventually(const std::function<bool()>& cond) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return cond();
+}
+
+TEST(GpudPolicyTest, ParametersAndAMissingDaemonAreNamed) {
+  try {
+    make_policy("gpud", {});
+    ADD_FAILURE() << "accepted no gpu";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("parameter 'gpu'"), std::string::npos) << e.what();
+  }
+  try {
+    make_policy("gpud", {{"gpu", "GPU-x"}, {"fallback", "maybe"}});
+    ADD_FAILURE() << "accepted fallback=maybe";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'fallback'='maybe'"), std::string::npos) << e.what();
+  }
+  try {
+    make_policy("gpud", {{"gpu", "GPU-none"}, {"dir", "/tmp/gpud-policy-nowhere"}});
+    ADD_FAILURE() << "connected to no daemon";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("no orion-gpud for GPU GPU-none"), std::string::npos) << e.what();
+  }
+}
+
+TEST(GpudPolicyTest, BestEffortWaitsForThePipelinesWindowNotForATimer) {
+  gpud::testing::InProcessDaemon daemon("GPU-policy");
+  const std::filesystem::path& dir = daemon.dir;
+  const gpud::DaemonOptions& options = daemon.options;
+  {
+    auto pipeline = std::make_unique<gpud::Client>(
+        gpud::Client::connect(dir, options.gpu, gpud::Role::kPipeline, "pipeline"));
+    gpud::PipelinePage& page = pipeline->pipeline_writable();
+    gpud::heartbeat(page, gpud::monotonic_ns());
+
+    FakeDevice dev;
+    ProfileStore profiles;
+    DispatcherOptions opt;
+    opt.background_thread = false;
+    opt.be_max_wait_ns = 1'000'000;  // would force a head out after 1 ms under any other policy
+    opt.profiles = &profiles;
+    auto policy = make_policy("gpud", {{"gpu", options.gpu}, {"dir", dir.string()}});
+    Dispatcher d(dev, std::move(policy), opt);
+    constexpr StreamId kBe = 2;
+    d.set_stream_class(kBe, StreamClass::kBestEffort);
+
+    // A pipeline is attached and heartbeating: the grant is gated from the hello on.
+    ASSERT_EQ(d.submit(kernel_op(kBe, 7)), 0);
+    for (int i = 0; i < 20; ++i) {  // 20 ms on the device's clock and real time: far past the bound
+      dev.advance(1'000'000);
+      gpud::heartbeat(page, gpud::monotonic_ns());
+      d.pump();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(dev.submitted_count(), 0u) << "a best-effort op went outside any window";
+    EXPECT_EQ(d.stats().forced_by_starvation, 0u);
+
+    const int64_t now = gpud::monotonic_ns();
+    gpud::publish_window(page, now, now + 50'000'000);  // open for 50 ms
+    ASSERT_TRUE(eventually([&] {
+      d.pump();
+      return dev.submitted_count() == 1;
+    }));
+
+    // The pipeline goes: best effort runs freely.
+    gpud::publish_window(page, 0, 0);
+    pipeline.reset();
+    ASSERT_EQ(d.submit(kernel_op(kBe, 8)), 0);
+    ASSERT_TRUE(eventually([&] {
+      d.pump();
+      return dev.submitted_count() == 2;
+    }));
+    d.drain_all();
+  }
+}
+
+}  // namespace
+}  // namespace sched
