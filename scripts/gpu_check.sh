@@ -19,6 +19,9 @@
 #      each client alone, and the simulator's error per run
 #   i  the planner: gpipe_runner --plan --verify 2 on configs/gpt_350m_gpu.yaml (layers measured
 #      on the GPU): predicted against measured step time and peak memory of the top candidates
+#   j  another process in the pipeline's bubbles: gpipe_runner publishing its idle windows to
+#      orion-gpud, a bf16 matmul job beside it unmanaged and under ORION_POLICY=gpud: step time and
+#      the job's throughput against each alone
 #
 #   scripts/gpu_check.sh [--call 1|2|3] OUT
 #
@@ -35,7 +38,7 @@
 # (or is killed), every process still carrying its tag is killed too, whatever process group or
 # session it made for itself, and a row says so.
 #
-# Environment: GPU_CHECK_ONLY ("build ctest a b c d e f g h i", a subset; overrides --call),
+# Environment: GPU_CHECK_ONLY ("build ctest a b c d e f g h i j", a subset; overrides --call),
 # GPU_CHECK_BUDGET_S (540: checks that no longer fit are recorded as not run; GPU_CHECK_MIN_STEP_S,
 # 30, is the least a step starts with), GPU_CHECK_STEP_DIR (the step scripts), GPU_CHECK_PYTHON
 # (python3), GPU_CHECK_BUILD_DIR (build-gpu), GPU_CHECK_TRAINER_STEPS (6), GPU_CHECK_COMMIT (the
@@ -72,19 +75,19 @@ step_dir=${GPU_CHECK_STEP_DIR:-$here/gpu}
 declare -A GPU_CALL_PLAN=(
   [1]="build ctest a b c d"
   [2]="build e f i h"
-  [3]="build g"
+  [3]="build j g"
 )
 if [ -n "$call" ]; then
   [ -n "${GPU_CALL_PLAN[$call]:-}" ] || { echo "--call: 1, 2 or 3 (got '$call')" >&2; exit 2; }
   only=" ${GPU_CHECK_ONLY:-${GPU_CALL_PLAN[$call]}} "
 else
-  only=" ${GPU_CHECK_ONLY:-build ctest a b c d e f g h i} "
+  only=" ${GPU_CHECK_ONLY:-build ctest a b c d e f g h i j} "
 fi
 # GPU_CHECK_TIME_SCALE (1) stretches the budget and every step's limit: the CPU rehearsal
 # (scripts/gpu/rehearse.py) builds on far fewer cores than the GPU machine's 16.
 scale=${GPU_CHECK_TIME_SCALE:-1}
 budget=$(( ${GPU_CHECK_BUDGET_S:-540} * scale ))
-known=" build ctest a b c d e f g h i "
+known=" build ctest a b c d e f g h i j "
 for name in $only; do
   case "$known" in
     *" $name "*) ;;
@@ -163,6 +166,7 @@ step d check_trainer.sh 450
 step e check_distributed.sh 90
 step f check_driver_rules.sh 120
 step i check_plan.sh 200
+step j check_colocation.sh 150
 step g check_schedules.sh 480
 step h check_replay.sh 120
 

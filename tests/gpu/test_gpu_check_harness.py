@@ -113,7 +113,7 @@ class GpuCheckHarness(unittest.TestCase):
         for call, checks in plan.items():
             self.assertEqual(checks.split()[0], "build", call)
             covered += checks.split()[1:]
-        self.assertEqual(sorted(covered), sorted("ctest a b c d e f g h i".split()))
+        self.assertEqual(sorted(covered), sorted("ctest a b c d e f g h i j".split()))
 
 
 class CheckOutdirRules(unittest.TestCase):
