@@ -39,7 +39,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "partition_layers": [], "recompute_ratio": [], "device": "auto", "transport": "auto",
         "placement": [], "peer_timeout_s": 120.0, "schedule_file": "", "overlap_f_b": "auto",
         "sync_mode": "bsp", "weight_stashing": True, "data_parallel_size": 1, "dp_bucket_mb": 25.0, "asp_window_steps": 1,
-        "partition_file": "",
+        "partition_file": "", "publish_bubbles_gpu": "", "publish_bubbles_rank": -1,
     },
 }
 
