@@ -133,6 +133,17 @@ class TorchUnderShimTest(unittest.TestCase):
         self.assertEqual(neither.returncode, 1)
         self.assertIn("neither run had the shim loaded", neither.stdout)
 
+    def test_timing_gives_each_phase_and_all_against_the_reference(self):
+        ref = self.write("r.json", {"phases": {"k": {"ms_per_run": 2.0}, "g": {"ms_per_run": 8.0},
+                                               "n": {"skipped": "needs a CUDA device"}}})
+        other = self.write("o.json", {"phases": {"k": {"ms_per_run": 2.1}, "g": {"ms_per_run": 8.0},
+                                                 "n": {"skipped": "needs a CUDA device"}}})
+        out = run(self.program, "--timing", ref, other)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertIn("all phases 1.010 (10.10 vs 10.00 ms per round); k 1.050, g 1.000", out.stdout)
+        untimed = self.write("u.json", {"phases": {"k": {"sha256": "a"}, "g": {"ms_per_run": 8.0}}})
+        self.assertEqual(run(self.program, "--timing", ref, untimed).returncode, 2)
+
     def test_no_shim_in_this_process(self):
         self.assertFalse(shim_counters.shim_is_loaded())
         self.assertIsNone(shim_counters.ShimCounters.if_loaded())

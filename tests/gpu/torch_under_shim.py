@@ -33,6 +33,7 @@ import os
 import socket
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -173,7 +174,7 @@ def count_profiled_kernels(run, device):
     return result, sum(1 for e in events if e.get("cat") == "kernel" and e.get("ph") == "X")
 
 
-def measure(name, setup, device, shim):
+def measure(name, setup, device, shim, time_iterations=0):
     run = setup(device)
     if run is None:
         return {"skipped": f"{name} needs a CUDA device"}
@@ -184,6 +185,16 @@ def measure(name, setup, device, shim):
     result, kernels = count_profiled_kernels(run, device)
     after = shim.read() if shim else None
     out = {"sha256": digest(result), "profiler_kernels": kernels if device.type == "cuda" else None}
+    if time_iterations > 0:
+        # Wall time per run, the GPU drained at both ends: what the shim's interception costs.
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(time_iterations):
+            run()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        out["ms_per_run"] = (time.perf_counter() - t0) * 1e3 / time_iterations
     if before is not None:
         seen = shim_counters.delta(after, before)
         launches, graphs = seen.get("kernel", 0), seen.get("graph_launch", 0)
@@ -227,15 +238,42 @@ def compare(a_path: str, b_path: str) -> int:
     return 1 if failures else 0
 
 
+def timing(reference_path: str, other_path: str) -> int:
+    """Per phase, ms per run of OTHER against REFERENCE (e.g. the shim in pass-through against no
+    shim), and over all phases; a figure (exit 0), 2 when a run was not timed."""
+    a, b = json.loads(Path(reference_path).read_text()), json.loads(Path(other_path).read_text())
+    rows, total_a, total_b = [], 0.0, 0.0
+    for name, pa in a["phases"].items():
+        pb = b["phases"].get(name, {})
+        if "ms_per_run" not in pa or "ms_per_run" not in pb:
+            if "skipped" in pa or "skipped" in pb:
+                continue
+            print(f"{name}: not timed in both runs (--time-iterations)")
+            return 2
+        total_a += pa["ms_per_run"]
+        total_b += pb["ms_per_run"]
+        rows.append(f"{name} {pb['ms_per_run'] / pa['ms_per_run']:.3f}")
+    if not rows:
+        print("no timed phase")
+        return 2
+    print(f"all phases {total_b / total_a:.3f} ({total_b:.2f} vs {total_a:.2f} ms per round); " + ", ".join(rows))
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--phases", default=",".join(PHASES), help="comma-separated subset of the phases")
     p.add_argument("--output", help="write the JSON result here (default: stdout only)")
     p.add_argument("--compare", nargs=2, metavar=("NO_SHIM_JSON", "SHIM_JSON"))
+    p.add_argument("--time-iterations", type=int, default=0, help="also time each phase over this many runs")
+    p.add_argument("--timing", nargs=2, metavar=("REFERENCE_JSON", "OTHER_JSON"),
+                   help="print OTHER's time per phase against REFERENCE's")
     args = p.parse_args()
     if args.compare:
         return compare(*args.compare)
+    if args.timing:
+        return timing(*args.timing)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           args.device if args.device != "auto" else "cpu")
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -249,7 +287,7 @@ def main() -> int:
               "torch_version": torch.__version__, "shim_loaded": shim is not None, "phases": {}}
     try:
         for name in args.phases.split(","):
-            result["phases"][name] = measure(name, PHASES[name], device, shim)
+            result["phases"][name] = measure(name, PHASES[name], device, shim, args.time_iterations)
             print(f"{name}: {result['phases'][name]}", file=sys.stderr, flush=True)
     finally:
         if dist.is_initialized():
