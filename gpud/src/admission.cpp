@@ -1,5 +1,7 @@
 // The best-effort side's decision per launch: pure, so it is tested under a fake clock and costs
 // a few loads and compares in the launching thread.
+#include <algorithm>
+
 #include "gpud/gpud.h"
 
 namespace gpud {
@@ -21,20 +23,24 @@ Decision admit(const WindowView& window, const GrantView& grant, int64_t now_ns,
       break;
   }
   // The daemon notices a stale pipeline within a tick; the client need not wait for it.
-  if (window.heartbeat_ns == 0 || now_ns - window.heartbeat_ns > config.stale_after_ns) {
+  // Written as comparisons against `now - stale` so that a page value of INT64_MIN cannot overflow.
+  if (window.heartbeat_ns <= 0 || window.heartbeat_ns < now_ns - config.stale_after_ns) {
     return {Verdict::kRun, "pipeline heartbeat stale: free"};
   }
   if (window.windows_published == 0 || now_ns < window.open_ns || now_ns >= window.close_ns) {
     return {Verdict::kHold, "outside a window"};
   }
-  const int64_t left = window.close_ns - config.guard_ns - now_ns;
+  // now < close here, so close - now is positive and cannot overflow.
+  const int64_t left = (window.close_ns - now_ns) - config.guard_ns;
   if (kernel_ns < 0) {
     // Unknown length: only into a long window, and alone.
     if (left >= config.unknown_kernel_min_window_ns && inflight_ns == 0) return {Verdict::kRun, "unknown kernel, long window"};
     return {Verdict::kHold, "unknown kernel, window too short"};
   }
-  if (inflight_ns + kernel_ns > grant.inflight_budget_ns) return {Verdict::kHold, "in-flight budget full"};
-  if (inflight_ns + kernel_ns > left) return {Verdict::kHold, "does not fit before the window closes"};
+  // inflight and kernel are the caller's own estimates (>= 0, well under 2^62).
+  const int64_t need = std::max<int64_t>(inflight_ns, 0) + kernel_ns;
+  if (need > grant.inflight_budget_ns) return {Verdict::kHold, "in-flight budget full"};
+  if (need > left) return {Verdict::kHold, "does not fit before the window closes"};
   return {Verdict::kRun, "fits the window"};
 }
 

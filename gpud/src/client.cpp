@@ -17,6 +17,7 @@ namespace gpud {
 
 namespace {
 
+// Descriptors that came with the reply go to *fds (the caller closes them, on error too).
 nlohmann::json expect_reply(int fd, const char* type, int64_t timeout_ns, std::vector<int>* fds) {
   io::Incoming in = io::receive_message(fd, timeout_ns);
   if (fds != nullptr) {
@@ -64,7 +65,13 @@ Client Client::connect(const std::filesystem::path& dir, const std::string& gpu,
                            {"pid", static_cast<int64_t>(getpid())},
                            {"name", name}});
   std::vector<int> fds;
-  const nlohmann::json welcome = expect_reply(c.fd_, "welcome", timeout_ns, &fds);
+  nlohmann::json welcome;
+  try {
+    welcome = expect_reply(c.fd_, "welcome", timeout_ns, &fds);
+  } catch (...) {
+    for (int f : fds) close(f);
+    throw;
+  }
   const size_t want = role == Role::kPipeline ? 1 : 2;
   try {
     if (fds.size() != want) throw ProtocolError(fmt::format("orion-gpud handed over {} pages, expected {}", fds.size(), want));

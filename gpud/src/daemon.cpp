@@ -40,6 +40,8 @@ std::filesystem::path socket_path(const std::filesystem::path& dir, const std::s
 
 namespace {
 
+constexpr size_t kMaxWaitingConnections = 16;
+
 void check_gpu_name(const std::string& gpu) {
   const bool ok = !gpu.empty() && gpu.size() <= 80 && std::all_of(gpu.begin(), gpu.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
@@ -111,6 +113,22 @@ struct Daemon::Impl {
   std::vector<Connection> connections;
 
   explicit Impl(DaemonOptions o) : options(std::move(o)), book(options.grants) {}
+  // Runs also when Daemon's constructor throws half way: the lock, the socket and its file go.
+  ~Impl() {
+    for (auto& c : connections) {
+      if (c.pidfd >= 0) close(c.pidfd);
+      close(c.fd);
+    }
+    if (listen_fd >= 0) {
+      close(listen_fd);
+      unlink(bound_socket.c_str());
+    }
+    if (lock_fd >= 0) close(lock_fd);
+  }
+  std::filesystem::path bound_socket;
+  // accept4 failed for lack of descriptors (EMFILE): the listening socket stays readable, so it
+  // is left out of poll until this time instead of spinning.
+  int64_t accept_paused_until_ns = 0;
 
   PipelinePage& pipeline() { return *static_cast<PipelinePage*>(pipeline_page.data()); }
 
@@ -126,11 +144,7 @@ struct Daemon::Impl {
       if (c.role == Role::kBestEffort && c.grant.data() != nullptr) {
         write_grant(*static_cast<GrantPage*>(c.grant.data()), GrantView{});  // revoked, if it still looks
       }
-      if (c.role == Role::kPipeline) {  // the next pipeline starts from a clean page
-        heartbeat(pipeline(), 0);
-        publish_window(pipeline(), 0, 0);
-        pipeline().pipeline_pid.store(0, std::memory_order_release);
-      }
+      if (c.role == Role::kPipeline) reset_pipeline_page(pipeline());  // the next one starts clean
       book.remove(c.id, why);
     }
     if (c.pidfd >= 0) close(c.pidfd);
@@ -147,7 +161,21 @@ struct Daemon::Impl {
 
   void accept_one(int64_t now) {
     const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return;
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        spdlog::warn("orion-gpud: cannot accept a connection ({}): pausing accepts for 100 ms", std::strerror(errno));
+        accept_paused_until_ns = now + 100'000'000;
+      }
+      return;
+    }
+    // Connections that have not said hello (or were refused) are capped apart from clients, so a
+    // flood of silent or refused peers cannot use up the daemon's descriptors.
+    const size_t waiting = static_cast<size_t>(std::count_if(connections.begin(), connections.end(),
+                                                             [](const Connection& c) { return c.id == 0; }));
+    if (waiting >= kMaxWaitingConnections) {
+      close(fd);
+      return;
+    }
     uid_t uid = 0;
     const pid_t pid = peer_pid_uid(fd, &uid);
     if (pid <= 0) {
@@ -195,15 +223,22 @@ struct Daemon::Impl {
     c.pidfd = pidfd_of(c.pid);
     std::vector<int> fds;
     std::vector<int> to_close;
-    if (c.role == Role::kPipeline) {
-      pipeline().pipeline_pid.store(c.pid, std::memory_order_release);
-      fds.push_back(pipeline_page.fd());
-    } else {
-      c.grant = SharedPage("orion-gpud-grant");
-      init_grant_page(*static_cast<GrantPage*>(c.grant.data()));
-      write_grant(*static_cast<GrantPage*>(c.grant.data()), book.grant(c.id));
-      to_close = {pipeline_page.open_read_only(), c.grant.open_read_only()};
-      fds = to_close;
+    try {
+      if (c.role == Role::kPipeline) {
+        pipeline().pipeline_pid.store(c.pid, std::memory_order_release);
+        fds.push_back(pipeline_page.fd());
+      } else {
+        c.grant = SharedPage("orion-gpud-grant");
+        init_grant_page(*static_cast<GrantPage*>(c.grant.data()));
+        write_grant(*static_cast<GrantPage*>(c.grant.data()), book.grant(c.id));
+        c.grant.seal_writes_by_others();
+        to_close.push_back(pipeline_page.open_read_only());
+        to_close.push_back(c.grant.open_read_only());
+        fds = to_close;
+      }
+    } catch (const DaemonError& e) {
+      for (int fd : to_close) close(fd);
+      return std::string("orion-gpud could not make the client's pages: ") + e.what();
     }
     nlohmann::json welcome = {{"type", "welcome"},
                               {"version", kProtocolVersion},
@@ -312,18 +347,25 @@ Daemon::Daemon(DaemonOptions options) {
                                   options.gpu, lock.string()));
   }
   socket_ = socket_path(options.dir, options.gpu);
+  // Bound and listening under a temporary name, then renamed into place: a client never finds a
+  // socket file that refuses connections (between bind and listen), and the swap replaces a
+  // stale socket of a dead daemon atomically (we hold the GPU's lock).
+  const fs::path temporary = socket_.string() + fmt::format(".{}.tmp", getpid());
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  if (socket_.string().size() >= sizeof addr.sun_path) {
+  if (temporary.string().size() >= sizeof addr.sun_path) {
     throw DaemonError(fmt::format("socket path {} is too long for a Unix socket: use a shorter --dir", socket_.string()));
   }
-  std::strncpy(addr.sun_path, socket_.c_str(), sizeof addr.sun_path - 1);
-  unlink(socket_.c_str());  // a stale socket of a dead daemon (we hold the lock)
+  std::strncpy(addr.sun_path, temporary.c_str(), sizeof addr.sun_path - 1);
+  unlink(temporary.c_str());
   impl_->listen_fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  impl_->bound_socket = temporary;
   if (impl_->listen_fd < 0 || bind(impl_->listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      chmod(socket_.c_str(), options.allowed_uids.empty() ? 0600 : 0666) != 0 || listen(impl_->listen_fd, 16) != 0) {
+      chmod(temporary.c_str(), options.allowed_uids.empty() ? 0600 : 0666) != 0 || listen(impl_->listen_fd, 16) != 0 ||
+      rename(temporary.c_str(), socket_.c_str()) != 0) {
     throw DaemonError(fmt::format("cannot listen on {}: {}", socket_.string(), std::strerror(errno)));
   }
+  impl_->bound_socket = socket_;
   impl_->pipeline_page = SharedPage("orion-gpud-pipeline");
   init_pipeline_page(impl_->pipeline());
 }
@@ -331,11 +373,7 @@ Daemon::Daemon(DaemonOptions options) {
 Daemon::~Daemon() {
   if (!impl_) return;
   while (!impl_->connections.empty()) impl_->drop(impl_->connections.size() - 1, "the daemon stopped");
-  if (impl_->listen_fd >= 0) {
-    close(impl_->listen_fd);
-    unlink(socket_.c_str());
-  }
-  if (impl_->lock_fd >= 0) close(impl_->lock_fd);
+  // ~Impl closes the socket, unlinks its file and releases the lock.
 }
 
 void Daemon::run(const std::atomic<bool>& stop) {
@@ -349,7 +387,7 @@ void Daemon::run(const std::atomic<bool>& stop) {
       next_tick = now + d.options.tick_ns;
     }
     fds.clear();
-    fds.push_back({d.listen_fd, POLLIN, 0});
+    fds.push_back({d.listen_fd, static_cast<short>(now >= d.accept_paused_until_ns ? POLLIN : 0), 0});
     for (const auto& c : d.connections) {
       fds.push_back({c.fd, POLLIN, 0});
       fds.push_back({c.pidfd, static_cast<short>(c.pidfd >= 0 ? POLLIN : 0), 0});
@@ -371,7 +409,12 @@ void Daemon::run(const std::atomic<bool>& stop) {
         continue;
       }
       if (sock.revents & POLLIN) {
-        d.on_readable(i, at);
+        try {
+          d.on_readable(i, at);
+        } catch (const std::exception& e) {  // one client's trouble never ends the daemon
+          spdlog::error("orion-gpud: dropping a client after an error: {}", e.what());
+          if (i < d.connections.size()) d.drop(i, e.what());
+        }
       } else if (sock.revents & (POLLHUP | POLLERR)) {
         d.drop(i, "closed its connection (exit or exec)");
       }

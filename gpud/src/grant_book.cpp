@@ -44,8 +44,8 @@ void GrantBook::remove(int id, const std::string& why) {
 }
 
 void GrantBook::tick(const WindowView& pipeline, int64_t now_ns) {
-  const bool pipeline_live = pipeline_id_ && pipeline.heartbeat_ns != 0 &&
-                             now_ns - pipeline.heartbeat_ns <= config_.stale_after_ns;
+  const bool pipeline_live = pipeline_id_ && pipeline.heartbeat_ns > 0 &&
+                             pipeline.heartbeat_ns >= now_ns - config_.stale_after_ns;
   for (auto& [id, c] : clients_) {
     if (c.role != Role::kBestEffort) continue;
     const GrantMode mode = pipeline_live ? GrantMode::kGated : GrantMode::kFree;

@@ -21,7 +21,8 @@ SharedPage::SharedPage(const char* name) {
   if (fd_ < 0) throw DaemonError(fmt::format("memfd_create: {}", std::strerror(errno)));
   // Sealed at one page: a client holding the read-write descriptor cannot shrink it under the
   // daemon's mapping (SIGBUS) or grow it.
-  if (ftruncate(fd_, kBytes) != 0 || fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+  if (ftruncate(fd_, kBytes) != 0 || fchmod(fd_, 0400) != 0 ||
+      fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
     const int e = errno;
     close(fd_);
     throw DaemonError(fmt::format("sizing the shared page: {}", std::strerror(e)));
@@ -31,6 +32,12 @@ SharedPage::SharedPage(const char* name) {
     const int e = errno;
     close(fd_);
     throw DaemonError(fmt::format("mapping the shared page: {}", std::strerror(e)));
+  }
+}
+
+void SharedPage::seal_writes_by_others() {
+  if (fcntl(fd_, F_ADD_SEALS, F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0) {
+    throw DaemonError(fmt::format("sealing the shared page: {}", std::strerror(errno)));
   }
 }
 

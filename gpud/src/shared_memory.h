@@ -9,8 +9,13 @@ namespace gpud {
 class SharedPage {
  public:
   SharedPage() = default;
-  // Creates a sealed-size memfd of one page, mapped read-write here. Throws DaemonError.
+  // Creates a memfd of one page, sealed at that size and mode 0400 (a read-only descriptor cannot
+  // be reopened read-write through /proc, except by root), mapped read-write here. Throws
+  // DaemonError.
   explicit SharedPage(const char* name);
+  // No writes through any other descriptor or mapping from now on, root's included (this
+  // process's mapping stays writable): for pages only the daemon writes (grants).
+  void seal_writes_by_others();
   ~SharedPage();
   SharedPage(SharedPage&& other) noexcept;
   SharedPage& operator=(SharedPage&& other) noexcept;
@@ -19,7 +24,7 @@ class SharedPage {
 
   void* data() const { return data_; }
   int fd() const { return fd_; }
-  // A new read-only descriptor of the same memory (a mapping of it cannot be made writable).
+  // A new read-only descriptor of the same memory; throws DaemonError.
   int open_read_only() const;
   static constexpr size_t kBytes = 4096;
 

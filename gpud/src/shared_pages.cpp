@@ -54,26 +54,48 @@ void publish_window(PipelinePage& page, int64_t open_ns, int64_t close_ns) {
 
 void heartbeat(PipelinePage& page, int64_t now_ns) { page.heartbeat_ns.store(now_ns, std::memory_order_release); }
 
+namespace {
+// A publication is a few stores long: a sequence that stays odd or keeps changing for this many
+// reads means its writer died in the middle (killed between the stores). The reader then treats
+// the page as empty rather than spin: no window, no heartbeat (the pipeline is gone).
+constexpr int kMaxSeqlockReads = 100'000;
+}  // namespace
+
 WindowView read_window(const PipelinePage& page) {
-  WindowView v;
-  for (;;) {
+  for (int attempt = 0; attempt < kMaxSeqlockReads; ++attempt) {
+    WindowView v;
     const uint64_t before = page.seq.load(std::memory_order_acquire);
-    if (before & 1) continue;  // a publication in progress: it is a few stores long
+    if (before & 1) continue;
     v.open_ns = page.window_open_ns.load(std::memory_order_relaxed);
     v.close_ns = page.window_close_ns.load(std::memory_order_relaxed);
     v.windows_published = page.windows_published.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (page.seq.load(std::memory_order_relaxed) == before) break;
+    if (page.seq.load(std::memory_order_relaxed) != before) continue;
+    v.heartbeat_ns = page.heartbeat_ns.load(std::memory_order_acquire);
+    return v;
   }
-  v.heartbeat_ns = page.heartbeat_ns.load(std::memory_order_acquire);
-  return v;
+  return WindowView{};
+}
+
+void reset_pipeline_page(PipelinePage& page) {
+  // Only the daemon calls this, once the page's writer is gone: make the sequence even again
+  // (a writer killed mid-publication left it odd) and clear what the pipeline published.
+  const uint64_t s = page.seq.load(std::memory_order_relaxed);
+  page.seq.store((s | 1) + 2, std::memory_order_relaxed);  // odd: being written
+  std::atomic_thread_fence(std::memory_order_release);
+  page.window_open_ns.store(0, std::memory_order_relaxed);
+  page.window_close_ns.store(0, std::memory_order_relaxed);
+  page.windows_published.store(0, std::memory_order_relaxed);
+  page.heartbeat_ns.store(0, std::memory_order_relaxed);
+  page.pipeline_pid.store(0, std::memory_order_relaxed);
+  page.seq.store((s | 1) + 3, std::memory_order_release);
 }
 
 GrantView read_grant(const GrantPage& page) {
   // One writer (the daemon) bumps the epoch last: reread until the epoch is the same around the
   // fields, so mode, lease and budget belong together.
   GrantView g;
-  for (;;) {
+  for (int attempt = 0; attempt < kMaxSeqlockReads; ++attempt) {
     const uint64_t before = page.epoch.load(std::memory_order_acquire);
     g.mode = static_cast<GrantMode>(page.mode.load(std::memory_order_relaxed));
     g.lease_expiry_ns = page.lease_expiry_ns.load(std::memory_order_relaxed);
@@ -84,6 +106,7 @@ GrantView read_grant(const GrantPage& page) {
       return g;
     }
   }
+  return GrantView{};  // the daemon died mid-write: revoked, lease expired (the fallback decides)
 }
 
 void write_grant(GrantPage& page, const GrantView& grant) {

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -48,7 +49,8 @@ Incoming receive_message(int fd, int64_t timeout_ns) {
     pollfd p{fd, POLLIN, 0};
     int rc;
     do {
-      rc = poll(&p, 1, static_cast<int>((timeout_ns + 999'999) / 1'000'000));
+      const int64_t ms = std::min<int64_t>(timeout_ns / 1'000'000 + 1, 24 * 3600 * 1000);  // no overflow
+      rc = poll(&p, 1, static_cast<int>(ms));
     } while (rc < 0 && errno == EINTR);
     if (rc == 0) {
       in.what = Received::kTimeout;

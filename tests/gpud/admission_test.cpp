@@ -95,8 +95,9 @@ TEST(SharedPagesTest, ReadersSeeWholeWindowsWhileTheWriterPublishes) {
   init_pipeline_page(*page);
   auto grants = std::make_unique<GrantPage>();
   init_grant_page(*grants);
-  std::atomic<bool> done{false};
+  std::atomic<bool> done{false}, reading{false};
   std::thread writer([&] {
+    while (!reading.load()) std::this_thread::yield();  // the reader is in its loop: reads overlap writes
     for (int64_t i = 1; i <= 20000; ++i) {
       publish_window(*page, i * 7, i * 7 + 1000);
       write_grant(*grants, {i % 2 ? GrantMode::kGated : GrantMode::kFree, 0, i * 11, i * 11 + 5});
@@ -105,6 +106,7 @@ TEST(SharedPagesTest, ReadersSeeWholeWindowsWhileTheWriterPublishes) {
   });
   int64_t torn = 0, reads = 0;
   uint64_t last_count = 0;
+  reading = true;
   while (!done.load()) {
     const WindowView w = read_window(*page);
     if (w.windows_published != 0 && w.close_ns - w.open_ns != 1000) ++torn;
@@ -115,9 +117,36 @@ TEST(SharedPagesTest, ReadersSeeWholeWindowsWhileTheWriterPublishes) {
     ++reads;
   }
   writer.join();
+  EXPECT_GT(reads, 0);
   EXPECT_EQ(torn, 0) << "of " << reads << " reads";
   EXPECT_EQ(read_window(*page).windows_published, 20000u);
   EXPECT_EQ(read_grant(*grants).epoch, 20000u);
+}
+
+// A writer killed between its stores leaves the sequence odd: readers give up (the page reads as
+// empty: no window, no heartbeat; a grant as revoked and expired) instead of spinning, and the
+// daemon's reset makes the page readable for the next pipeline.
+TEST(SharedPagesTest, APageLeftMidWriteReadsAsEmptyAndTheDaemonResetsIt) {
+  auto page = std::make_unique<PipelinePage>();
+  init_pipeline_page(*page);
+  publish_window(*page, 100, 200);
+  heartbeat(*page, 50);
+  page->seq.fetch_add(1);  // killed mid-publication
+  const WindowView w = read_window(*page);
+  EXPECT_EQ(w.windows_published, 0u);
+  EXPECT_EQ(w.heartbeat_ns, 0);
+  reset_pipeline_page(*page);
+  publish_window(*page, 300, 400);
+  EXPECT_EQ(read_window(*page).open_ns, 300);
+  EXPECT_EQ(read_window(*page).windows_published, 1u);
+
+  auto grant = std::make_unique<GrantPage>();
+  init_grant_page(*grant);
+  write_grant(*grant, {GrantMode::kFree, 0, 1'000, 5});
+  grant->epoch.fetch_add(1);  // the daemon died mid-write
+  const GrantView g = read_grant(*grant);
+  EXPECT_EQ(g.mode, GrantMode::kRevoked);
+  EXPECT_EQ(g.lease_expiry_ns, 0);
 }
 
 TEST(GrantBookTest, LeasesRenewEveryTickAndModesFollowThePipelinesHeartbeat) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <stdexcept>
 
 #include "gpud/gpud.h"
@@ -72,6 +73,7 @@ void BubblePublisher::loop() {
     }
     if (now >= current_close && next < windows_.size()) {
       const IdleWindow w = windows_[next++];
+      if (!std::isfinite(w.start_us) || !std::isfinite(w.end_us) || w.end_us <= w.start_us) continue;
       const int64_t open = step_start_ns_ + static_cast<int64_t>(w.start_us * 1e3);
       current_close = step_start_ns_ + static_cast<int64_t>(w.end_us * 1e3);
       gpud::publish_window(page, open, current_close);

@@ -89,9 +89,13 @@ void init_grant_page(GrantPage& page);
 void publish_window(PipelinePage& page, int64_t open_ns, int64_t close_ns);
 void heartbeat(PipelinePage& page, int64_t now_ns);
 // Consistent snapshots (the window's two ends from the same publication).
+// A page whose writer died mid-publication reads as empty (no window, no heartbeat; a grant:
+// revoked with an expired lease) after a bounded number of retries, never a spin.
 WindowView read_window(const PipelinePage& page);
 GrantView read_grant(const GrantPage& page);
 void write_grant(GrantPage& page, const GrantView& grant);
+// The daemon's, once a pipeline left: an even sequence and an empty page for the next one.
+void reset_pipeline_page(PipelinePage& page);
 
 // ---- admission: the best-effort side, in the launching thread -----------------------------------
 enum class Fallback {
