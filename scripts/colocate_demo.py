@@ -25,11 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_pipeline(build: Path, out: Path, steps: int, extra: list[str]) -> list[dict]:
+def run_pipeline(build: Path, out: Path, steps: int, extra: list[str], env=None) -> list[dict]:
     cmd = [str(build / "trainer/gpipe_runner"), "--config", str(ROOT / "configs/synthetic_cpu.yaml"),
            "--output-dir", str(out), "--set", f"training.max_steps={steps}", "--set", "training.profile_iteration=-1",
            *extra]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600, env=env)
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
@@ -61,10 +61,9 @@ def main() -> int:
             filler = subprocess.Popen([str(args.build / "gpud/orion-gpud-fill"), "--gpu", "cpu-demo", "--seconds",
                                        str(seconds), "--chunk-us", str(args.chunk_us)], env=env,
                                       stdout=subprocess.PIPE, text=True)
-            os.environ["ORION_GPUD_DIR"] = env["ORION_GPUD_DIR"]
             shared = run_pipeline(args.build, tmp / "shared", args.steps,
                                   ["--set", "parallel.publish_bubbles_gpu=cpu-demo",
-                                   "--set", f"parallel.publish_bubbles_rank={args.rank}"])
+                                   "--set", f"parallel.publish_bubbles_rank={args.rank}"], env)
             fill = json.loads(filler.communicate(timeout=seconds + 30)[0])
         finally:
             daemon.terminate()

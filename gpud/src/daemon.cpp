@@ -94,7 +94,6 @@ struct Daemon::Impl {
     int fd = -1;
     int pidfd = -1;
     pid_t pid = 0;
-    uid_t uid = 0;
     int id = 0;  // 0 until its hello
     Role role = Role::kBestEffort;
     int64_t hello_deadline_ns = 0;
@@ -192,7 +191,6 @@ struct Daemon::Impl {
     }
     c.fd = fd;
     c.pid = pid;
-    c.uid = uid;
     c.hello_deadline_ns = now + options.hello_timeout_ns;
     connections.push_back(std::move(c));
   }
@@ -257,23 +255,23 @@ struct Daemon::Impl {
     return error;
   }
 
-  // Returns false when the connection must go.
-  bool on_readable(size_t index, int64_t now) {
+  // One message from connection `index`; drops the connection when it must go.
+  void on_readable(size_t index, int64_t now) {
     Connection& c = connections[index];
     io::Incoming in = io::receive_message(c.fd, -1);
     for (int fd : in.fds) close(fd);  // clients send no descriptors
     switch (in.what) {
       case io::Received::kTimeout:
-        return true;
+        return;
       case io::Received::kClosed:
         drop(index, "closed its connection (exit or exec)");
-        return false;
+        return;
       case io::Received::kOversized:
       case io::Received::kMalformed:
         if (!c.refusal.empty()) break;  // the refusal is the answer, whatever was sent
         refuse(c.fd, in.error);
         drop(index, "sent " + in.error);
-        return false;
+        return;
       case io::Received::kMessage:
         break;
     }
@@ -281,17 +279,16 @@ struct Daemon::Impl {
       const std::string why = c.refusal;
       refuse(c.fd, why);
       drop(index, why);
-      return false;
+      return;
     }
     const std::string type = in.message["type"].get<std::string>();
     if (c.id == 0) {
-      std::string error = type == "hello" ? on_hello(c, in.message, now) : "the first message must be a hello";
+      const std::string error = type == "hello" ? on_hello(c, in.message, now) : "the first message must be a hello";
       if (!error.empty()) {
         refuse(c.fd, error);
         drop(index, error);
-        return false;
       }
-      return true;
+      return;
     }
     if (type == "status") {
       nlohmann::json s = book.status(read_window(pipeline()), now);
@@ -304,15 +301,15 @@ struct Daemon::Impl {
         // A status too large for one message: say so rather than drop the client.
         refuse(c.fd, "status too large for one message");
       }
-      return true;
+      return;
     }
     if (type == "bye") {
       drop(index, "said bye");
-      return false;
+      return;
     }
     refuse(c.fd, fmt::format("unknown message type '{}'", type));
     drop(index, "sent an unknown message type");
-    return false;
+    return;
   }
 
   void tick(int64_t now) {

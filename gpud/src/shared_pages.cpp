@@ -55,17 +55,37 @@ void publish_window(PipelinePage& page, int64_t open_ns, int64_t close_ns) {
 void heartbeat(PipelinePage& page, int64_t now_ns) { page.heartbeat_ns.store(now_ns, std::memory_order_release); }
 
 namespace {
-// A publication is a few stores long: a sequence that stays odd or keeps changing for this many
-// reads means its writer died in the middle (killed between the stores). The reader then treats
-// the page as empty rather than spin: no window, no heartbeat (the pipeline is gone).
-constexpr int kMaxSeqlockReads = 100'000;
+// A publication is a few stores long. A writer that keeps publishing moves the sequence on; one
+// killed between its stores leaves the same odd value there for good. Once the same odd value
+// has stood for 50 ms (far longer than a descheduled live writer needs for a few stores), the
+// reader treats the page as empty rather than spin (no window, no heartbeat: the pipeline is
+// gone; a grant: revoked, its lease expired).
+class StuckWriter {
+ public:
+  bool gave_up(uint64_t odd_seq) {
+    const int64_t now = monotonic_ns();
+    if (odd_seq != last_) {
+      last_ = odd_seq;
+      since_ns_ = now;
+    }
+    return now - since_ns_ >= kStuckNs;
+  }
+
+ private:
+  static constexpr int64_t kStuckNs = 50'000'000;
+  uint64_t last_ = 0;
+  int64_t since_ns_ = 0;
+};
 }  // namespace
 
 WindowView read_window(const PipelinePage& page) {
-  for (int attempt = 0; attempt < kMaxSeqlockReads; ++attempt) {
+  for (StuckWriter writer;;) {
     WindowView v;
     const uint64_t before = page.seq.load(std::memory_order_acquire);
-    if (before & 1) continue;
+    if (before & 1) {
+      if (writer.gave_up(before)) return WindowView{};
+      continue;
+    }
     v.open_ns = page.window_open_ns.load(std::memory_order_relaxed);
     v.close_ns = page.window_close_ns.load(std::memory_order_relaxed);
     v.windows_published = page.windows_published.load(std::memory_order_relaxed);
@@ -74,7 +94,6 @@ WindowView read_window(const PipelinePage& page) {
     v.heartbeat_ns = page.heartbeat_ns.load(std::memory_order_acquire);
     return v;
   }
-  return WindowView{};
 }
 
 void reset_pipeline_page(PipelinePage& page) {
@@ -95,18 +114,21 @@ GrantView read_grant(const GrantPage& page) {
   // One writer (the daemon) bumps the epoch last: reread until the epoch is the same around the
   // fields, so mode, lease and budget belong together.
   GrantView g;
-  for (int attempt = 0; attempt < kMaxSeqlockReads; ++attempt) {
+  for (StuckWriter writer;;) {
     const uint64_t before = page.epoch.load(std::memory_order_acquire);
+    if (before & 1) {
+      if (writer.gave_up(before)) return GrantView{};  // the daemon died mid-write: the fallback decides
+      continue;
+    }
     g.mode = static_cast<GrantMode>(page.mode.load(std::memory_order_relaxed));
     g.lease_expiry_ns = page.lease_expiry_ns.load(std::memory_order_relaxed);
     g.inflight_budget_ns = page.inflight_budget_ns.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (page.epoch.load(std::memory_order_relaxed) == before && !(before & 1)) {
+    if (page.epoch.load(std::memory_order_relaxed) == before) {
       g.epoch = before / 2;
       return g;
     }
   }
-  return GrantView{};  // the daemon died mid-write: revoked, lease expired (the fallback decides)
 }
 
 void write_grant(GrantPage& page, const GrantView& grant) {

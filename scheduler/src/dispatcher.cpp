@@ -48,6 +48,9 @@ Dispatcher::Impl::Impl(Device& dev, std::unique_ptr<Policy> pol, DispatcherOptio
     : device(dev), policy(std::move(pol)), opt(o), uid(g_next_dispatcher_uid.fetch_add(1)) {
   if (!policy) throw std::invalid_argument("Dispatcher: policy must not be null");
   if (opt.be_max_wait_ns < 0) throw std::invalid_argument("Dispatcher: be_max_wait_ns must be >= 0");
+  // A policy whose own rule bounds the wait (gpud: the pipeline's windows, and the lease) gets no
+  // starvation bound: a head is never forced out by the clock.
+  if (!policy->bounds_best_effort_wait()) opt.be_max_wait_ns = std::numeric_limits<int64_t>::max();
   if (opt.background_thread && opt.pump_interval_ns <= 0) {
     throw std::invalid_argument("Dispatcher: pump_interval_ns must be > 0 with the background thread");
   }

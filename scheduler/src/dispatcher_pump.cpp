@@ -195,8 +195,7 @@ void Dispatcher::Impl::pump_locked() {
   }
 }
 
-// Offers s's queue head to the policy; forces it after be_max_wait_ns (unless the policy's own
-// rule bounds the wait: gpud). True if it made progress.
+// Offers s's queue head to the policy; forces it after be_max_wait_ns. True if it made progress.
 // The pumping thread (the shim's helper thread, under pump_mu) must never wait on a driver call:
 // a stream whose mutex is held is being submitted to by another thread, perhaps in a blocking
 // call (a pageable copy, a full launch queue); it is skipped this pass. And an op whose caller
@@ -208,8 +207,7 @@ bool Dispatcher::Impl::admit_head(StreamState& s) {
   if (!lock.owns_lock() || s.queue.empty()) return false;
   QueuedOp& head = s.queue.front();
   if (head.waiter != nullptr) return false;
-  const bool starving =
-      policy->bounds_best_effort_wait() && device.now_ns() - s.head_since_ns >= opt.be_max_wait_ns;
+  const bool starving = device.now_ns() - s.head_since_ns >= opt.be_max_wait_ns;
   if (const detail::Dep* dep = first_unmet(head)) {
     if (!starving) return false;
     const detail::Dep d = *dep;

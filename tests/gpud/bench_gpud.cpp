@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "gpud/gpud.h"
+#include "in_process_daemon.h"
 
 namespace {
 
@@ -57,14 +58,13 @@ double thread_cpu_s(pthread_t thread) {
 }
 
 void BM_DaemonCpuShare(benchmark::State& state) {
-  char tmpl[] = "/tmp/gpudbenchXXXXXX";
-  const std::filesystem::path dir = mkdtemp(tmpl);
+  gpud::testing::TempDir folder;
+  const std::filesystem::path& dir = folder.path;
   gpud::DaemonOptions options;
   options.gpu = "GPU-bench";
   options.dir = dir;
-  std::atomic<bool> stop{false};
-  auto daemon = std::make_unique<gpud::Daemon>(options);
-  std::thread server([&] { daemon->run(stop); });
+  auto daemon = std::make_unique<gpud::testing::DaemonThread>(options);
+  const pthread_t server = daemon->server.native_handle();
   {
     gpud::Client pipeline = gpud::Client::connect(dir, options.gpu, gpud::Role::kPipeline, "pipeline");
     std::vector<gpud::Client> clients;
@@ -72,7 +72,7 @@ void BM_DaemonCpuShare(benchmark::State& state) {
       clients.push_back(gpud::Client::connect(dir, options.gpu, gpud::Role::kBestEffort, "be"));
     }
     for (auto _ : state) {
-      const double cpu0 = thread_cpu_s(server.native_handle());
+      const double cpu0 = thread_cpu_s(server);
       const auto wall0 = std::chrono::steady_clock::now();
       // One second of a pipeline publishing a window every millisecond (a busy pipeline).
       while (std::chrono::steady_clock::now() - wall0 < std::chrono::seconds(1)) {
@@ -82,13 +82,10 @@ void BM_DaemonCpuShare(benchmark::State& state) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
       const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-      state.counters["cpu_share"] = (thread_cpu_s(server.native_handle()) - cpu0) / wall;
+      state.counters["cpu_share"] = (thread_cpu_s(server) - cpu0) / wall;
     }
   }
-  stop = true;
-  server.join();
   daemon.reset();
-  std::filesystem::remove_all(dir);
 }
 BENCHMARK(BM_DaemonCpuShare)->Iterations(1)->Unit(benchmark::kMillisecond);
 

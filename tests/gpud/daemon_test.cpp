@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "gpud/gpud.h"
+#include "in_process_daemon.h"
 
 extern char** environ;
 
@@ -32,21 +33,10 @@ namespace gpud {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::DaemonThread;
+using testing::TempDir;
 constexpr int64_t kMs = 1'000'000;
 constexpr const char* kGpu = "GPU-test-0";
-
-// A short folder of our own (a Unix socket path must fit in 108 bytes).
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/gpudXXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 bool eventually(const std::function<bool()>& cond, int64_t timeout_ms = 3000) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
@@ -66,20 +56,6 @@ DaemonOptions test_options(const fs::path& dir) {
   o.hello_timeout_ns = 200 * kMs;
   return o;
 }
-
-// The daemon on a thread of this process.
-struct InProcessDaemon {
-  std::atomic<bool> stop{false};
-  std::unique_ptr<Daemon> daemon;
-  std::thread thread;
-  explicit InProcessDaemon(DaemonOptions o) : daemon(std::make_unique<Daemon>(std::move(o))) {
-    thread = std::thread([this] { daemon->run(stop); });
-  }
-  ~InProcessDaemon() {
-    stop = true;
-    thread.join();
-  }
-};
 
 // A raw connection, to say what a well-behaved client would not.
 struct Raw {
@@ -140,7 +116,7 @@ size_t clients_with_role(Client& c, const char* role) {
 
 TEST(GpudDaemon, APipelineAndABestEffortClientShareTheWindowAndTheGrant) {
   TempDir dir;
-  InProcessDaemon d(test_options(dir.path));
+  DaemonThread d(test_options(dir.path));
   Client pipeline = Client::connect(dir.path, kGpu, Role::kPipeline, "gpipe_runner");
   Client be = Client::connect(dir.path, kGpu, Role::kBestEffort, "eval");
   // No heartbeat yet: best effort runs freely.
@@ -170,7 +146,7 @@ TEST(GpudDaemon, APipelineAndABestEffortClientShareTheWindowAndTheGrant) {
 
 TEST(GpudDaemon, BestEffortClientsGetReadOnlyPages) {
   TempDir dir;
-  InProcessDaemon d(test_options(dir.path));
+  DaemonThread d(test_options(dir.path));
   Raw raw(dir.path);
   raw.send(hello("best_effort"));
   std::vector<int> fds;
@@ -203,7 +179,7 @@ TEST(GpudDaemon, BestEffortClientsGetReadOnlyPages) {
 
 TEST(GpudDaemon, EveryBadHelloIsRefusedWithItsReasonAndTheDaemonCarriesOn) {
   TempDir dir;
-  InProcessDaemon d(test_options(dir.path));
+  DaemonThread d(test_options(dir.path));
   const std::vector<std::pair<std::string, std::string>> cases = {
       {hello("pipeline", getpid(), 99), "protocol version 99, this orion-gpud speaks 1"},
       {hello("observer"), "unknown role 'observer'"},
@@ -230,7 +206,7 @@ TEST(GpudDaemon, EveryBadHelloIsRefusedWithItsReasonAndTheDaemonCarriesOn) {
 
 TEST(GpudDaemon, ASilentConnectionIsClosedAtTheHelloDeadline) {
   TempDir dir;
-  InProcessDaemon d(test_options(dir.path));
+  DaemonThread d(test_options(dir.path));
   Raw raw(dir.path);
   const std::string reply = raw.reply(nullptr, 2000);
   EXPECT_NE(reply.find("no hello within 200 ms"), std::string::npos) << reply;
@@ -238,7 +214,7 @@ TEST(GpudDaemon, ASilentConnectionIsClosedAtTheHelloDeadline) {
 
 TEST(GpudDaemon, OnePipelinePerGpuAndOneDaemonPerGpu) {
   TempDir dir;
-  InProcessDaemon d(test_options(dir.path));
+  DaemonThread d(test_options(dir.path));
   Client first = Client::connect(dir.path, kGpu, Role::kPipeline, "first");
   try {
     Client::connect(dir.path, kGpu, Role::kPipeline, "second");
@@ -277,7 +253,7 @@ TEST(GpudDaemon, BadGpuNamesAndMissingDaemonsAreNamed) {
 
 TEST(GpudDaemon, FuzzedMessagesNeverHarmTheDaemon) {
   TempDir dir;
-  InProcessDaemon d(test_options(dir.path));
+  DaemonThread d(test_options(dir.path));
   std::mt19937 rng(25);
   const std::vector<std::string> seeds = {hello("pipeline"), hello("best_effort"), R"({"type":"status"})",
                                           R"({"type":"bye"})"};
@@ -344,7 +320,7 @@ TEST(GpudDaemon, AnotherUidIsRefusedEvenWhenTheSocketIsOpen) {
   TempDir dir;
   DaemonOptions o = test_options(dir.path);
   o.allowed_uids = {4242};  // opens the folder (0711) and socket (0666): SO_PEERCRED decides
-  InProcessDaemon d(o);
+  DaemonThread d(o);
   Process intruder({GPUD_TEST_CLIENT, "--dir", dir.path.string(), "--gpu", kGpu, "--as-uid", "65534"});
   const std::string said = intruder.line();
   EXPECT_NE(said.find("refused: orion-gpud refused: uid 65534 is not allowed"), std::string::npos) << said;
@@ -364,7 +340,7 @@ struct GpudKill : ::testing::Test {
     o.grants.stale_after_ns = 10'000 * kMs;
     return o;
   }
-  InProcessDaemon daemon{options(dir.path)};
+  DaemonThread daemon{options(dir.path)};
   // A gpud_test_client in `role`, once it said it attached.
   std::unique_ptr<Process> attached(const char* role) {
     auto p = std::make_unique<Process>(client_argv(dir.path, role));

@@ -1,5 +1,4 @@
-// An orion-gpud on a thread of the test process, in a fresh short folder (a Unix socket path must
-// fit in 108 bytes), stopped and removed at scope exit. For tests of orion-gpud's clients.
+// orion-gpud on a thread of the test process, for the daemon's own tests and its clients' tests.
 #pragma once
 
 #include <stdlib.h>
@@ -14,28 +13,45 @@
 
 namespace gpud::testing {
 
-struct InProcessDaemon {
-  std::filesystem::path dir;
-  DaemonOptions options;
+// A fresh short folder (a Unix socket path must fit in 108 bytes), removed at scope exit.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/gpudtXXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+// A daemon serving `options` (in the caller's folder) until scope exit.
+struct DaemonThread {
   std::atomic<bool> stop{false};
   std::unique_ptr<Daemon> daemon;
   std::thread server;
+  explicit DaemonThread(DaemonOptions options) : daemon(std::make_unique<Daemon>(std::move(options))) {
+    server = std::thread([this] { daemon->run(stop); });
+  }
+  ~DaemonThread() {
+    stop = true;
+    server.join();
+  }
+};
+
+// A daemon for `gpu` in a folder of its own, ticking every `tick_ns`.
+struct InProcessDaemon {
+  TempDir folder;
+  const std::filesystem::path& dir = folder.path;
+  DaemonOptions options;
+  std::unique_ptr<DaemonThread> running;
 
   explicit InProcessDaemon(const std::string& gpu, int64_t tick_ns = 2'000'000) {
-    char tmpl[] = "/tmp/gpudtXXXXXX";
-    dir = mkdtemp(tmpl);
     options.gpu = gpu;
     options.dir = dir;
     options.tick_ns = tick_ns;
-    daemon = std::make_unique<Daemon>(options);
-    server = std::thread([this] { daemon->run(stop); });
-  }
-  ~InProcessDaemon() {
-    stop = true;
-    server.join();
-    daemon.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
+    running = std::make_unique<DaemonThread>(options);
   }
 };
 

@@ -90,7 +90,8 @@ void publish_window(PipelinePage& page, int64_t open_ns, int64_t close_ns);
 void heartbeat(PipelinePage& page, int64_t now_ns);
 // Consistent snapshots (the window's two ends from the same publication).
 // A page whose writer died mid-publication reads as empty (no window, no heartbeat; a grant:
-// revoked with an expired lease) after a bounded number of retries, never a spin.
+// revoked with an expired lease) once the same odd sequence has stood for 50 ms; a
+// live writer moves it on, so a busy page is never mistaken for a dead one.
 WindowView read_window(const PipelinePage& page);
 GrantView read_grant(const GrantPage& page);
 void write_grant(GrantPage& page, const GrantView& grant);
