@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -44,6 +45,7 @@ struct SimOp {
   double block_ns = 0;
   bool memory_bound = false;
   bool high_priority = false;     // of its stream when it became active
+  int context = 0;                // of its stream when it became active
   uint64_t submit_order = 0;
   int64_t activation_ns = 0;      // when it reached the head of its stream
   double v = 0;                   // progress clock (ns of alone time)
@@ -68,6 +70,7 @@ struct StreamState {
   // sm_count 0: every SM.
   int first_sm = 0;
   int sm_count = 0;
+  int context = 0;  // the process it belongs to (time slicing)
 };
 
 struct EventState {
@@ -100,6 +103,15 @@ struct SimulatedGpu::Impl {
   std::vector<SimOp*> timed;    // active copies / memsets / graph launches
   std::vector<Completion> pending;  // for the listener
   std::vector<Completion> history;
+
+  // Time slicing between contexts (ContextSharing::kTimeSlice).
+  static constexpr int kAnyContext = -1, kNoContext = -2;
+  int active_ctx = -1;          // the context whose blocks may be resident; -1: none yet
+  int64_t contended_since = -1; // since when another context has had blocks waiting
+  bool draining = false;        // the active context gets no new blocks (its slice is over)
+  int switch_target = -1;
+  int64_t switch_until = -1;    // >= 0 while a switch is in progress
+  uint64_t switches = 0;
 
   explicit Impl(SimGpuConfig c) : cfg(c), rng(c.seed), sms(static_cast<size_t>(c.sm_count)) {}
 
@@ -177,6 +189,7 @@ struct SimulatedGpu::Impl {
       case OpKind::kKernel:
         if (op.blocks_waiting == 0) break;
         op.high_priority = s.high_priority;
+        op.context = s.context;
         op.activation_ns = now;
         op.start_ns = -1;  // set when its first block is dispatched
         kernels.push_back(&op);
@@ -210,10 +223,66 @@ struct SimulatedGpu::Impl {
     }
   }
 
+  void start_switch(int target) {
+    switch_target = target;
+    switch_until = now + cfg.context_switch_ns;
+    draining = false;
+    contended_since = -1;
+    ++switches;
+  }
+
+  // The context whose blocks may be dispatched now (kAnyContext: all; kNoContext: none), and the
+  // time-slice state machine described in sim_gpu.h.
+  int allowed_context() {
+    if (cfg.context_sharing == ContextSharing::kMps) return kAnyContext;
+    if (switch_until >= 0) {
+      if (now < switch_until) return kNoContext;
+      active_ctx = switch_target;
+      switch_until = -1;
+    }
+    std::set<int> waiting, running;
+    for (const SimOp* k : kernels) {
+      if (k->blocks_waiting > 0) waiting.insert(k->context);
+      if (k->blocks_running > 0) running.insert(k->context);
+    }
+    if (active_ctx < 0) {
+      if (waiting.empty()) return kNoContext;
+      active_ctx = *waiting.begin();  // an idle GPU: no context to switch out
+    }
+    std::set<int> others = waiting;
+    others.erase(active_ctx);
+    if (others.empty()) {
+      contended_since = -1;
+      draining = false;
+      return active_ctx;
+    }
+    if (contended_since < 0) contended_since = now;
+    const bool active_busy = waiting.count(active_ctx) > 0 || running.count(active_ctx) > 0;
+    if (active_busy && !draining && now < contended_since + cfg.time_slice_ns) return active_ctx;
+    draining = true;
+    if (running.count(active_ctx) > 0) return kNoContext;  // its running blocks finish first
+    auto next = others.upper_bound(active_ctx);            // round robin
+    start_switch(next == others.end() ? *others.begin() : *next);
+    if (switch_until > now) return kNoContext;
+    active_ctx = switch_target;
+    switch_until = -1;
+    return active_ctx;
+  }
+
+  // When the time-slice state machine next needs the clock to stop (-1: no such time).
+  int64_t next_context_event() const {
+    if (cfg.context_sharing == ContextSharing::kMps) return -1;
+    if (switch_until >= 0) return switch_until;
+    if (contended_since >= 0 && !draining) return std::max(now, contended_since + cfg.time_slice_ns);
+    return -1;
+  }
+
   void dispatch_blocks() {
+    const int allowed = allowed_context();
+    if (allowed == kNoContext) return;
     std::vector<SimOp*> waiting;
     for (SimOp* k : kernels) {
-      if (k->blocks_waiting > 0) waiting.push_back(k);
+      if (k->blocks_waiting > 0 && (allowed == kAnyContext || k->context == allowed)) waiting.push_back(k);
     }
     std::stable_sort(waiting.begin(), waiting.end(), [](const SimOp* a, const SimOp* b) {
       if (a->high_priority != b->high_priority) return a->high_priority;
@@ -342,6 +411,8 @@ struct SimulatedGpu::Impl {
     for (const SimOp* op : timed) {
       if (best < 0 || op->end_ns < best) best = op->end_ns;
     }
+    const int64_t tc = next_context_event();
+    if (tc >= 0 && (best < 0 || tc < best)) best = tc;
     return best;
   }
 
@@ -417,6 +488,9 @@ SimulatedGpu::SimulatedGpu(SimGpuConfig config) {
     throw std::invalid_argument(
         "SimGpuConfig: per-SM limits, bandwidths and memory_saturation_fraction must be positive "
         "and jitter non-negative; block_spread must be in [0, 1)");
+  }
+  if (config.time_slice_ns <= 0 || config.context_switch_ns < 0) {
+    throw std::invalid_argument("SimGpuConfig: time_slice_ns must be positive and context_switch_ns non-negative");
   }
   impl_ = std::make_unique<Impl>(config);
 }
@@ -520,6 +594,17 @@ void SimulatedGpu::set_stream_sms(StreamId stream, int first_sm, int sm_count) {
   st.sm_count = sm_count;
   // Blocks still waiting may now fit (a grown partition): dispatch at the next clock drive.
   impl_->dispatch_pending = true;
+}
+
+void SimulatedGpu::set_stream_context(StreamId stream, int context) {
+  if (context < 0) throw std::invalid_argument("set_stream_context: context " + std::to_string(context) + " is negative");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->streams[stream].context = context;
+}
+
+uint64_t SimulatedGpu::context_switches() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->switches;
 }
 
 int64_t SimulatedGpu::next_event_ns() const {

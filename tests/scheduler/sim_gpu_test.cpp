@@ -359,5 +359,81 @@ TEST(SimGpu, BadConfigIsRejected) {
   EXPECT_THROW(SimulatedGpu{cfg}, std::invalid_argument);
 }
 
+// Processes without MPS: one context's blocks at a time. Two small kernels that would share the
+// GPU under MPS run one after the other, with a switch between them.
+TEST(SimGpu, TimeSlicedContextsNeverOverlapAndPayASwitch) {
+  for (ContextSharing sharing : {ContextSharing::kMps, ContextSharing::kTimeSlice}) {
+    SimGpuConfig cfg = small_gpu(4);
+    cfg.context_sharing = sharing;
+    cfg.context_switch_ns = 300;
+    SimulatedGpu gpu(cfg);
+    gpu.set_stream_context(2, 1);
+    ASSERT_EQ(gpu.submit(kernel_op(1, 1, 2, 1000)), 0);  // 2 of 4 SMs
+    ASSERT_EQ(gpu.submit(kernel_op(2, 2, 2, 1000)), 0);  // the other process, 2 SMs
+    gpu.run_until_idle();
+    const auto done = by_seq(gpu);
+    if (sharing == ContextSharing::kMps) {
+      EXPECT_EQ(done.at(2).start_ns, 0) << "MPS: the second process's kernel takes the free SMs";
+      EXPECT_EQ(gpu.context_switches(), 0u);
+    } else {
+      EXPECT_EQ(done.at(1).end_ns, 1000);
+      EXPECT_EQ(done.at(2).start_ns, 1300) << "time slicing: after the first context's blocks and a switch";
+      EXPECT_EQ(gpu.context_switches(), 1u);
+    }
+  }
+}
+
+// A context that keeps the GPU busy loses it after one time slice while another waits; its
+// remaining kernels wait for the other's to finish (round robin), and the first context to use an
+// idle GPU pays no switch.
+TEST(SimGpu, ABusyContextYieldsAfterItsTimeSlice) {
+  SimGpuConfig cfg = small_gpu(2);
+  cfg.context_sharing = ContextSharing::kTimeSlice;
+  cfg.time_slice_ns = 2500;
+  cfg.context_switch_ns = 100;
+  SimulatedGpu gpu(cfg);
+  gpu.set_stream_context(2, 1);
+  for (uint64_t i = 1; i <= 5; ++i) ASSERT_EQ(gpu.submit(kernel_op(1, i, 2, 1000)), 0);  // 5 x 1 us, context 0
+  ASSERT_EQ(gpu.submit(kernel_op(2, 10, 2, 1000)), 0);                                 // 1 us, context 1
+  gpu.run_until_idle();
+  const auto done = by_seq(gpu);
+  EXPECT_EQ(done.at(1).start_ns, 0) << "no switch onto an idle GPU";
+  // Context 0 runs kernels 1-3 (its slice ends at 2500 inside kernel 3, whose blocks finish at
+  // 3000), the switch takes 100, context 1 runs 3100-4100, the switch back 100, then kernels 4-5.
+  EXPECT_EQ(done.at(3).end_ns, 3000);
+  EXPECT_EQ(done.at(10).start_ns, 3100);
+  EXPECT_EQ(done.at(10).end_ns, 4100);
+  EXPECT_EQ(done.at(4).start_ns, 4200);
+  EXPECT_EQ(done.at(5).end_ns, 6200);
+  EXPECT_EQ(gpu.context_switches(), 2u);
+}
+
+// A context whose stream goes idle for a moment loses the GPU to a waiting one at once: this is
+// what costs a pipeline its pace next to an unmanaged process without MPS.
+TEST(SimGpu, AnIdleMomentHandsTheGpuToAWaitingContext) {
+  SimGpuConfig cfg = small_gpu(2);
+  cfg.context_sharing = ContextSharing::kTimeSlice;
+  cfg.time_slice_ns = 10'000;
+  cfg.context_switch_ns = 100;
+  SimulatedGpu gpu(cfg);
+  gpu.set_stream_context(2, 1);
+  ASSERT_EQ(gpu.submit(kernel_op(1, 1, 2, 1000)), 0);
+  ASSERT_EQ(gpu.submit(kernel_op(2, 2, 2, 5000)), 0);
+  gpu.advance_to(1010);  // kernel 1 done at 1000; context 1 took over, switching until 1100
+  ASSERT_EQ(gpu.submit(kernel_op(1, 3, 2, 1000)), 0);  // context 0's next kernel, 10 ns later
+  gpu.run_until_idle();
+  const auto done = by_seq(gpu);
+  EXPECT_EQ(done.at(2).start_ns, 1100);
+  EXPECT_EQ(done.at(3).start_ns, 6200) << "waits for the other context's kernel and a switch back";
+}
+
+TEST(SimGpu, RejectsABadTimeSliceOrContext) {
+  SimGpuConfig cfg = small_gpu(2);
+  cfg.time_slice_ns = 0;
+  EXPECT_THROW(SimulatedGpu{cfg}, std::invalid_argument);
+  SimulatedGpu gpu(small_gpu(2));
+  EXPECT_THROW(gpu.set_stream_context(1, -1), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace sched

@@ -32,6 +32,15 @@
 //    groups (of at least 16 blocks), each taking block time * a factor drawn uniformly from [1 - spread, 1 + spread], so
 //    slots free up gradually as on real GPUs instead of whole waves in lock-step (with 0, every
 //    wave ends at once and a waiting kernel gets slots only at wave boundaries).
+//  - Processes (contexts): each stream belongs to a context (set_stream_context; 0 by default),
+//    one per process on the GPU. With ContextSharing::kMps (NVIDIA MPS, or one process) kernels of
+//    every context share the SMs as above. With kTimeSlice (several processes without MPS) blocks
+//    of one context at a time are resident: the active context keeps the GPU while it has kernels
+//    waiting or running; when it has none and another context has blocks waiting, or when another
+//    context has waited a whole time slice, the active one stops receiving blocks, its running
+//    blocks finish (the model does not preempt inside a block), and after context_switch_ns the
+//    next context in round-robin order gets the GPU. The first context to use an idle GPU pays no
+//    switch. Copies, memsets and graph launches are not time-sliced (copy engines).
 //  - Submission is lazy: blocks of newly submitted ops are dispatched when the clock is next driven
 //    (advance_to / run_until_idle), so ops submitted at the same virtual time compete fairly by
 //    priority whatever order they were submitted in. next_event_ns() returns now_ns() while such a
@@ -49,6 +58,12 @@
 
 namespace sched {
 
+// How kernels of different contexts (processes) share the GPU (see the model above).
+enum class ContextSharing {
+  kMps,        // concurrent, like streams of one process (MPS, or a single process)
+  kTimeSlice,  // one context's blocks at a time, switched with a cost (several processes, no MPS)
+};
+
 struct SimGpuConfig {
   int sm_count = 132;                    // H100 SXM
   uint32_t max_threads_per_sm = 2048;
@@ -62,6 +77,12 @@ struct SimGpuConfig {
   double jitter = 0.0;                   // relative std-dev of per-launch block time
   double block_spread = 0.0;             // blocks' times vary in [1 - spread, 1 + spread] within a launch
   uint64_t seed = 1;
+  ContextSharing context_sharing = ContextSharing::kMps;
+  // kTimeSlice: a context waited on by another keeps the GPU at most this long (the driver's
+  // default time slice is on the order of milliseconds), and a switch costs this much (save and
+  // restore of a context: tens of microseconds on recent GPUs).
+  int64_t time_slice_ns = 2'000'000;
+  int64_t context_switch_ns = 25'000;
 };
 
 // Error codes submit() returns; the values are the CUDA driver's for the same situation.
@@ -91,6 +112,11 @@ class SimulatedGpu final : public Device {
   // blocks dispatched from then on use the new range, running blocks keep their SMs. Throws
   // std::invalid_argument outside the GPU.
   void set_stream_sms(StreamId stream, int first_sm, int sm_count);
+
+  // The context (process) a stream belongs to; 0 until set. Matters only with kTimeSlice.
+  void set_stream_context(StreamId stream, int context);
+  // kTimeSlice: context switches so far.
+  uint64_t context_switches() const;
 
   // Time of the next state change: now_ns() while a dispatch is pending, -1 when idle.
   int64_t next_event_ns() const;
