@@ -6,20 +6,23 @@
 
 #include "gpud/gpud.h"
 #include "policy_params.h"
+#include "scheduler/gpud_policy.h"
 #include "scheduler/policy.h"
 
-namespace sched::detail {
-
+namespace sched {
 namespace {
 
+// Source: now(), window(now), grant(now). A template, so the shim's reads inline (no indirect
+// call on the launch path).
+template <class Source>
 class GpudPolicy final : public Policy {
  public:
-  GpudPolicy(gpud::Client client, gpud::AdmissionConfig config) : client_(std::move(client)), config_(config) {}
+  GpudPolicy(Source source, gpud::AdmissionConfig config) : source_(std::move(source)), config_(config) {}
   const char* name() const override { return "gpud"; }
   bool admit(const Op& /*op*/, const OpEstimate& est, const DeviceState& state) const override {
     const int64_t kernel_ns = est.duration_ns > 0 ? static_cast<int64_t>(est.duration_ns) : -1;
-    const gpud::Decision d = gpud::admit(gpud::read_window(client_.pipeline()), gpud::read_grant(client_.grant()),
-                                         gpud::monotonic_ns(), kernel_ns,
+    const int64_t now = source_.now();
+    const gpud::Decision d = gpud::admit(source_.window(now), source_.grant(now), now, kernel_ns,
                                          static_cast<int64_t>(state.be_outstanding_ns), config_);
     return d.verdict == gpud::Verdict::kRun;
   }
@@ -28,11 +31,35 @@ class GpudPolicy final : public Policy {
   bool bounds_best_effort_wait() const override { return false; }
 
  private:
-  gpud::Client client_;
+  Source source_;
   gpud::AdmissionConfig config_;
 };
 
+// The shared pages orion-gpud handed this process.
+struct ClientPages {
+  gpud::Client client;
+  int64_t now() const { return gpud::monotonic_ns(); }
+  gpud::WindowView window(int64_t /*now*/) const { return gpud::read_window(client.pipeline()); }
+  gpud::GrantView grant(int64_t /*now*/) const { return gpud::read_grant(client.grant()); }
+};
+
+struct FunctionPages {
+  GpudSource source;
+  int64_t now() const { return source.now_ns(); }
+  gpud::WindowView window(int64_t now) const { return source.window(now); }
+  gpud::GrantView grant(int64_t now) const { return source.grant(now); }
+};
+
 }  // namespace
+
+std::unique_ptr<Policy> make_gpud_policy(GpudSource source, const gpud::AdmissionConfig& config) {
+  if (!source.now_ns || !source.window || !source.grant) {
+    throw std::invalid_argument("make_gpud_policy: the source needs a clock, a window and a grant");
+  }
+  return std::make_unique<GpudPolicy<FunctionPages>>(FunctionPages{std::move(source)}, config);
+}
+
+namespace detail {
 
 std::unique_ptr<Policy> make_gpud_policy(const PolicyParams& params) {
   ParamReader r("gpud", params, {"gpu", "dir", "fallback", "guard_us", "unknown_min_window_us", "stale_ms"});
@@ -51,8 +78,8 @@ std::unique_ptr<Policy> make_gpud_policy(const PolicyParams& params) {
   config.fallback = fallback == "pass" ? gpud::Fallback::kPassThrough : gpud::Fallback::kHold;
   const std::filesystem::path dir = params.count("dir") ? std::filesystem::path(params.at("dir")) : gpud::default_runtime_dir();
   try {
-    return std::make_unique<GpudPolicy>(gpud::Client::connect(dir, it->second, gpud::Role::kBestEffort, "libgpu_scheduler"),
-                                        config);
+    return std::make_unique<GpudPolicy<ClientPages>>(
+        ClientPages{gpud::Client::connect(dir, it->second, gpud::Role::kBestEffort, "libgpu_scheduler")}, config);
   } catch (const gpud::ProtocolError& e) {
     throw std::invalid_argument(std::string("policy 'gpud': ") + e.what());
   }
@@ -69,4 +96,5 @@ std::string gpud_param_docs() {
          "  stale_ms=200      a pipeline heartbeat older than this frees best-effort work\n";
 }
 
-}  // namespace sched::detail
+}  // namespace detail
+}  // namespace sched

@@ -1,11 +1,14 @@
-// Replays a workload through a Dispatcher on a SimulatedGpu in virtual time, and the latency /
-// throughput summaries the orion-sim study prints.
+// Replays workloads through Dispatchers on a SimulatedGpu in virtual time (one process, or several
+// sharing the GPU, each with its own dispatcher and policy), and the latency / throughput summaries
+// the orion-sim study prints.
 //
 // Completions are matched to workload ops per stream: the dispatcher keeps per-stream FIFO order
 // and so does the device, so the k-th completion on a stream is the k-th op submitted on it.
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
+#include <optional>
 #include <queue>
 #include <stdexcept>
 
@@ -17,180 +20,331 @@
 namespace sched {
 namespace {
 
-struct RequestState : WorkloadRequest {
-  size_t remaining = 0;
-  bool started = false;
+// Each process's ids live in their own range of the GPU's: its index in the top bits.
+constexpr int kProcessShift = 40;
+constexpr uint64_t kLocalMask = (uint64_t{1} << kProcessShift) - 1;
+
+// A process's view of the shared GPU: its own stream and event ids, its own listener.
+class ProcessDevice final : public Device {
+ public:
+  ProcessDevice(SimulatedGpu& gpu, size_t index) : gpu_(gpu), offset_(static_cast<uint64_t>(index) << kProcessShift) {}
+  int submit(const Op& op) override {
+    Op global;  // what the simulated GPU reads of an op (replayed ops carry no payload)
+    global.kind = op.kind;
+    global.stream = op.stream + offset_;
+    global.kernel = op.kernel;
+    global.event = op.event == 0 ? 0 : op.event + offset_;
+    global.bytes = op.bytes;
+    global.seq = op.seq;
+    global.cls = op.cls;
+    return gpu_.submit(global);
+  }
+  void poll() override { gpu_.poll(); }  // the GPU's listener routes to every process
+  void set_listener(CompletionListener* listener) override { listener_ = listener; }
+  int sm_count() const override { return gpu_.sm_count(); }
+  int max_active_blocks_per_sm(const KernelInfo& kernel) override { return gpu_.max_active_blocks_per_sm(kernel); }
+  int64_t now_ns() const override { return gpu_.now_ns(); }
+
+  StreamId global(StreamId local) const { return local + offset_; }
+  void deliver(Completion c) const {
+    if (listener_ == nullptr) return;
+    c.stream &= kLocalMask;
+    listener_->on_complete(c);
+  }
+
+ private:
+  SimulatedGpu& gpu_;
+  uint64_t offset_;
+  CompletionListener* listener_ = nullptr;
 };
 
-struct Arrival {
-  int64_t t;
-  size_t op;  // index into workload.ops: ties keep file order
-  bool operator>(const Arrival& o) const { return t != o.t ? t > o.t : op > o.op; }
+class CompletionRouter final : public CompletionListener {
+ public:
+  std::vector<ProcessDevice*> devices;
+  void on_complete(const Completion& done) override {
+    const size_t i = static_cast<size_t>(done.stream >> kProcessShift);
+    if (i < devices.size()) devices[i]->deliver(done);
+  }
 };
 
-}  // namespace
+bool hardware_priority(HwPriority mode, const Policy& policy, StreamClass cls) {
+  switch (mode) {
+    case HwPriority::kByPolicy:
+      return (policy.defers_best_effort() || policy.sm_partition().has_value()) && cls == StreamClass::kHighPriority;
+    case HwPriority::kHighPriorityStreams:
+      return cls == StreamClass::kHighPriority;
+    case HwPriority::kNone:
+      return false;
+    case HwPriority::kAllStreams:
+      return true;
+  }
+  return false;
+}
 
-ReplayResult replay_workload(const Workload& w, const ReplayOptions& options) {
-  SimulatedGpu gpu(options.gpu);
-  std::unique_ptr<Policy> policy = make_policy(options.policy, options.policy_params);
-  const std::optional<SmPartition> partition = policy->sm_partition();
-  // A partition confines best effort in space; high priority keeps its hardware priority.
-  bool hw_priority = policy->defers_best_effort() || partition.has_value();
-  if (options.force_hw_priority_on) hw_priority = true;
-  if (options.force_hw_priority_off) hw_priority = false;
+// One process of a replay: its workload's requests, arrivals and in-flight ops, its dispatcher.
+class ProcessRun {
+ public:
+  ProcessRun(const ProcessSpec& spec, size_t index, SimulatedGpu& gpu, int context)
+      : spec_(spec), w_(*spec.workload), gpu_(gpu), device_(gpu, index) {
+    std::unique_ptr<Policy> policy =
+        spec.make_custom_policy ? spec.make_custom_policy(device_) : make_policy(spec.policy, spec.policy_params);
+    partition_ = policy->sm_partition();
+    pol_ = policy.get();
+    DispatcherOptions dopt;
+    if (!spec.trace_path.empty()) dopt.trace = &trace_;
+    dopt.background_thread = false;
+    dopt.be_max_wait_ns = spec.be_max_wait_ns;
+    dopt.profiles = &profiles_;
+    if (spec.seed_profiles) spec.seed_profiles(profiles_);
+    dispatcher_ = std::make_unique<Dispatcher>(device_, std::move(policy), dopt);
 
-  ProfileStore profiles;
-  TraceWriter trace;
-  DispatcherOptions dopt;
-  if (!options.trace_path.empty()) dopt.trace = &trace;
-  dopt.background_thread = false;
-  dopt.be_max_wait_ns = options.be_max_wait_ns;
-  dopt.profiles = &profiles;
-  const Policy& pol = *policy;
-  Dispatcher dispatcher(gpu, std::move(policy), dopt);
-
-  // Streams, requests and the closed-loop graph.
-  std::map<StreamId, bool> streams_seen;
-  std::map<StreamId, StreamClass> stream_cls;
-  // The partition's size as last applied; an adaptive policy changes it while the replay runs.
-  const int sms = gpu.sm_count();
-  int applied_be = partition ? partition->best_effort_sms(sms) : 0;
-  auto confine = [&](StreamId id, StreamClass cls, const SmPartition& part, int be) {
-    if (be > 0 && cls == StreamClass::kBestEffort) gpu.set_stream_sms(id, 0, be);
-    if (be > 0 && cls == StreamClass::kHighPriority && part.high_priority_on_rest) gpu.set_stream_sms(id, be, sms - be);
-  };
-  for (const WorkloadOp& op : w.ops) {
-    if (!streams_seen.count(op.stream_id)) {
-      streams_seen[op.stream_id] = true;
-      stream_cls[op.stream_id] = op.cls;
-      dispatcher.set_stream_class(op.stream_id, op.cls);
-      gpu.set_stream_priority(op.stream_id, hw_priority && op.cls == StreamClass::kHighPriority);
-      if (partition) confine(op.stream_id, op.cls, *partition, applied_be);
+    sms_ = gpu.sm_count();
+    applied_be_ = partition_ ? partition_->best_effort_sms(sms_) : 0;
+    for (const WorkloadOp& op : w_.ops) {
+      if (stream_cls_.count(op.stream_id)) continue;
+      stream_cls_[op.stream_id] = op.cls;
+      dispatcher_->set_stream_class(op.stream_id, op.cls);
+      gpu.set_stream_priority(device_.global(op.stream_id), hardware_priority(spec.hw_priority, *pol_, op.cls));
+      gpu.set_stream_context(device_.global(op.stream_id), context);
+      if (partition_) confine(op.stream_id, op.cls, *partition_, applied_be_);
     }
-  }
-  RequestGraph graph = request_graph(w);
-  const std::vector<size_t>& op_request = graph.op_request;
-  std::vector<RequestState> requests;
-  for (WorkloadRequest& r : graph.requests) {
-    RequestState state;
-    static_cast<WorkloadRequest&>(state) = std::move(r);
-    state.remaining = state.ops.size();
-    requests.push_back(std::move(state));
+    RequestGraph graph = request_graph(w_);
+    op_request_ = std::move(graph.op_request);
+    for (WorkloadRequest& r : graph.requests) {
+      RequestState state;
+      static_cast<WorkloadRequest&>(state) = std::move(r);
+      state.remaining = state.ops.size();
+      requests_.push_back(std::move(state));
+    }
+    for (size_t i = 0; i < w_.ops.size(); ++i) {
+      if (!requests_[op_request_[i]].closed_loop) arrivals_.push({w_.ops[i].arrival_ns, i});
+    }
+    result_.name = spec.name;
+    result_.replay.policy = spec.make_custom_policy ? pol_->name() : spec.policy;
+    result_.replay.start_be_sms = applied_be_;
   }
 
-  std::priority_queue<Arrival, std::vector<Arrival>, std::greater<>> arrivals;
-  for (size_t i = 0; i < w.ops.size(); ++i) {
-    if (!requests[op_request[i]].closed_loop) arrivals.push({w.ops[i].arrival_ns, i});
-  }
-
-  std::map<StreamId, std::queue<size_t>> in_flight;  // per stream, submitted op indices in order
-  ReplayResult result;
-  result.policy = options.policy;
-  result.start_be_sms = applied_be;
-  double be_sms_ns = 0;   // integral of the partition size over time
-  int64_t applied_since = 0;
-  // Re-applies the partition when the policy resized it: new blocks go to the new range, running
-  // blocks keep theirs (as launches into a new green context would).
-  auto follow_partition = [&] {
-    if (!partition) return;
-    const std::optional<SmPartition> now_part = pol.sm_partition();
-    const int be = now_part ? now_part->best_effort_sms(sms) : 0;
-    if (be == applied_be || be <= 0) return;
-    const int64_t t = gpu.now_ns();
-    be_sms_ns += static_cast<double>(applied_be) * static_cast<double>(t - applied_since);
-    applied_since = t;
-    applied_be = be;
-    ++result.partition_resizes;
-    for (const auto& [id, cls] : stream_cls) confine(id, cls, *now_part, be);
-  };
-  size_t seen = 0;
-  size_t done_ops = 0;
-
-  for (;;) {
-    int64_t now = gpu.now_ns();
-    while (!arrivals.empty() && arrivals.top().t <= now) {
-      size_t i = arrivals.top().op;
-      arrivals.pop();
-      const WorkloadOp& wop = w.ops[i];
+  // Hands every op that has arrived by now to the dispatcher.
+  void submit_arrivals(int64_t now) {
+    while (!arrivals_.empty() && arrivals_.top().t <= now) {
+      size_t i = arrivals_.top().op;
+      arrivals_.pop();
+      const WorkloadOp& wop = w_.ops[i];
       Op op;
       op.kind = wop.kind;
       op.stream = wop.stream_id;
-      op.kernel = w.kernel_info(wop, gpu);
+      op.kernel = w_.kernel_info(wop, gpu_);
       op.event = wop.event;
       op.bytes = wop.bytes;
-      in_flight[wop.stream_id].push(i);
-      RequestState& req = requests[op_request[i]];
+      in_flight_[wop.stream_id].push(i);
+      RequestState& req = requests_[op_request_[i]];
       if (!req.started) {
         req.started = true;
         req.result.arrival_ns = now;
+        if (spec_.on_request) spec_.on_request(req.result, false);
       }
-      int rc = dispatcher.submit(std::move(op));
+      int rc = dispatcher_->submit(std::move(op));
       if (rc != 0) {
-        throw std::runtime_error(w.source + ":" + std::to_string(wop.line) + ": the simulated GPU rejected " +
+        throw std::runtime_error(where(wop) + ": the simulated GPU rejected " +
                                  (wop.name.empty() ? to_string(wop.kind) : wop.name) + " with error " +
                                  std::to_string(rc) + " (launch shape does not fit an SM?)");
       }
     }
-    dispatcher.pump();
+  }
+
+  void pump() {
+    dispatcher_->pump();
     follow_partition();
+  }
+  void drain_all() { dispatcher_->drain_all(); }
+
+  // A completion of one of this process's ops (its own stream id); true when it released a
+  // closed-loop follower.
+  bool complete(Completion c) {
+    c.stream &= kLocalMask;
+    result_.completions.push_back(c);
+    auto& fifo = in_flight_[c.stream];
+    if (fifo.empty()) throw std::logic_error("replay: completion on a stream with nothing submitted");
+    size_t i = fifo.front();
+    fifo.pop();
+    ++done_ops_;
+    RequestState& req = requests_[op_request_[i]];
+    req.result.done_ns = std::max(req.result.done_ns, c.end_ns);
+    if (req.result.first_start_ns < 0 || c.start_ns < req.result.first_start_ns) req.result.first_start_ns = c.start_ns;
+    ++req.result.ops;
+    if (--req.remaining != 0) return false;
+    result_.replay.requests.push_back(req.result);
+    if (spec_.on_request) spec_.on_request(req.result, true);
+    for (size_t f : req.followers) {
+      for (size_t oi : requests_[f].ops) arrivals_.push({c.end_ns + w_.ops[oi].after_ns, oi});
+    }
+    return !req.followers.empty();
+  }
+
+  int64_t next_arrival() const { return arrivals_.empty() ? -1 : arrivals_.top().t; }
+  int64_t next_wakeup(int64_t now) const {
+    if (!spec_.next_wakeup_ns) return -1;
+    const int64_t t = spec_.next_wakeup_ns(now);
+    return t > now ? t : -1;
+  }
+  bool done() const { return done_ops_ == w_.ops.size(); }
+  size_t left() const { return w_.ops.size() - done_ops_; }
+  std::string where(const WorkloadOp& op) const {
+    return (spec_.name.empty() ? "" : "process " + spec_.name + ": ") + w_.source + ":" + std::to_string(op.line);
+  }
+  const std::string& source() const { return w_.source; }
+  ProcessDevice& device() { return device_; }
+
+  ProcessResult finish(const SimulatedGpu& gpu) {
+    ReplayResult& r = result_.replay;
+    for (const RequestResult& q : r.requests) r.makespan_ns = std::max(r.makespan_ns, q.done_ns);
+    r.ops_completed = done_ops_;
+    r.final_be_sms = applied_be_;
+    if (r.makespan_ns > applied_since_) {
+      be_sms_ns_ += static_cast<double>(applied_be_) * static_cast<double>(r.makespan_ns - applied_since_);
+    }
+    r.mean_be_sms = r.makespan_ns > 0 ? be_sms_ns_ / static_cast<double>(r.makespan_ns) : applied_be_;
+    if (r.makespan_ns > 0) {
+      r.sm_utilisation = gpu.busy_sm_ns() / (static_cast<double>(gpu.sm_count()) * static_cast<double>(r.makespan_ns));
+    }
+    r.forced_by_starvation = dispatcher_->stats().forced_by_starvation;
+    dispatcher_.reset();  // drained: nothing is left queued
+    if (!spec_.trace_path.empty()) {
+      std::string err = trace_.flush(spec_.trace_path);
+      if (!err.empty()) throw std::runtime_error(err);
+    }
+    return std::move(result_);
+  }
+
+ private:
+  struct RequestState : WorkloadRequest {
+    size_t remaining = 0;
+    bool started = false;
+  };
+  struct Arrival {
+    int64_t t;
+    size_t op;  // index into workload.ops: ties keep file order
+    bool operator>(const Arrival& o) const { return t != o.t ? t > o.t : op > o.op; }
+  };
+
+  void confine(StreamId id, StreamClass cls, const SmPartition& part, int be) {
+    if (be > 0 && cls == StreamClass::kBestEffort) gpu_.set_stream_sms(device_.global(id), 0, be);
+    if (be > 0 && cls == StreamClass::kHighPriority && part.high_priority_on_rest) {
+      gpu_.set_stream_sms(device_.global(id), be, sms_ - be);
+    }
+  }
+  // Re-applies the partition when the policy resized it: new blocks go to the new range, running
+  // blocks keep theirs (as launches into a new green context would).
+  void follow_partition() {
+    if (!partition_) return;
+    const std::optional<SmPartition> now_part = pol_->sm_partition();
+    const int be = now_part ? now_part->best_effort_sms(sms_) : 0;
+    if (be == applied_be_ || be <= 0) return;
+    const int64_t t = gpu_.now_ns();
+    be_sms_ns_ += static_cast<double>(applied_be_) * static_cast<double>(t - applied_since_);
+    applied_since_ = t;
+    applied_be_ = be;
+    ++result_.replay.partition_resizes;
+    for (const auto& [id, cls] : stream_cls_) confine(id, cls, *now_part, be);
+  }
+
+  const ProcessSpec& spec_;
+  const Workload& w_;
+  SimulatedGpu& gpu_;
+  ProcessDevice device_;
+  ProfileStore profiles_;
+  TraceWriter trace_;
+  const Policy* pol_ = nullptr;
+  std::optional<SmPartition> partition_;
+  std::unique_ptr<Dispatcher> dispatcher_;
+  std::map<StreamId, StreamClass> stream_cls_;
+  std::vector<size_t> op_request_;
+  std::vector<RequestState> requests_;
+  std::priority_queue<Arrival, std::vector<Arrival>, std::greater<>> arrivals_;
+  std::map<StreamId, std::queue<size_t>> in_flight_;  // per stream, submitted op indices in order
+  ProcessResult result_;
+  int sms_ = 0;
+  int applied_be_ = 0;    // the partition's size as last applied
+  double be_sms_ns_ = 0;  // integral of the partition size over time
+  int64_t applied_since_ = 0;
+  size_t done_ops_ = 0;
+};
+
+int64_t earliest(int64_t a, int64_t b) { return a < 0 ? b : (b < 0 ? a : std::min(a, b)); }
+
+}  // namespace
+
+ColocatedResult replay_processes(const std::vector<ProcessSpec>& specs, const SimGpuConfig& gpu_config) {
+  if (specs.empty()) throw std::invalid_argument("replay_processes: no process to replay");
+  SimulatedGpu gpu(gpu_config);
+  CompletionRouter router;
+  std::vector<std::unique_ptr<ProcessRun>> procs;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].workload == nullptr) throw std::invalid_argument("replay_processes: process " + specs[i].name + " has no workload");
+    procs.push_back(std::make_unique<ProcessRun>(specs[i], i, gpu, static_cast<int>(i)));
+    router.devices.push_back(&procs.back()->device());
+  }
+  gpu.set_listener(&router);
+  // Unhooked before the processes go (their dispatchers drain and poll as they are destroyed).
+  struct Unhook {
+    SimulatedGpu& gpu;
+    ~Unhook() { gpu.set_listener(nullptr); }
+  } unhook{gpu};
+
+  size_t seen = 0;
+  for (;;) {
+    const int64_t now = gpu.now_ns();
+    for (auto& p : procs) p->submit_arrivals(now);
+    for (auto& p : procs) p->pump();
 
     bool released = false;
     for (const Completion& c : gpu.completions(seen)) {
       ++seen;
-      auto& fifo = in_flight[c.stream];
-      if (fifo.empty()) throw std::logic_error("replay: completion on a stream with nothing submitted");
-      size_t i = fifo.front();
-      fifo.pop();
-      ++done_ops;
-      RequestState& req = requests[op_request[i]];
-      req.result.done_ns = std::max(req.result.done_ns, c.end_ns);
-      if (req.result.first_start_ns < 0 || c.start_ns < req.result.first_start_ns) req.result.first_start_ns = c.start_ns;
-      ++req.result.ops;
-      if (--req.remaining == 0) {
-        result.requests.push_back(req.result);
-        for (size_t f : req.followers) {
-          for (size_t oi : requests[f].ops) {
-            arrivals.push({c.end_ns + w.ops[oi].after_ns, oi});
-          }
-          released = true;
-        }
-      }
+      const size_t i = static_cast<size_t>(c.stream >> kProcessShift);
+      if (i >= procs.size()) throw std::logic_error("replay: a completion of no process");
+      released = procs[i]->complete(c) || released;
     }
     if (released) continue;
 
-    int64_t t_dev = gpu.next_event_ns();
-    int64_t t_arr = arrivals.empty() ? -1 : arrivals.top().t;
-    if (t_dev < 0 && t_arr < 0) {
-      if (done_ops == w.ops.size()) break;
-      // Nothing can happen on its own: the dispatcher still holds queued work.
-      dispatcher.drain_all();
+    int64_t t_other = -1;  // arrivals and wake-ups
+    for (auto& p : procs) t_other = earliest(t_other, earliest(p->next_arrival(), p->next_wakeup(now)));
+    const int64_t t_dev = gpu.next_event_ns();
+    if (t_dev < 0 && t_other < 0) {
+      bool all_done = true;
+      for (auto& p : procs) all_done = all_done && p->done();
+      if (all_done) break;
+      // Nothing can happen on its own: the dispatchers still hold queued work.
+      for (auto& p : procs) p->drain_all();
       if (gpu.next_event_ns() < 0 && gpu.completed_count() == seen) {
-        throw std::runtime_error(w.source + ": replay stuck with " + std::to_string(w.ops.size() - done_ops) +
-                                 " ops not completed (a stream waits for an event recorded after it?)");
+        std::string what;
+        for (auto& p : procs) {
+          if (!p->done()) what += (what.empty() ? "" : ", ") + p->source() + ": " + std::to_string(p->left()) + " ops";
+        }
+        throw std::runtime_error("replay stuck with ops not completed (" + what +
+                                 "; a stream waits for an event recorded after it?)");
       }
       continue;
     }
-    int64_t t = t_dev < 0 ? t_arr : (t_arr < 0 ? t_dev : std::min(t_dev, t_arr));
-    gpu.advance_to(t);
+    gpu.advance_to(earliest(t_dev, t_other));
   }
 
-  for (const RequestResult& r : result.requests) result.makespan_ns = std::max(result.makespan_ns, r.done_ns);
-  result.ops_completed = done_ops;
-  result.final_be_sms = applied_be;
-  if (result.makespan_ns > applied_since) {
-    be_sms_ns += static_cast<double>(applied_be) * static_cast<double>(result.makespan_ns - applied_since);
-  }
-  result.mean_be_sms = result.makespan_ns > 0 ? be_sms_ns / static_cast<double>(result.makespan_ns) : applied_be;
-  if (result.makespan_ns > 0) {
-    result.sm_utilisation =
-        gpu.busy_sm_ns() / (static_cast<double>(gpu.sm_count()) * static_cast<double>(result.makespan_ns));
-  }
-  result.forced_by_starvation = dispatcher.stats().forced_by_starvation;
-  if (!options.trace_path.empty()) {
-    std::string err = trace.flush(options.trace_path);
-    if (!err.empty()) throw std::runtime_error(err);
-  }
+  ColocatedResult result;
+  for (auto& p : procs) result.processes.push_back(p->finish(gpu));
+  result.context_switches = gpu.context_switches();
   return result;
+}
+
+ReplayResult replay_workload(const Workload& w, const ReplayOptions& options) {
+  ProcessSpec spec;
+  spec.workload = &w;
+  spec.policy = options.policy;
+  spec.policy_params = options.policy_params;
+  spec.hw_priority = options.force_hw_priority_on    ? HwPriority::kHighPriorityStreams
+                     : options.force_hw_priority_off ? HwPriority::kNone
+                                                     : HwPriority::kByPolicy;
+  spec.be_max_wait_ns = options.be_max_wait_ns;
+  spec.trace_path = options.trace_path;
+  return replay_processes({spec}, options.gpu).processes.front().replay;
 }
 
 namespace {

@@ -5,7 +5,9 @@
 //   orion-sim run WORKLOAD [--policy NAME]... [--param KEY=VALUE]... [--seed N] [--sms N]
 //                 [--jitter X] [--block-spread X] [--hw-priority auto|on|off] [--trace-dir DIR]
 //                 [--be-max-wait-us US]
-//   orion-sim generate inference-training|pipeline-stage [-o FILE] [generator options]
+//   orion-sim colocate [--pipeline FILE] [--job FILE] [--steps N] [--budget-us US]... [--csv FILE]
+//                      [--time-slice-us US] [--switch-us US]   (issue 25: two processes, one GPU)
+//   orion-sim generate inference-training|pipeline-stage|training-job [-o FILE] [generator options]
 #include <exception>
 #include <fstream>
 #include <iostream>
@@ -93,14 +95,48 @@ int main(int argc, char** argv) {
   bool list_params = false;
   app.add_flag("--list-params", list_params, "Print every policy parameter with its default and exit");
 
+  // ---- colocate ----
+  CLI::App* colo = app.add_subcommand(
+      "colocate", "A pipeline stage and a best-effort job in two processes on one GPU: time slicing or MPS, the job "
+                  "unmanaged or gated into the pipeline's published bubbles (the gpud policy)");
+  orion_sim::ColocateOptions co;
+  co.gpu.block_spread = 0.2;
+  std::string colo_pipeline, colo_job, colo_csv;
+  std::vector<double> colo_budgets;
+  double slice_us = 2000, switch_us = 25;
+  colo->add_option("--pipeline", colo_pipeline,
+                   "One step of the pipeline process (JSONL; default: orion-sim generate pipeline-stage)");
+  colo->add_option("--job", colo_job,
+                   "The best-effort process, best_effort streams only (default: orion-sim generate training-job, "
+                   "sized to outlast the pipeline)");
+  colo->add_option("--steps", co.steps, "Pipeline steps (windows are published from step 1)")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 1000));
+  colo->add_option("--step-gap-us", co.step_gap_us, "GPU idle between steps (optimizer, data)")->capture_default_str();
+  colo->add_option("--min-window-us", co.min_window_us, "Shorter gaps are not published")->capture_default_str();
+  colo->add_option("--guard-us", co.guard_us, "Kept free before a window closes")->capture_default_str();
+  colo->add_option("--budget-us", colo_budgets, "gpud in-flight budgets to sweep (repeatable; default 250 500 1000 2000 4000)");
+  colo->add_option("--time-slice-us", slice_us, "Time slice between processes without MPS")->capture_default_str();
+  colo->add_option("--switch-us", switch_us, "Cost of one context switch without MPS")->capture_default_str();
+  colo->add_option("--sms", co.gpu.sm_count, "SMs of the simulated GPU")->check(CLI::Range(16, 100000));
+  colo->add_option("--seed", co.gpu.seed, "Seed of the simulated GPU")->capture_default_str();
+  colo->add_option("--csv", colo_csv, "Also write the rows as CSV (scripts/plot_colocation.py draws it)");
+
   // ---- generate ----
   CLI::App* gen = app.add_subcommand("generate", "Write one of the shipped workloads");
   std::string kind, out_path;
   orion_sim::InferenceTrainingSpec it;
   orion_sim::PipelineStageSpec ps;
-  gen->add_option("kind", kind, "inference-training | pipeline-stage")
+  orion_sim::TrainingJobSpec tj;
+  gen->add_option("kind", kind, "inference-training | pipeline-stage | training-job")
       ->required()
-      ->check(CLI::IsMember({"inference-training", "pipeline-stage"}));
+      ->check(CLI::IsMember({"inference-training", "pipeline-stage", "training-job"}));
+  gen->add_option("--job-iterations", tj.iterations, "training-job: iterations")->capture_default_str();
+  gen->add_option("--job-layers", tj.layers, "training-job: transformer blocks")->capture_default_str();
+  gen->add_option("--job-hidden", tj.hidden, "training-job: hidden size")->capture_default_str();
+  gen->add_option("--job-seq", tj.seq, "training-job: sequence length")->capture_default_str();
+  gen->add_option("--job-heads", tj.heads, "training-job: attention heads")->capture_default_str();
+  gen->add_option("--job-batch", tj.batch, "training-job: batch size")->capture_default_str();
   gen->add_option("-o,--output", out_path, "Output file (default: stdout)");
   gen->add_option("--seed", it.seed, "inference-training: seed of the kernel mix")->capture_default_str();
   gen->add_option("--requests", it.requests, "inference-training: inference requests")->capture_default_str();
@@ -133,10 +169,44 @@ int main(int argc, char** argv) {
       std::ostringstream text;
       if (kind == "inference-training") {
         orion_sim::write_inference_training(text, it, command_line(argc, argv));
+      } else if (kind == "training-job") {
+        orion_sim::write_training_job(text, tj, command_line(argc, argv));
       } else {
         orion_sim::write_pipeline_stage(text, ps, command_line(argc, argv));
       }
       return write_output(out_path, text.str());
+    }
+    if (*colo) {
+      co.gpu.time_slice_ns = static_cast<int64_t>(slice_us * 1e3);
+      co.gpu.context_switch_ns = static_cast<int64_t>(switch_us * 1e3);
+      if (!colo_budgets.empty()) co.budgets_us = colo_budgets;
+      sched::Workload pipeline, job;
+      if (colo_pipeline.empty()) {
+        std::stringstream text;
+        orion_sim::write_pipeline_stage(text, orion_sim::PipelineStageSpec{}, "orion-sim generate pipeline-stage");
+        pipeline = sched::parse_workload(text, "pipeline-stage (generated)");
+      } else {
+        pipeline = sched::load_workload(colo_pipeline);
+      }
+      if (colo_job.empty()) {
+        std::stringstream text;
+        orion_sim::TrainingJobSpec spec;
+        spec.iterations = orion_sim::job_iterations_to_outlast(pipeline, spec, co);
+        orion_sim::write_training_job(text, spec, "orion-sim generate training-job");
+        job = sched::parse_workload(text, "training-job (generated, " + std::to_string(spec.iterations) + " iterations)");
+      } else {
+        job = sched::load_workload(colo_job);
+      }
+      std::cout << "simulated GPU " << co.gpu.sm_count << " SMs, seed " << co.gpu.seed << ", block spread "
+                << co.gpu.block_spread << "; without MPS: time slice " << slice_us << " us, switch " << switch_us
+                << " us; " << co.steps << " pipeline steps\n";
+      const orion_sim::ColocateStudy result = orion_sim::run_colocation(pipeline, job, co);
+      std::cout << orion_sim::format_colocation(result);
+      if (!colo_csv.empty()) {
+        if (int rc = write_output(colo_csv, orion_sim::colocation_csv(result)); rc != 0) return rc;
+        std::cout << "csv: " << colo_csv << " (plot: scripts/plot_colocation.py " << colo_csv << " -o colocation.png)\n";
+      }
+      return 0;
     }
     if (*sweep) {
       sched::Workload workload = sched::load_workload(sweep_workload);

@@ -473,4 +473,43 @@ void write_pipeline_stage(std::ostream& out, const PipelineStageSpec& spec, cons
   for (const Line& l : lines) out << l.j.dump() << "\n";
 }
 
+void write_training_job(std::ostream& out, const TrainingJobSpec& spec, const std::string& command) {
+  if (spec.iterations < 1 || spec.layers < 1 || spec.batch < 1 || spec.seq < 128 || spec.hidden < 128 ||
+      spec.heads < 1 || spec.hidden % spec.heads != 0 || spec.tflops <= 0 || spec.tbytes_per_s <= 0 ||
+      spec.think_us < 0 || spec.launch_gap_us < 0) {
+    throw std::invalid_argument("generate training-job: need iterations, layers, batch, heads >= 1, seq and hidden "
+                                ">= 128, hidden divisible by heads, positive rates, think and launch gap >= 0");
+  }
+  // The same kernels as a pipeline stage's, for a smaller model.
+  PipelineStageSpec model;
+  model.batch = spec.batch;
+  model.seq = spec.seq;
+  model.hidden = spec.hidden;
+  model.heads = spec.heads;
+  model.tflops = spec.tflops;
+  model.tbytes_per_s = spec.tbytes_per_s;
+  std::vector<KernelSpec> step;
+  const std::vector<KernelSpec> fwd = gpt_forward(model), bwd = gpt_backward(model);
+  for (int l = 0; l < spec.layers; ++l) step.insert(step.end(), fwd.begin(), fwd.end());
+  for (int l = 0; l < spec.layers; ++l) step.insert(step.end(), bwd.begin(), bwd.end());
+  header(out, command,
+         "A best-effort training job in its own process: " + std::to_string(spec.iterations) + " iterations of a " +
+             std::to_string(spec.layers) + "-block GPT (batch " + std::to_string(spec.batch) + ", seq " +
+             std::to_string(spec.seq) + ", hidden " + std::to_string(spec.hidden) + "), " +
+             std::to_string(step.size()) + " kernels each on one stream, closed loop with " + us(spec.think_us) +
+             " us between iterations.");
+  for (int it = 0; it < spec.iterations; ++it) {
+    const std::string req = "iter" + std::to_string(it);
+    for (size_t k = 0; k < step.size(); ++k) {
+      const double launch = static_cast<double>(k) * spec.launch_gap_us;
+      json j = kernel_line(step[k], it == 0 ? launch : 0, "job", "best_effort", "job", req);
+      if (it > 0) {
+        j["after_request"] = "iter" + std::to_string(it - 1);
+        j["after_us"] = std::round((spec.think_us + launch) * 1000.0) / 1000.0;
+      }
+      out << j.dump() << "\n";
+    }
+  }
+}
+
 }  // namespace orion_sim

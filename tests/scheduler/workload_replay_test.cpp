@@ -234,6 +234,60 @@ TEST(OrionSimCli, SweepPrintsTheGridAndItsParetoFront) {
   std::filesystem::remove_all(dir);
 }
 
+// orion-sim colocate (issue 25): a pipeline stage and a training job in two processes. Without
+// management the job slows the pipeline past the goal in both sharing modes; the gpud policy keeps
+// the pipeline within 1.02x while the job uses at least half of its idle time; a job with
+// high-priority streams is refused (the policy gates best-effort work).
+TEST(OrionSimCli, ColocateGatedJobFillsBubblesWithoutSlowingThePipeline) {
+  auto dir = std::filesystem::temp_directory_path() / ("orion_sim_colocate_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string sim = ORION_SIM_EXE;
+  int rc = 0;
+  std::string output = run_command(sim + " generate pipeline-stage --micro-batches 4 --layers 2 --other-layers 2 --seq 512 -o " +
+                                       (dir / "pipe.jsonl").string() + " 2>&1",
+                                   &rc);
+  ASSERT_EQ(rc, 0) << output;
+  output = run_command(sim + " colocate --pipeline " + (dir / "pipe.jsonl").string() +
+                           " --steps 3 --budget-us 1000 --sms 32 --csv " + (dir / "c.csv").string() + " 2>&1",
+                       &rc);
+  ASSERT_EQ(rc, 0) << output;
+  std::ifstream csv(dir / "c.csv");
+  std::string line;
+  std::getline(csv, line);
+  ASSERT_EQ(line, "sharing,management,budget_us,step_ratio,bubble_used,job_ratio,pipeline_p99_ratio,context_switches,meets_goals");
+  std::map<std::string, std::vector<double>> rows;  // "sharing/management" -> numbers
+  while (std::getline(csv, line)) {
+    std::istringstream fields(line);
+    std::string sharing, management, value;
+    std::getline(fields, sharing, ',');
+    std::getline(fields, management, ',');
+    std::vector<double> numbers;
+    while (std::getline(fields, value, ',')) numbers.push_back(std::stod(value));
+    ASSERT_EQ(numbers.size(), 7u) << line;
+    rows[sharing + "/" + management] = numbers;
+  }
+  ASSERT_EQ(rows.size(), 5u) << output;
+  for (const char* gated : {"time-slice/gpud", "mps/gpud"}) {
+    EXPECT_LE(rows[gated][1], 1.02) << gated << "\n" << output;
+    EXPECT_GE(rows[gated][2], 0.50) << gated << "\n" << output;
+    EXPECT_EQ(rows[gated][6], 1.0) << gated;
+  }
+  for (const char* unmanaged : {"time-slice/unmanaged", "mps/unmanaged"}) {
+    EXPECT_GT(rows[unmanaged][1], 1.10) << unmanaged << "\n" << output;
+  }
+  EXPECT_GT(rows["time-slice/unmanaged"][5], 0) << "time slicing switches contexts";
+  EXPECT_EQ(rows["mps/gpud"][5], 0) << "MPS never switches";
+
+  std::ofstream(dir / "hp_job.jsonl") << R"({"stream": "j", "class": "high_priority", "name": "k", "grid": 8, "block": 256, "duration_us": 10})"
+                                      << "\n";
+  output = run_command(sim + " colocate --pipeline " + (dir / "pipe.jsonl").string() + " --job " +
+                           (dir / "hp_job.jsonl").string() + " 2>&1",
+                       &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(output.find("must be best_effort"), std::string::npos) << output;
+  std::filesystem::remove_all(dir);
+}
+
 // The shipped workloads are exactly what the generator writes (nobody hand-edited them, and the
 // generator is deterministic).
 TEST(OrionSimCli, ShippedWorkloadsMatchTheGenerator) {

@@ -31,8 +31,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -43,6 +45,8 @@
 #include "scheduler/sim_gpu.h"
 
 namespace sched {
+
+class ProfileStore;
 
 class WorkloadError : public std::runtime_error {
  public:
@@ -151,6 +155,55 @@ struct ReplayResult {
 // every device event. Throws WorkloadError/std::invalid_argument on bad input or policy, and
 // std::runtime_error when the backend rejects an op (naming the op's line).
 ReplayResult replay_workload(const Workload& workload, const ReplayOptions& options);
+
+// ---- Several processes on one simulated GPU (issue 25) ----
+// Each process replays its own workload through its own Dispatcher and Policy (its own shim); its
+// streams form one context of the GPU (SimGpuConfig::context_sharing: time slicing without MPS,
+// concurrent with it). Stream and event ids stay each process's own.
+
+// Hardware stream priorities of a process's streams.
+enum class HwPriority {
+  kByPolicy,     // its high-priority streams high when its policy defers or partitions best effort
+  kHighPriorityStreams,  // its high-priority streams high, whatever the policy
+  kNone,         // every stream normal
+  kAllStreams,   // every stream high (MPS client priority: this process above the others)
+};
+
+struct ProcessSpec {
+  std::string name;
+  const Workload* workload = nullptr;  // must outlive the replay
+  std::string policy = "passthrough";
+  PolicyParams policy_params;
+  // Replaces `policy` when set (e.g. a gpud policy over simulated pages and the virtual clock: the
+  // device is the process's view of the simulated GPU, whose now_ns() is that clock).
+  std::function<std::unique_ptr<Policy>(Device& device)> make_custom_policy;
+  HwPriority hw_priority = HwPriority::kByPolicy;
+  int64_t be_max_wait_ns = 2'000'000;
+  std::string trace_path;  // Perfetto/Chrome JSON trace of this process's dispatcher; empty: none
+  // The next virtual time after `now` at which something outside the device changes what this
+  // process's policy decides (a published window opens or closes); -1: none. The replay stops the
+  // clock there and pumps the dispatcher.
+  std::function<int64_t(int64_t now)> next_wakeup_ns;
+  // Fills the process's kernel profile store before the replay (an offline profile, as
+  // ORION_PROFILE imports one in the shim).
+  std::function<void(ProfileStore& profiles)> seed_profiles;
+  // Told of each request when it starts (done false) and when it completes (done true).
+  std::function<void(const RequestResult&, bool done)> on_request;
+};
+
+struct ProcessResult {
+  std::string name;
+  ReplayResult replay;
+  std::vector<Completion> completions;  // this process's ops, its own stream ids, completion order
+};
+struct ColocatedResult {
+  std::vector<ProcessResult> processes;  // in ProcessSpec order
+  uint64_t context_switches = 0;         // the GPU's (time slicing)
+};
+
+// Replays every process together on a fresh SimulatedGpu(gpu) in virtual time, as
+// replay_workload does for one. Throws as replay_workload does, naming the process.
+ColocatedResult replay_processes(const std::vector<ProcessSpec>& processes, const SimGpuConfig& gpu);
 
 // Latency percentile (nearest rank, p in [0,100]) of the requests of class `cls`; 0 when none.
 double latency_percentile_ns(const ReplayResult& result, StreamClass cls, double p);
