@@ -3,7 +3,8 @@
 #   mkdir -p logs && sbatch scripts/submit_gpipe_2nodes.sh [gpipe_runner flags, e.g. --set training.max_steps=100]
 # sbatch opens logs/ before the job starts and fails the job if it is missing: create it first,
 # in the folder you submit from. Environment: CONFIG, GPIPE_RUNNER, MASTER_ADDR, MASTER_PORT,
-# OURGPIPE_ROOT override the defaults (see scripts/slurm/common.sh). CPU-only cluster or test:
+# OURGPIPE_ROOT override the defaults (see scripts/slurm/common.sh); ORION_GPUD=1 also runs one
+# orion-gpud per GPU on every node for the job (scripts/slurm/gpud.sh). CPU-only cluster or test:
 #   sbatch --gpus-per-node=0 --cpus-per-task=1 ... --set parallel.device=cpu
 #SBATCH --job-name=gpipe-2nodes
 #SBATCH --nodes=2

@@ -4,6 +4,7 @@
 // so a client that dies or execs (its close-on-exec socket closes) loses its grant within a tick.
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -87,6 +88,19 @@ int pidfd_of(pid_t pid) {
 #endif
 }
 
+// Through its pidfd when there is one (a pid may be reused), else by its pid.
+bool process_alive(int pidfd, pid_t pid) {
+  if (pidfd >= 0) {
+    pollfd p{pidfd, POLLIN, 0};
+    int rc;
+    do {
+      rc = poll(&p, 1, 0);
+    } while (rc < 0 && errno == EINTR);
+    return rc == 0;  // readable once the process exited
+  }
+  return kill(pid, 0) == 0 || errno == EPERM;
+}
+
 }  // namespace
 
 struct Daemon::Impl {
@@ -107,13 +121,24 @@ struct Daemon::Impl {
   DaemonOptions options;
   int lock_fd = -1;
   int listen_fd = -1;
+  // One pipeline page for the daemon's life, reset for each pipeline that attaches. A page can be
+  // reused only once no process can still write it: a pipeline that left its connection (closed
+  // it, said bye, exec'd) while its process lives on may still hold a writable mapping, so the
+  // next pipeline is refused, by name, until that process exits (tracked by its pidfd). The same
+  // process may attach again (its old mapping is its own; after an exec it has none), and the
+  // client's mapping is not inherited by fork (MADV_DONTFORK, map_received_page), so no other
+  // process holds one. Chosen over a fresh page per pipeline, which would need every best-effort
+  // client to notice the switch and map the new page in its launch path.
   SharedPage pipeline_page;
+  int departed_pipeline_pidfd = -1;
+  pid_t departed_pipeline_pid = 0;  // 0: none
   GrantBook book;
   std::vector<Connection> connections;
 
   explicit Impl(DaemonOptions o) : options(std::move(o)), book(options.grants) {}
   // Runs also when Daemon's constructor throws half way: the lock, the socket and its file go.
   ~Impl() {
+    forget_departed_pipeline();
     for (auto& c : connections) {
       if (c.pidfd >= 0) close(c.pidfd);
       close(c.fd);
@@ -136,6 +161,20 @@ struct Daemon::Impl {
            std::find(options.allowed_uids.begin(), options.allowed_uids.end(), uid) != options.allowed_uids.end();
   }
 
+  void forget_departed_pipeline() {
+    if (departed_pipeline_pidfd >= 0) close(departed_pipeline_pidfd);
+    departed_pipeline_pidfd = -1;
+    departed_pipeline_pid = 0;
+  }
+
+  // The pid of a pipeline that left but still lives (see pipeline_page), else 0.
+  pid_t departed_pipeline_alive() {
+    if (departed_pipeline_pid != 0 && !process_alive(departed_pipeline_pidfd, departed_pipeline_pid)) {
+      forget_departed_pipeline();
+    }
+    return departed_pipeline_pid;
+  }
+
   void drop(size_t index, const std::string& why) {
     Connection& c = connections[index];
     if (c.id != 0) {
@@ -143,7 +182,14 @@ struct Daemon::Impl {
       if (c.role == Role::kBestEffort && c.grant.data() != nullptr) {
         write_grant(*static_cast<GrantPage*>(c.grant.data()), GrantView{});  // revoked, if it still looks
       }
-      if (c.role == Role::kPipeline) reset_pipeline_page(pipeline());  // the next one starts clean
+      if (c.role == Role::kPipeline) {
+        reset_pipeline_page(pipeline());  // empty until the next one (no grant is gated meanwhile)
+        if (process_alive(c.pidfd, c.pid)) {
+          forget_departed_pipeline();
+          departed_pipeline_pidfd = std::exchange(c.pidfd, -1);
+          departed_pipeline_pid = c.pid;
+        }
+      }
       book.remove(c.id, why);
     }
     if (c.pidfd >= 0) close(c.pidfd);
@@ -153,7 +199,7 @@ struct Daemon::Impl {
 
   void refuse(int fd, const std::string& why) {
     try {
-      io::send_message(fd, io::error_message(why));
+      io::send_message(fd, io::error_message(why), {}, kMaxReplyBytes);
     } catch (const ProtocolError&) {
     }
   }
@@ -212,6 +258,15 @@ struct Daemon::Impl {
       return "hello needs a 'name' of at most 64 characters";
     }
     const std::string name = m["name"].get<std::string>();
+    if (*role == Role::kPipeline && !book.has_pipeline()) {
+      const pid_t departed = departed_pipeline_alive();
+      if (departed != 0 && departed != c.pid) {
+        return fmt::format("the previous pipeline (pid {}) left but its process still runs and may still write the "
+                           "pipeline page: a new pipeline can attach once it exits (end it, or wait)",
+                           departed);
+      }
+      forget_departed_pipeline();
+    }
     try {
       c.id = book.add(*role, c.pid, name, now);
     } catch (const ProtocolError& e) {
@@ -223,6 +278,7 @@ struct Daemon::Impl {
     std::vector<int> to_close;
     try {
       if (c.role == Role::kPipeline) {
+        reset_pipeline_page(pipeline());  // whatever the same process wrote after it left
         pipeline().pipeline_pid.store(c.pid, std::memory_order_release);
         fds.push_back(pipeline_page.fd());
       } else {
@@ -246,7 +302,7 @@ struct Daemon::Impl {
                               {"stale_after_ms", static_cast<double>(options.grants.stale_after_ns) / 1e6}};
     std::string error;
     try {
-      io::send_message(c.fd, welcome, fds);
+      io::send_message(c.fd, welcome, fds, kMaxReplyBytes);
     } catch (const ProtocolError& e) {
       error = e.what();
     }
@@ -295,8 +351,9 @@ struct Daemon::Impl {
       s["type"] = "status";
       s["gpu"] = options.gpu;
       s["version"] = kProtocolVersion;
+      if (const pid_t departed = departed_pipeline_alive(); departed != 0) s["pipeline_refused_until_pid_exits"] = departed;
       try {
-        io::send_message(c.fd, s);
+        io::send_message(c.fd, s, {}, kMaxReplyBytes);
       } catch (const ProtocolError&) {
         // A status too large for one message: say so rather than drop the client.
         refuse(c.fd, "status too large for one message");

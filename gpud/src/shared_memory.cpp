@@ -77,6 +77,13 @@ void* map_received_page(int fd, bool writable) {
     munmap(p, SharedPage::kBytes);
     throw ProtocolError("a shared page of another protocol version");
   }
+  // A forked child (a data loader, a helper) does not inherit the pipeline's writable mapping: the
+  // daemon tracks the one process that may still write the page once it left (daemon.cpp).
+  if (writable && madvise(p, SharedPage::kBytes, MADV_DONTFORK) != 0) {
+    const int e = errno;
+    munmap(p, SharedPage::kBytes);
+    throw ProtocolError(fmt::format("madvise(MADV_DONTFORK) on the pipeline page: {}", std::strerror(e)));
+  }
   return p;
 }
 

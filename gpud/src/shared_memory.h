@@ -33,7 +33,8 @@ class SharedPage {
   void* data_ = nullptr;
 };
 
-// Maps a page a daemon handed over; throws ProtocolError if it is not one of ours.
+// Maps a page a daemon handed over; throws ProtocolError if it is not one of ours. A writable
+// mapping is left out of fork()ed children (MADV_DONTFORK).
 void* map_received_page(int fd, bool writable);
 void unmap_page(void* page);
 

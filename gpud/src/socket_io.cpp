@@ -18,9 +18,11 @@ namespace {
 constexpr size_t kMaxFds = 4;
 }
 
-void send_message(int fd, const nlohmann::json& message, const std::vector<int>& fds) {
+void send_message(int fd, const nlohmann::json& message, const std::vector<int>& fds, size_t max_bytes) {
   const std::string text = message.dump();
-  if (text.size() > kMaxMessageBytes) throw ProtocolError("message too large to send");
+  if (text.size() > max_bytes) {
+    throw ProtocolError(fmt::format("message of {} bytes too large to send (at most {})", text.size(), max_bytes));
+  }
   if (fds.size() > kMaxFds) throw ProtocolError("too many descriptors in one message");
   iovec iov{const_cast<char*>(text.data()), text.size()};
   msghdr msg{};
@@ -40,10 +42,11 @@ void send_message(int fd, const nlohmann::json& message, const std::vector<int>&
   do {
     n = sendmsg(fd, &msg, MSG_NOSIGNAL);
   } while (n < 0 && errno == EINTR);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) throw SendTimeout("send timed out");
   if (n < 0) throw ProtocolError(fmt::format("send failed: {}", std::strerror(errno)));
 }
 
-Incoming receive_message(int fd, int64_t timeout_ns) {
+Incoming receive_message(int fd, int64_t timeout_ns, size_t max_bytes) {
   Incoming in;
   if (timeout_ns >= 0) {
     pollfd p{fd, POLLIN, 0};
@@ -57,8 +60,10 @@ Incoming receive_message(int fd, int64_t timeout_ns) {
       return in;
     }
   }
-  char buffer[kMaxMessageBytes + 1];
-  iovec iov{buffer, sizeof buffer};
+  // One byte more than allowed: a longer datagram is truncated (MSG_TRUNC), one of exactly that
+  // length is caught by the size check below.
+  std::string buffer(max_bytes + 1, '\0');
+  iovec iov{buffer.data(), buffer.size()};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)] = {};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -87,12 +92,12 @@ Incoming receive_message(int fd, int64_t timeout_ns) {
     in.what = Received::kClosed;
     return in;
   }
-  if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || static_cast<size_t>(n) > kMaxMessageBytes) {
+  if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || static_cast<size_t>(n) > max_bytes) {
     in.what = Received::kOversized;
-    in.error = fmt::format("message over {} bytes or with too many descriptors", kMaxMessageBytes);
+    in.error = fmt::format("message over {} bytes or with too many descriptors", max_bytes);
     return in;
   }
-  in.message = nlohmann::json::parse(buffer, buffer + n, nullptr, /*allow_exceptions=*/false);
+  in.message = nlohmann::json::parse(buffer.data(), buffer.data() + n, nullptr, /*allow_exceptions=*/false);
   if (in.message.is_discarded() || !in.message.is_object() || !in.message.contains("type") ||
       !in.message["type"].is_string()) {
     in.what = Received::kMalformed;

@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
   serve->add_option("--gpu", gpu, "the GPU's UUID (nvidia-smi -L)")->required();
   serve->add_option("--dir", dir, "runtime folder (default: $ORION_GPUD_DIR, $XDG_RUNTIME_DIR/orion-gpud, /tmp/orion-gpud-<uid>)");
   serve->add_option("--allow-uid", allowed, "other uids that may connect (the socket is then open to all, "
-                                            "SO_PEERCRED decides)");
+                                            "SO_PEERCRED decides); clients trust only a daemon of their own "
+                                            "uid or root, so a daemon shared by several users runs as root");
   serve->add_option("--lease-ms", lease_ms, "a best-effort grant's lease, renewed every tick")->check(CLI::PositiveNumber);
   serve->add_option("--stale-ms", stale_ms, "a pipeline heartbeat older than this frees best-effort work")
       ->check(CLI::PositiveNumber);

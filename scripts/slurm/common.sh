@@ -2,7 +2,8 @@
 # Sourced by scripts/submit_gpipe_*.sh inside the batch job, after they have set OURGPIPE_ROOT and
 # the default CONFIG. Launches one gpipe_runner per Slurm task; the runner reads its rank, world
 # size and local rank from SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID, and the rendezvous from
-# MASTER_ADDR / MASTER_PORT exported here.
+# MASTER_ADDR / MASTER_PORT exported here. ORION_GPUD=1 first starts one orion-gpud per GPU on
+# every node (scripts/slurm/gpud.sh).
 set -euo pipefail
 [ -n "${SLURM_JOB_ID:-}" ] || { echo "submit: not inside a Slurm job; submit with sbatch (or run inside salloc)" >&2; exit 2; }
 
@@ -23,6 +24,14 @@ OMP_NUM_THREADS=${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}
 # one CPU on clusters that bind tasks to CPUs.
 SRUN_CPUS_PER_TASK=${SRUN_CPUS_PER_TASK:-${SLURM_CPUS_PER_TASK:-1}}
 export MASTER_ADDR MASTER_PORT OMP_NUM_THREADS SRUN_CPUS_PER_TASK
+
+# ORION_GPUD=1: one orion-gpud per GPU on every node, up before the training step and stopped at
+# the end (cross-process bubble filling, issue 25; scripts/slurm/gpud.sh).
+if [ "${ORION_GPUD:-0}" = 1 ]; then
+  # shellcheck source=scripts/slurm/gpud.sh
+  source "$OURGPIPE_ROOT/scripts/slurm/gpud.sh"
+  gpud_start
+fi
 
 echo "submit: job $SLURM_JOB_ID, $SLURM_NTASKS task(s) on $SLURM_JOB_NODELIST, master $MASTER_ADDR:$MASTER_PORT"
 echo "submit: $GPIPE_RUNNER --config $CONFIG $*"

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <random>
 #include <string>
 #include <thread>
@@ -57,15 +59,20 @@ DaemonOptions test_options(const fs::path& dir) {
   return o;
 }
 
+sockaddr_un address_of(const fs::path& dir) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, socket_path(dir, kGpu).c_str(), sizeof addr.sun_path - 1);
+  return addr;
+}
+
 // A raw connection, to say what a well-behaved client would not.
 struct Raw {
   int fd = -1;
   explicit Raw(const fs::path& dir) {
     fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::strncpy(addr.sun_path, socket_path(dir, kGpu).c_str(), sizeof addr.sun_path - 1);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    const sockaddr_un addr = address_of(dir);
+    if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
       ADD_FAILURE() << "connect: " << std::strerror(errno);
     }
   }
@@ -273,6 +280,150 @@ TEST(GpudDaemon, FuzzedMessagesNeverHarmTheDaemon) {
   EXPECT_TRUE(ok.status().contains("clients"));
 }
 
+TEST(GpudDaemon, StatusListsAsManyClientsAsTheDaemonServes) {
+  TempDir dir;
+  const DaemonOptions options = test_options(dir.path);
+  DaemonThread d(options);
+  std::vector<Client> clients;
+  for (size_t i = 0; i < options.max_clients; ++i) {  // names of the longest kind allowed
+    std::string name = "best effort job " + std::to_string(i);
+    name.resize(64, '.');
+    clients.push_back(Client::connect(dir.path, kGpu, Role::kBestEffort, name));
+  }
+  const nlohmann::json s = clients.front().status();
+  ASSERT_EQ(s.at("clients").size(), options.max_clients);
+  EXPECT_GT(s.dump().size(), 3 * kMaxMessageBytes);  // far longer than a client may send
+  EXPECT_EQ(s["clients"].back()["name"].get<std::string>().rfind("best effort job 63.", 0), 0u);
+}
+
+// ---- a client facing a daemon that is hung, gone or not ours ------------------------------------
+
+// Binds the GPU's socket and answers nothing: a hung daemon. `accepting`: a thread accepts every
+// connection (and keeps it); else none is accepted, and with a backlog of 0 the second connect
+// finds the queue full.
+struct FakeDaemon {
+  int fd = -1;
+  std::atomic<bool> stop{false};
+  std::thread acceptor;
+  std::vector<int> accepted;
+  FakeDaemon(const fs::path& dir, bool accepting, int backlog = 16) {
+    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    const sockaddr_un addr = address_of(dir);
+    if (bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 || listen(fd, backlog) != 0) {
+      ADD_FAILURE() << "fake daemon: " << std::strerror(errno);
+    }
+    if (!accepting) return;
+    acceptor = std::thread([this] {
+      while (!stop.load()) {
+        pollfd p{fd, POLLIN, 0};
+        if (poll(&p, 1, 10) <= 0) continue;
+        const int a = accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+        if (a >= 0) accepted.push_back(a);
+      }
+    });
+  }
+  // Closing the listener lets a connect that is stuck on it return.
+  void close_listener() {
+    stop = true;
+    if (acceptor.joinable()) acceptor.join();
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+  ~FakeDaemon() {
+    close_listener();
+    for (int a : accepted) close(a);
+  }
+};
+
+// Client::connect with a 300 ms bound on another thread: what it threw ("connected" if nothing)
+// and how long it took. If it has not returned after 5 s, `unblock` runs so the test can end.
+std::pair<std::string, int64_t> connect_with_300ms_bound(const fs::path& dir, const std::function<void()>& unblock) {
+  const int64_t start = monotonic_ns();
+  auto attempt = std::async(std::launch::async, [&dir] {
+    try {
+      Client::connect(dir, kGpu, Role::kBestEffort, "waiting", 300 * kMs);
+      return std::string("connected");
+    } catch (const ProtocolError& e) {
+      return std::string(e.what());
+    }
+  });
+  if (attempt.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    ADD_FAILURE() << "Client::connect hung";
+    unblock();
+  }
+  const std::string what = attempt.get();
+  return {what, monotonic_ns() - start};
+}
+
+void expect_no_reply_within_300ms(const fs::path& dir, const std::pair<std::string, int64_t>& result) {
+  const auto& [what, took_ns] = result;
+  EXPECT_NE(what.find("no reply from orion-gpud within 300 ms at " + socket_path(dir, kGpu).string() +
+                      ": is it running/hung?"),
+            std::string::npos)
+      << what;
+  EXPECT_GE(took_ns, 250 * kMs);
+  EXPECT_LT(took_ns, 1500 * kMs);
+}
+
+TEST(GpudClient, ADaemonThatAcceptsButNeverAnswersIsAnErrorWithinTheBound) {
+  TempDir dir;
+  FakeDaemon hung(dir.path, /*accepting=*/true);
+  expect_no_reply_within_300ms(dir.path, connect_with_300ms_bound(dir.path, [&] { hung.close_listener(); }));
+}
+
+TEST(GpudClient, ADaemonThatAcceptsNothingIsAnErrorWithinTheBound) {
+  TempDir dir;
+  FakeDaemon hung(dir.path, /*accepting=*/false, /*backlog=*/0);
+  Raw first(dir.path);  // the one connection its backlog holds: the next connect waits for room
+  expect_no_reply_within_300ms(dir.path, connect_with_300ms_bound(dir.path, [&] { hung.close_listener(); }));
+}
+
+TEST(GpudClient, ADaemonOfAnotherUidIsNotTrusted) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make a listener of another uid";
+  TempDir dir;
+  // Bound here, listening in a child that became uid 65534 first: SO_PEERCRED names the listener's
+  // credentials at listen().
+  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  const sockaddr_un addr = address_of(dir.path);
+  ASSERT_EQ(bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
+  const pid_t child = fork();
+  if (child == 0) {
+    if (syscall(SYS_setresuid, 65534, 65534, 65534) != 0 || listen(fd, 4) != 0) _exit(1);
+    for (;;) pause();
+  }
+  close(fd);
+  std::string what;
+  EXPECT_TRUE(eventually([&] {
+    try {
+      Client::connect(dir.path, kGpu, Role::kBestEffort, "trusting", 300 * kMs);
+      what = "connected";
+    } catch (const ProtocolError& e) {
+      what = e.what();
+    }
+    return what.find("no orion-gpud for GPU") == std::string::npos;  // not listening yet
+  }));
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_NE(what.find("runs as uid 65534, neither this process's uid 0 nor root: not trusted"), std::string::npos)
+      << what;
+}
+
+TEST(GpudClient, ItNoticesTheDaemonHungUpAndReachesARestartedOne) {
+  TempDir dir;
+  auto daemon = std::make_unique<DaemonThread>(test_options(dir.path));
+  Client c = Client::connect(dir.path, kGpu, Role::kPipeline, "publisher");
+  EXPECT_TRUE(c.daemon_alive());
+  EXPECT_TRUE(c.status().contains("clients"));
+  EXPECT_TRUE(c.daemon_alive());
+  daemon.reset();
+  EXPECT_TRUE(eventually([&] { return !c.daemon_alive(); }, 1000));
+  daemon = std::make_unique<DaemonThread>(test_options(dir.path));
+  Client again = Client::connect(dir.path, kGpu, Role::kPipeline, "publisher");
+  EXPECT_TRUE(again.daemon_alive());
+  EXPECT_FALSE(c.daemon_alive());
+  EXPECT_EQ(clients_with_role(again, "pipeline"), 1u);
+}
+
 // ---- each party killed, as separate processes ----------------------------------------------------
 
 struct Process {
@@ -373,6 +524,45 @@ TEST_F(GpudKill, AKilledPipelineFreesBestEffortWork) {
   attached("pipeline");  // a new pipeline may attach
 }
 
+TEST_F(GpudKill, APipelineThatLeftButLivesOnCannotWriteTheNextPipelinesWindows) {
+  Client be = Client::connect(dir.path, kGpu, Role::kBestEffort, "eval");
+  // It closes its connection and goes on heartbeating and publishing [now, now + 1 s) every 5 ms
+  // through the mapping it kept.
+  std::vector<std::string> argv = client_argv(dir.path, "pipeline");
+  argv.push_back("--leave");
+  Process stale(argv);
+  EXPECT_EQ(stale.line().rfind("attached", 0), 0u);
+  EXPECT_EQ(stale.line(), "left");
+  ASSERT_TRUE(eventually([&] { return clients_with_role(be, "pipeline") == 0; }));
+  // What best-effort clients read once a pipeline attached must be that pipeline's alone.
+  auto publishes_alone = [&](Client& next) {
+    const int64_t now = monotonic_ns();
+    const int64_t open = now + 7 * kMs, close = now + 8 * kMs;
+    const bool clean = read_window(be.pipeline()).windows_published == 0;
+    heartbeat(next.pipeline_writable(), now);
+    publish_window(next.pipeline_writable(), open, close);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // six of the stale writer's rounds
+    const WindowView w = read_window(be.pipeline());
+    return clean && w.open_ns == open && w.close_ns == close && w.windows_published == 1 && w.heartbeat_ns == now;
+  };
+  std::string refusal;
+  try {
+    Client early = Client::connect(dir.path, kGpu, Role::kPipeline, "next");
+    EXPECT_TRUE(publishes_alone(early)) << "the stale writer overwrote the next pipeline's window";
+  } catch (const ProtocolError& e) {
+    refusal = e.what();
+  }
+  EXPECT_NE(refusal.find("the previous pipeline (pid " + std::to_string(stale.pid) +
+                         ") left but its process still runs"),
+            std::string::npos)
+      << refusal;
+  EXPECT_EQ(be.status()["pipeline_refused_until_pid_exits"], stale.pid);
+  stale.kill9();
+  Client next = Client::connect(dir.path, kGpu, Role::kPipeline, "next");
+  EXPECT_TRUE(publishes_alone(next));
+  EXPECT_FALSE(be.status().contains("pipeline_refused_until_pid_exits"));
+}
+
 TEST(GpudDaemonKilled, ItsClientsKeepTheirLeaseThenFallBack) {
   TempDir dir;
   Process daemon({GPUD_BINARY, "serve", "--gpu", kGpu, "--dir", dir.path.string(), "--lease-ms", "1000",
@@ -389,6 +579,7 @@ TEST(GpudDaemonKilled, ItsClientsKeepTheirLeaseThenFallBack) {
   AdmissionConfig hold, pass;
   pass.fallback = Fallback::kPassThrough;
   daemon.kill9();
+  EXPECT_TRUE(eventually([&] { return !pipeline.daemon_alive() && !be.daemon_alive(); }, 1000));
   // The pipeline never needed the daemon: it still publishes (its page is its own memory).
   beat();
   // Until the lease runs out the grant stands; then each client falls back as it chose.

@@ -10,27 +10,9 @@ runner=$(realpath "$1"); repo=$(realpath "$2")
 here=$(cd "$(dirname "$0")" && pwd)
 ranks=2
 
-skip() { echo "SKIP: $*"; exit 77; }
-[ "$(id -u)" -eq 0 ] || skip "the daemons run as SlurmUser=root; run as root"
-for b in munged slurmctld slurmd sbatch srun sinfo scontrol squeue scancel python3; do
-  command -v "$b" >/dev/null || skip "$b is not installed (OURGPIPE_WITH_SLURM=1 scripts/install-deps.sh)"
-done
-slurmd -C >/dev/null 2>&1 || skip "slurmd -C cannot read this machine's CPUs and memory"
-
-# Run as if outside any job: a surrounding allocation (CI on a Slurm cluster) or a torchrun-style
-# environment would otherwise make the one-process reference run join someone else's job.
-mapfile -t inherited < <(compgen -e | grep -E '^(SLURM_|SRUN_|SBATCH_)')
-unset "${inherited[@]}" RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT OURGPIPE_ROOT
-
-tmp=$(mktemp -d /tmp/gpipe-slurm-check.XXXXXX)
-chmod 711 "$tmp"  # munged wants its socket reachable by every user
 # shellcheck source=tests/slurm/localhost_cluster.sh
 source "$here/localhost_cluster.sh"
-sbatch_pid=""
-trap '[ -z "$sbatch_pid" ] || kill "$sbatch_pid" 2>/dev/null; slurm_cluster_stop; rm -rf "$tmp"' EXIT
-trap 'exit 1' INT TERM HUP  # so that the EXIT trap stops the daemons when ctest times out
-job_logs() { local f; for f in "$tmp"/submit/logs/*; do echo "----- job log $f"; cat "$f"; done; }
-fail() { echo "FAIL: $*"; job_logs; slurm_cluster_logs; exit 1; }
+slurm_check_begin gpipe-slurm-check
 
 slurm_cluster_start "$tmp/cluster" || fail "the localhost cluster did not come up"
 echo "ok   cluster up: $(sinfo -h -o '%P %D %t %c CPUs')"

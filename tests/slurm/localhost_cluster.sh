@@ -5,6 +5,12 @@
 #                             SLURM_CONF and waits until the node is idle. Returns 1 on failure.
 #   slurm_cluster_stop        stops what slurm_cluster_start started (safe to call twice).
 #   slurm_cluster_logs        prints the daemons' logs.
+#   slurm_check_begin NAME    the start of a check script that submits to such a cluster: exits 77
+#                             (skipped) unless root with Slurm and munge installed; clears the
+#                             environment of any surrounding job; makes $tmp (/tmp/NAME.XXXXXX),
+#                             removed at exit with the cluster stopped and a running sbatch
+#                             ($sbatch_pid) killed; defines fail MESSAGE (prints the job logs
+#                             in $tmp/submit/logs and the daemons', exits 1).
 # Runs in containers without systemd or cgroups: daemons run in the foreground (-D/-F) as
 # background jobs of this shell, with process tracking by /proc walking and no task plugin.
 
@@ -120,4 +126,36 @@ slurm_cluster_logs() {
     [ -s "$f" ] || continue
     echo "----- $f (last 40 lines)"; tail -n 40 "$f"
   done
+}
+
+slurm_check_begin() {
+  local b
+  [ "$(id -u)" -eq 0 ] || { echo "SKIP: the daemons run as SlurmUser=root; run as root"; exit 77; }
+  for b in munged slurmctld slurmd sbatch srun sinfo scontrol squeue scancel python3; do
+    command -v "$b" >/dev/null || { echo "SKIP: $b is not installed (OURGPIPE_WITH_SLURM=1 scripts/install-deps.sh)"; exit 77; }
+  done
+  slurmd -C >/dev/null 2>&1 || { echo "SKIP: slurmd -C cannot read this machine's CPUs and memory"; exit 77; }
+
+  # Run as if outside any job: a surrounding allocation (CI on a Slurm cluster) or a torchrun-style
+  # environment would otherwise make a one-process reference run join someone else's job.
+  local inherited
+  mapfile -t inherited < <(compgen -e | grep -E '^(SLURM_|SRUN_|SBATCH_|ORION_GPUD)')
+  unset "${inherited[@]}" RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT OURGPIPE_ROOT
+
+  tmp=$(mktemp -d "/tmp/$1.XXXXXX")
+  chmod 711 "$tmp"  # munged wants its socket reachable by every user
+  sbatch_pid=""
+  trap '[ -z "$sbatch_pid" ] || kill "$sbatch_pid" 2>/dev/null; slurm_cluster_stop; rm -rf "$tmp"' EXIT
+  trap 'exit 1' INT TERM HUP  # so that the EXIT trap stops the daemons when ctest times out
+}
+
+fail() {
+  local f
+  echo "FAIL: $*"
+  for f in "$tmp"/submit/logs/*; do
+    echo "----- job log $f"
+    cat "$f"
+  done
+  slurm_cluster_logs
+  exit 1
 }

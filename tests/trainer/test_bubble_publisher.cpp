@@ -7,6 +7,8 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <thread>
 
 #include "gpud/gpud.h"
@@ -60,6 +62,28 @@ TEST(BubblePublisherTest, WindowsArePublishedInOrderBeforeTheyOpen) {
     // It heartbeats between windows: the grant is gated, not freed as stale.
     EXPECT_EQ(gpud::read_grant(be.grant()).mode, gpud::GrantMode::kGated);
   }
+}
+
+TEST(BubblePublisherTest, ItReattachesToARestartedDaemonAndRepublishesTheOpenWindow) {
+  gpud::testing::InProcessDaemon daemon("GPU-restarted");
+  const gpud::DaemonOptions& options = daemon.options;
+  BubblePublisher publisher(options.gpu, daemon.dir);
+  const int64_t step_start = gpud::monotonic_ns();
+  publisher.begin_step({{0, 5'000'000}});  // [0, 5) s: still open after the restart
+  auto eventually = [](const std::function<bool()>& cond) {
+    for (int i = 0; i < 1500 && !cond(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return cond();
+  };
+  ASSERT_TRUE(eventually([&] { return publisher.windows_published() == 1; }));
+  daemon.running.reset();  // stopped: the page it handed over is read by no one now
+  daemon.running = std::make_unique<gpud::testing::DaemonThread>(options);
+  ASSERT_TRUE(eventually([&] { return publisher.reconnects() == 1; })) << "the publisher did not reattach";
+  gpud::Client be = gpud::Client::connect(daemon.dir, options.gpu, gpud::Role::kBestEffort, "observer");
+  // The new daemon's page holds the open window, and the heartbeat keeps the grant gated.
+  ASSERT_TRUE(eventually([&] { return gpud::read_grant(be.grant()).mode == gpud::GrantMode::kGated; }));
+  const gpud::WindowView w = gpud::read_window(be.pipeline());
+  EXPECT_EQ(w.windows_published, 1u);
+  EXPECT_NEAR(static_cast<double>(w.close_ns - step_start), 5e9, 2e6);
 }
 
 TEST(BubblePublisherTest, NoDaemonIsAClearError) {

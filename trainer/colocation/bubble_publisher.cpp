@@ -5,6 +5,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include <spdlog/spdlog.h>
+
 #include "gpud/gpud.h"
 
 namespace gpipe {
@@ -25,10 +27,10 @@ std::vector<IdleWindow> idle_windows(std::vector<std::pair<double, double>> busy
   return out;
 }
 
-BubblePublisher::BubblePublisher(const std::string& gpu, std::filesystem::path dir) {
-  if (dir.empty()) dir = gpud::default_runtime_dir();
+BubblePublisher::BubblePublisher(const std::string& gpu, std::filesystem::path dir)
+    : gpu_(gpu), dir_(dir.empty() ? gpud::default_runtime_dir() : std::move(dir)) {
   try {
-    client_ = std::make_unique<gpud::Client>(gpud::Client::connect(dir, gpu, gpud::Role::kPipeline, "gpipe_runner"));
+    client_ = std::make_unique<gpud::Client>(gpud::Client::connect(dir_, gpu_, gpud::Role::kPipeline, "gpipe_runner"));
   } catch (const gpud::ProtocolError& e) {
     throw std::runtime_error(std::string("parallel.publish_bubbles_gpu: ") + e.what());
   }
@@ -56,16 +58,54 @@ void BubblePublisher::begin_step(std::vector<IdleWindow> windows) {
 }
 
 // Publishes the current step's windows one at a time, each as soon as the previous one closed
-// (so it is there before it opens), and heartbeats every 5 ms.
+// (so it is there before it opens), and heartbeats every 5 ms. A daemon that hung up (restarted,
+// killed) reads the page it handed over no more: the thread then reconnects, backing off from
+// 50 ms to 2 s, without the lock (begin_step never waits for it), and republishes the window still
+// open or ahead on the new daemon's page.
 void BubblePublisher::loop() {
   constexpr int64_t kHeartbeatNs = 5'000'000;
-  gpud::PipelinePage& page = client_->pipeline_writable();
+  constexpr int64_t kFirstRetryNs = 50'000'000;
+  constexpr int64_t kMaxRetryNs = 2'000'000'000;
+  constexpr int64_t kConnectTimeoutNs = 500'000'000;
   std::unique_lock<std::mutex> lock(mu_);
   uint64_t generation = 0;
   size_t next = 0;
+  int64_t current_open = 0;
   int64_t current_close = 0;
+  int64_t retry_at = 0;
+  int64_t retry_ns = kFirstRetryNs;
   while (!stop_) {
-    const int64_t now = gpud::monotonic_ns();
+    int64_t now = gpud::monotonic_ns();
+    if (client_ && !client_->daemon_alive()) {
+      client_.reset();
+      spdlog::warn("parallel.publish_bubbles_gpu: orion-gpud of GPU {} hung up; reconnecting (every {} s at most), "
+                   "no windows published until then",
+                   gpu_, kMaxRetryNs / 1'000'000'000);
+      retry_at = now;
+      retry_ns = kFirstRetryNs;
+    }
+    if (!client_ && now >= retry_at) {
+      lock.unlock();
+      std::unique_ptr<gpud::Client> fresh;
+      try {
+        fresh = std::make_unique<gpud::Client>(
+            gpud::Client::connect(dir_, gpu_, gpud::Role::kPipeline, "gpipe_runner", kConnectTimeoutNs));
+      } catch (const gpud::ProtocolError& e) {
+        spdlog::debug("parallel.publish_bubbles_gpu: reconnecting to orion-gpud of GPU {}: {}", gpu_, e.what());
+      }
+      lock.lock();
+      now = gpud::monotonic_ns();
+      if (fresh) {
+        client_ = std::move(fresh);
+        reconnects_.fetch_add(1);
+        spdlog::info("parallel.publish_bubbles_gpu: attached to orion-gpud of GPU {} again", gpu_);
+        if (current_close > now) gpud::publish_window(client_->pipeline_writable(), current_open, current_close);
+      } else {
+        retry_at = now + retry_ns;
+        retry_ns = std::min(2 * retry_ns, kMaxRetryNs);
+      }
+      continue;  // stop_ may have been set meanwhile
+    }
     if (generation != step_generation_) {
       generation = step_generation_;
       next = 0;
@@ -74,12 +114,14 @@ void BubblePublisher::loop() {
     if (now >= current_close && next < windows_.size()) {
       const IdleWindow w = windows_[next++];
       if (!std::isfinite(w.start_us) || !std::isfinite(w.end_us) || w.end_us <= w.start_us) continue;
-      const int64_t open = step_start_ns_ + static_cast<int64_t>(w.start_us * 1e3);
+      current_open = step_start_ns_ + static_cast<int64_t>(w.start_us * 1e3);
       current_close = step_start_ns_ + static_cast<int64_t>(w.end_us * 1e3);
-      gpud::publish_window(page, open, current_close);
-      published_.fetch_add(1);
+      if (client_) {
+        gpud::publish_window(client_->pipeline_writable(), current_open, current_close);
+        published_.fetch_add(1);
+      }
     }
-    gpud::heartbeat(page, now);
+    if (client_) gpud::heartbeat(client_->pipeline_writable(), now);
     int64_t until = now + kHeartbeatNs;
     if (next < windows_.size()) until = std::min(until, std::max(current_close, now));
     wake_.wait_for(lock, std::chrono::nanoseconds(std::max<int64_t>(until - now, 100'000)));

@@ -30,8 +30,11 @@
 namespace gpud {
 
 inline constexpr uint32_t kProtocolVersion = 1;
-// A message larger than this is refused (the connection is closed with an error).
+// A client's message larger than this is refused (the connection is closed with an error).
 inline constexpr size_t kMaxMessageBytes = 4096;
+// The daemon's replies may be longer (a status of max_clients clients), still bounded: a client
+// refuses a longer one. Well under a Unix socket's default send buffer (net.core.wmem_default).
+inline constexpr size_t kMaxReplyBytes = 64 * 1024;
 inline constexpr uint32_t kPageMagic = 0x4f475044;  // "OGPD"
 
 int64_t monotonic_ns();
@@ -67,7 +70,7 @@ struct GrantPage {
   std::atomic<uint64_t> epoch;            // bumped at every change of mode or budget
   std::atomic<uint32_t> mode;             // GrantMode
   std::atomic<int64_t> lease_expiry_ns;   // the daemon renews it every tick; past it: fallback
-  std::atomic<int64_t> inflight_budget_ns;  // best-effort work allowed in flight inside a window
+  std::atomic<int64_t> inflight_budget_ns;  // best-effort work allowed in flight in a window (one longer kernel may go alone)
 };
 
 struct WindowView {
@@ -95,7 +98,9 @@ void heartbeat(PipelinePage& page, int64_t now_ns);
 WindowView read_window(const PipelinePage& page);
 GrantView read_grant(const GrantPage& page);
 void write_grant(GrantPage& page, const GrantView& grant);
-// The daemon's, once a pipeline left: an even sequence and an empty page for the next one.
+// The daemon's, once a pipeline left and again when the next attaches: an even sequence and an
+// empty page. The page is reused, so the daemon refuses a new pipeline while a previous pipeline
+// process that left still runs (it may still map the page writable); see daemon.cpp.
 void reset_pipeline_page(PipelinePage& page);
 
 // ---- admission: the best-effort side, in the launching thread -----------------------------------
@@ -201,6 +206,9 @@ class Client {
  public:
   // Connects, says hello and maps the pages the daemon hands over; throws ProtocolError with the
   // daemon's reason (refused uid, version mismatch, a pipeline already attached) or a timeout.
+  // Every wait (the connect, when the daemon's backlog is full; the hello; the reply) ends within
+  // timeout_ns in all. The daemon must run as this process's uid or as root (SO_PEERCRED on the
+  // connected socket): anyone else's socket is refused before the hello.
   static Client connect(const std::filesystem::path& dir, const std::string& gpu, Role role, const std::string& name,
                         int64_t timeout_ns = 2'000'000'000);
   Client(Client&&) noexcept;
@@ -210,14 +218,22 @@ class Client {
   int id() const { return id_; }
   Role role() const { return role_; }
   const PipelinePage& pipeline() const { return *pipeline_; }
-  PipelinePage& pipeline_writable();  // the pipeline role only
+  // The pipeline role only. Not inherited by fork(); after this client leaves (closes, execs) the
+  // daemon attaches no other pipeline until this process exits (or attaches again itself).
+  PipelinePage& pipeline_writable();
   const GrantPage& grant() const;     // the best-effort role only
   // The daemon's view of clients, grants and windows (orion-gpud status).
   nlohmann::json status(int64_t timeout_ns = 2'000'000'000);
+  // False once the daemon hung up (it stopped, died or dropped this client): one poll() with a
+  // zero timeout, no message, safe from any thread. Its pages are then read or written by no one;
+  // a new Client::connect reaches a restarted daemon. True while the connection stands, even if
+  // the daemon is stuck (its lease then runs out: see admit()).
+  bool daemon_alive() const;
 
  private:
   Client() = default;
   int fd_ = -1;
+  std::filesystem::path socket_;  // for error messages
   int id_ = 0;
   Role role_ = Role::kBestEffort;
   PipelinePage* pipeline_ = nullptr;

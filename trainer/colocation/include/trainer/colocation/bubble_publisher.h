@@ -33,7 +33,8 @@ class BubblePublisher {
  public:
   // Attaches to the orion-gpud of `gpu` (runtime folder `dir`, empty: gpud::default_runtime_dir())
   // as its pipeline; throws std::runtime_error naming the daemon's answer (none running, another
-  // pipeline attached, ...).
+  // pipeline attached, ...). If the daemon later hangs up (restarted, killed), the publishing
+  // thread reconnects with a bounded backoff and republishes the current window.
   BubblePublisher(const std::string& gpu, std::filesystem::path dir);
   ~BubblePublisher();
   BubblePublisher(const BubblePublisher&) = delete;
@@ -43,10 +44,14 @@ class BubblePublisher {
   // each before it opens; the heartbeat goes on between steps.
   void begin_step(std::vector<IdleWindow> windows);
   uint64_t windows_published() const { return published_.load(); }
+  // Attaches to a daemon after the first (each restart it noticed).
+  uint64_t reconnects() const { return reconnects_.load(); }
 
  private:
   void loop();
-  std::unique_ptr<gpud::Client> client_;
+  const std::string gpu_;
+  const std::filesystem::path dir_;
+  std::unique_ptr<gpud::Client> client_;  // null while the daemon is gone; the thread's own after start
   std::mutex mu_;
   std::condition_variable wake_;
   std::vector<IdleWindow> windows_;  // of the current step
@@ -54,6 +59,7 @@ class BubblePublisher {
   uint64_t step_generation_ = 0;
   bool stop_ = false;
   std::atomic<uint64_t> published_{0};
+  std::atomic<uint64_t> reconnects_{0};
   std::thread thread_;
 };
 
