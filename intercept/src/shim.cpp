@@ -111,7 +111,17 @@ Shim::Shim(Settings settings) : settings_(std::move(settings)) {
     partitions_ = std::make_unique<GreenPartitions>(*policy);
     device_.set_partitions(partitions_.get());
   }
+  whole_process_ = policy->gates_whole_process();
   dispatcher_ = std::make_unique<sched::Dispatcher>(device_, std::move(policy), options);
+  if (whole_process_) {
+    // A best-effort process (XSched gates processes, not streams: holding one stream while its
+    // neighbours run deadlocks on cross-stream waits and lets the rest into the pipeline's time).
+    // PyTorch launches on the legacy stream unless told otherwise: it is held too, in order.
+    dispatcher_->order_legacy_stream(kLegacyStream);
+    set_stream_class(kLegacyStream, sched::StreamClass::kBestEffort);
+    shim_log().info("policy {}: the whole process is best effort (every stream, whatever its priority)",
+                    settings_.policy);
+  }
   pump_thread_ = std::thread([this] { pump_loop(); });
 }
 
@@ -185,11 +195,13 @@ void Shim::shutdown() {
 }
 
 void Shim::release_for_legacy_stream(sched::StreamId id) {
-  if (id != kLegacyStream || !have_best_effort_.load(std::memory_order_acquire)) return;
+  // A whole best-effort process holds legacy work too, ordered by the dispatcher instead.
+  if (id != kLegacyStream || whole_process_ || !have_best_effort_.load(std::memory_order_acquire)) return;
   dispatcher_->release_legacy_sync();
 }
 
 sched::StreamClass Shim::class_for_priority(int priority) const {
+  if (whole_process_) return sched::StreamClass::kBestEffort;
   if (priority <= settings_.hp_priority_max) return sched::StreamClass::kHighPriority;
   if (priority >= settings_.be_priority_min) return sched::StreamClass::kBestEffort;
   return sched::StreamClass::kUnmanaged;
@@ -207,6 +219,8 @@ thread_local int8_t t_thread_class = -1;
 }  // namespace
 
 void Shim::set_thread_class(std::optional<sched::StreamClass> cls) {
+  // A whole best-effort process: a thread cannot class itself out of it.
+  if (whole_process_) cls.reset();
   if (cls == sched::StreamClass::kBestEffort) have_best_effort_.store(true, std::memory_order_release);
   t_thread_class = cls ? static_cast<int8_t>(*cls) : int8_t{-1};
 }

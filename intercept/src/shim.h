@@ -154,6 +154,9 @@ class Shim {
   std::unique_ptr<GreenPartitions> partitions_;  // reads the policy the dispatcher owns
   std::atomic<int> captures_{0};
   std::atomic<bool> have_best_effort_{false};
+  // The policy gates the whole process (gpud): every stream best effort, the legacy one included
+  // (held in order with blocking streams), thread classes ignored. Set once at construction.
+  bool whole_process_ = false;
   std::atomic<uint64_t> comm_streams_{0};
   std::atomic<bool> stop_{false};
   // The helper thread sleeps a pump interval while work is queued or tracked in flight, and an

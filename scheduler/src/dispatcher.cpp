@@ -294,6 +294,12 @@ int Dispatcher::Impl::submit(Op&& op, bool may_defer) {
   if (defers_here && class_of(s, op) == StreamClass::kBestEffort) {
     return submit_best_effort(s, std::move(op));
   }
+  // Held legacy-stream work ahead of a blocking stream's op that goes now: it goes first.
+  if (StreamState* legacy = legacy_stream.load(std::memory_order_acquire);
+      legacy != nullptr && legacy != &s && s.syncs_with_legacy.load(std::memory_order_relaxed) &&
+      legacy->queued.load(std::memory_order_acquire) != 0) {
+    drain_until(*legacy, std::numeric_limits<uint64_t>::max());
+  }
   if (op.kind == OpKind::kStreamWaitEvent) {
     if (EventRecordRef dep = pending_record(op.event); dep.stream != nullptr) {
       drain_until(*dep.stream, dep.seq);
@@ -328,6 +334,7 @@ int Dispatcher::Impl::submit(Op&& op, bool may_defer) {
 
 int Dispatcher::Impl::submit_best_effort(StreamState& s, Op&& op) {
   try_pump_inline();  // fresh completions first, and queued work of other streams gets its turn
+  std::vector<Dep> legacy_deps = legacy_order_deps(s);
   std::unique_lock lock(s.mu);
   if (class_of(s, op) != StreamClass::kBestEffort) {
     lock.unlock();
@@ -338,8 +345,10 @@ int Dispatcher::Impl::submit_best_effort(StreamState& s, Op&& op) {
   op.seq = next_seq.fetch_add(1, std::memory_order_relaxed);
   op.arrival_ns = device.now_ns();
   QueuedOp q;
+  q.deps = std::move(legacy_deps);
   if (op.records_event()) {
-    q.deps = record_deps(op.event, s);
+    std::vector<Dep> record = record_deps(op.event, s);
+    q.deps.insert(q.deps.end(), record.begin(), record.end());
     note_record(op.event, s, op.seq);
   }
   if (op.kind == OpKind::kStreamWaitEvent) {
@@ -465,6 +474,28 @@ int Dispatcher::drain_legacy_sync() { return impl_->drain_legacy_sync(); }
 QueryState Dispatcher::query_stream(StreamId id) { return impl_->query_stream(id); }
 QueryState Dispatcher::query_event(EventId event) { return impl_->query_event(event); }
 QueryState Dispatcher::query_legacy_sync() { return impl_->query_legacy_sync(); }
+
+void Dispatcher::order_legacy_stream(StreamId legacy) { impl_->legacy_stream.store(&impl_->stream(legacy)); }
+
+std::vector<Dispatcher::Impl::Dep> Dispatcher::Impl::legacy_order_deps(StreamState& s) {
+  std::vector<Dep> deps;
+  StreamState* legacy = legacy_stream.load(std::memory_order_acquire);
+  if (legacy == nullptr || !s.syncs_with_legacy.load(std::memory_order_relaxed)) return deps;
+  // One stream mutex at a time, none held by the caller: each stream's newest queued op.
+  auto newest_queued = [&deps](StreamState& t) {
+    if (t.queued.load(std::memory_order_acquire) == 0) return;
+    std::lock_guard lock(t.mu);
+    if (!t.queue.empty()) deps.push_back({&t, t.queue.back().op.seq});
+  };
+  if (&s == legacy) {
+    for (StreamState* t : all_streams()) {
+      if (t != &s && t->syncs_with_legacy.load(std::memory_order_relaxed)) newest_queued(*t);
+    }
+  } else {
+    newest_queued(*legacy);
+  }
+  return deps;
+}
 
 void Dispatcher::set_syncs_with_legacy(StreamId id, bool syncs) {
   impl_->stream(id).syncs_with_legacy.store(syncs, std::memory_order_relaxed);

@@ -52,6 +52,11 @@ struct Dispatcher::Impl final : CompletionListener {
   StreamState& stream(StreamId id);
   StreamState* find_stream(StreamId id) const;
   std::vector<StreamState*> all_streams() const;
+  // order_legacy_stream(): the legacy stream, null when its ops are never held.
+  std::atomic<StreamState*> legacy_stream{nullptr};
+  // The queued ops of other streams an op arriving on `s` must follow by legacy-stream order
+  // (no stream mutex held on entry).
+  std::vector<Dep> legacy_order_deps(StreamState& s);
   // The event's latest record if it has not been submitted yet.
   EventRecordRef pending_record(EventId event);
   // What a new record of `event` on `s` must follow into the device (ops of other streams not yet

@@ -29,6 +29,8 @@ class GpudPolicy final : public Policy {
   // The pipeline's windows, not a timer, say when best-effort work may go: the dispatcher's
   // starvation bound must not push it into the pipeline's busy time.
   bool bounds_best_effort_wait() const override { return false; }
+  // Another process owns the GPU's busy time: every stream of this one waits for its windows.
+  bool gates_whole_process() const override { return true; }
 
  private:
   Source source_;

@@ -39,6 +39,9 @@ TEST_F(AdmissionTest, TheInFlightBudgetBoundsWorkInsideAWindow) {
   const Decision d = admit(window, grant, now, 1 * kMs, 1 * kMs + 1, config);
   EXPECT_EQ(d.verdict, Verdict::kHold);
   EXPECT_STREQ(d.reason, "in-flight budget full");
+  // Alone, a kernel longer than the budget still goes (it fits the window): no stall at it.
+  EXPECT_EQ(admit(window, grant, now, 3 * kMs, 0, config).verdict, Verdict::kRun);
+  EXPECT_EQ(admit(window, grant, now, 3 * kMs, 1, config).verdict, Verdict::kHold);
 }
 
 TEST_F(AdmissionTest, OutsideAWindowOrBeforeItOpensNothingRuns) {

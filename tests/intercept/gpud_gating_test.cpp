@@ -1,7 +1,9 @@
 // ORION_POLICY=gpud in the shim (issue 25): this process is a best-effort client of an orion-gpud
 // (started below, before the shim reads its settings), and this test also plays the pipeline that
 // publishes windows. A best-effort launch reaches the driver only inside a published window; a
-// synchronisation still releases held work at once (safe by default beats the policy).
+// synchronisation still releases held work at once (safe by default beats the policy). The whole
+// process is best effort: a high-priority stream, the legacy stream (in order with blocking
+// streams) and a thread that classes itself high priority are all held.
 #include <unistd.h>
 
 #include <atomic>
@@ -90,6 +92,40 @@ TEST(GpudGating, BestEffortLaunchesGoOnlyInsideThePipelinesWindows) {
   EXPECT_EQ(count_launches(calls(), second), 1u);
   EXPECT_TRUE(wait_idle());
   EXPECT_EQ(cuStreamDestroy(be), CUDA_SUCCESS);
+}
+
+TEST(GpudGating, TheWholeProcessIsHeldTheLegacyStreamInOrder) {
+  ASSERT_TRUE(scheduled_mode());
+  ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+  ASSERT_NE(use_device(0), nullptr);
+  auto set_thread = shim_fn<orion_set_thread_class_fn>("orion_set_thread_class");
+  ASSERT_NE(set_thread, nullptr);
+  ASSERT_EQ(set_thread("high_priority"), 0);  // accepted, and changes nothing in a gated process
+  CUstream hp = nullptr;
+  ASSERT_EQ(cuStreamCreateWithPriority(&hp, 0, -5), CUDA_SUCCESS);  // would be high priority elsewhere
+  CUfunction on_hp = fake_cuda_make_function("gpud_on_hp_stream", 0, nullptr);
+  CUfunction on_legacy = fake_cuda_make_function("gpud_on_legacy_stream", 0, nullptr);
+  CUfunction after_legacy = fake_cuda_make_function("gpud_after_legacy", 0, nullptr);
+
+  g_pipeline->close();
+  ASSERT_EQ(cuLaunchKernel(on_hp, 1, 1, 1, 32, 1, 1, 0, hp, nullptr, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuLaunchKernel(on_legacy, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuLaunchKernel(after_legacy, 1, 1, 1, 32, 1, 1, 0, hp, nullptr, nullptr), CUDA_SUCCESS);
+  EXPECT_FALSE(launched_within(on_hp, 50)) << "a high-priority stream of a best-effort process went outside a window";
+  EXPECT_EQ(count_launches(calls(), on_legacy), 0u) << "the legacy stream went outside a window";
+  EXPECT_EQ(count_launches(calls(), after_legacy), 0u);
+
+  g_pipeline->open_for(200'000'000);
+  EXPECT_TRUE(launched_within(after_legacy, 1000)) << "the window opened and the launches stayed held";
+  const auto log = calls();
+  const long a = find_launch(log, on_hp), b = find_launch(log, on_legacy), c = find_launch(log, after_legacy);
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  EXPECT_LT(a, b) << "the legacy launch passed the blocking stream's earlier launch";
+  EXPECT_LT(b, c) << "the blocking stream's launch passed the legacy launch before it";
+  EXPECT_EQ(set_thread(nullptr), 0);
+  EXPECT_TRUE(wait_idle());
+  EXPECT_EQ(cuStreamDestroy(hp), CUDA_SUCCESS);
 }
 
 }  // namespace

@@ -97,6 +97,12 @@ class Dispatcher {
   // Whether work on the legacy NULL stream waits for `stream` (CUDA: blocking streams do,
   // non-blocking ones never do). Streams not told otherwise are blocking.
   void set_syncs_with_legacy(StreamId stream, bool syncs);
+  // `legacy` is the legacy NULL stream and its ops may be held (a whole best-effort process):
+  // while held, a legacy op waits for what blocking streams queued before it, and a blocking
+  // stream's op for what the legacy stream queued before it (CUDA's legacy-stream order, kept
+  // without forcing anything out). A non-deferred op of a blocking stream first drains the
+  // legacy stream's queue.
+  void order_legacy_stream(StreamId legacy);
   // Everything queued on streams that synchronise with the legacy stream (what a legacy-stream op
   // depends on); streams with nothing queued cost nothing.
   int drain_legacy_sync();

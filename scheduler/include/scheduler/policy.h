@@ -73,6 +73,11 @@ class Policy {
   // False: the dispatcher's starvation bound (be_max_wait_ns) does not force this policy's
   // best-effort heads out (gpud: the pipeline's windows decide, and the lease bounds the wait).
   virtual bool bounds_best_effort_wait() const { return true; }
+  // True: the whole process is best effort (gpud: another process owns the GPU's busy time). The
+  // shim then classes every stream best effort whatever its priority or the calling thread's
+  // class, the legacy default stream included (its order with blocking streams kept while held:
+  // Dispatcher::order_legacy_stream); communication streams stay communication.
+  virtual bool gates_whole_process() const { return false; }
   // The SM partition the backend should confine best-effort streams to (partition: yes), as it
   // stands now: the adaptive partition resizes it at run time, so backends ask at each
   // best-effort launch. Thread-safe and cheap (atomic loads, no lock): called from launch paths.
