@@ -4,6 +4,11 @@
 //   BM_ClockOnly          the reference measured in the same run: the clock read alone
 //   BM_DaemonCpuShare     orion-gpud's CPU time over wall time while it serves a heartbeating
 //                         pipeline and 8 best-effort clients (counter cpu_share; goal < 0.05)
+//   BM_DemandToHold       from the pipeline cutting its open window (the window published closed
+//                         at T: gpipe_runner's BubblePublisher::demand() when an action starts) to
+//                         the last best-effort launch admitted after T by a client spinning on
+//                         admission through the daemon's shared pages; counters p50_us, p99_us,
+//                         max_us over 400 cuts (goal p99 <= 1 ms)
 // Run: build/tests/gpud/bench_gpud   (issue 25's goals: admission <= 200 ns added, daemon < 5%)
 #include <pthread.h>
 #include <time.h>
@@ -11,6 +16,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -88,6 +94,49 @@ void BM_DaemonCpuShare(benchmark::State& state) {
   daemon.reset();
 }
 BENCHMARK(BM_DaemonCpuShare)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+void BM_DemandToHold(benchmark::State& state) {
+  gpud::testing::InProcessDaemon daemon("GPU-demand");
+  gpud::Client pipeline = gpud::Client::connect(daemon.dir, daemon.options.gpu, gpud::Role::kPipeline, "pipeline");
+  gpud::Client be = gpud::Client::connect(daemon.dir, daemon.options.gpu, gpud::Role::kBestEffort, "be");
+  gpud::heartbeat(pipeline.pipeline_writable(), gpud::monotonic_ns());
+  const auto gated_by = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (gpud::read_grant(be.grant()).mode != gpud::GrantMode::kGated && std::chrono::steady_clock::now() < gated_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> last_run{0};  // clock after the newest admission that said run
+  std::thread launcher([&] {  // the best-effort process's launching thread, launching nonstop
+    const gpud::AdmissionConfig config;
+    while (!stop.load(std::memory_order_relaxed)) {
+      const gpud::Decision d = gpud::admit(gpud::read_window(be.pipeline()), gpud::read_grant(be.grant()),
+                                           gpud::monotonic_ns(), 10'000, 0, config);
+      if (d.verdict == gpud::Verdict::kRun) last_run.store(gpud::monotonic_ns(), std::memory_order_relaxed);
+    }
+  });
+  std::vector<double> latency_us;
+  for (auto _ : state) {
+    latency_us.clear();
+    for (int i = 0; i < 400; ++i) {
+      const int64_t open = gpud::monotonic_ns();
+      gpud::heartbeat(pipeline.pipeline_writable(), open);
+      gpud::publish_window(pipeline.pipeline_writable(), open, open + 1'000'000'000);
+      std::this_thread::sleep_for(std::chrono::microseconds(300));  // the launcher runs in the window
+      const int64_t cut = gpud::monotonic_ns();
+      gpud::publish_window(pipeline.pipeline_writable(), open, cut);  // the pipeline's demand
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      latency_us.push_back(static_cast<double>(std::max<int64_t>(0, last_run.load() - cut)) / 1e3);
+    }
+  }
+  stop = true;
+  launcher.join();
+  std::sort(latency_us.begin(), latency_us.end());
+  auto at = [&](double q) { return latency_us[std::min(latency_us.size() - 1, static_cast<size_t>(q * latency_us.size()))]; };
+  state.counters["p50_us"] = at(0.50);
+  state.counters["p99_us"] = at(0.99);
+  state.counters["max_us"] = latency_us.back();
+}
+BENCHMARK(BM_DemandToHold)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -64,6 +64,41 @@ TEST(BubblePublisherTest, WindowsArePublishedInOrderBeforeTheyOpen) {
   }
 }
 
+// The pipeline starts computing inside a predicted window: demand() closes it at once, and a
+// best-effort admission after it holds; outside a window it changes nothing.
+TEST(BubblePublisherTest, DemandCutsTheOpenWindowShort) {
+  gpud::testing::InProcessDaemon daemon("GPU-demand");
+  gpud::Client be = gpud::Client::connect(daemon.dir, daemon.options.gpu, gpud::Role::kBestEffort, "observer");
+  BubblePublisher publisher(daemon.options.gpu, daemon.dir);
+  publisher.demand();  // nothing open yet
+  EXPECT_EQ(publisher.windows_cut(), 0u);
+  publisher.begin_step({{0, 5'000'000}});  // [0, 5) s
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (gpud::read_window(be.pipeline()).windows_published == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  gpud::AdmissionConfig config;
+  auto grant = [&] {  // the daemon's tick gates the grant once it sees the pipeline
+    gpud::GrantView g = gpud::read_grant(be.grant());
+    return g;
+  };
+  while (grant().mode != gpud::GrantMode::kGated && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  int64_t now = gpud::monotonic_ns();
+  ASSERT_EQ(gpud::admit(gpud::read_window(be.pipeline()), grant(), now, 100'000, 0, config).verdict, gpud::Verdict::kRun);
+  const int64_t before = gpud::monotonic_ns();
+  publisher.demand();
+  const gpud::WindowView w = gpud::read_window(be.pipeline());
+  EXPECT_GE(w.close_ns, before);
+  EXPECT_LE(w.close_ns, gpud::monotonic_ns());
+  EXPECT_EQ(publisher.windows_cut(), 1u);
+  now = gpud::monotonic_ns();
+  EXPECT_EQ(gpud::admit(w, grant(), now, 100'000, 0, config).verdict, gpud::Verdict::kHold);
+  publisher.demand();  // already closed: nothing to cut
+  EXPECT_EQ(publisher.windows_cut(), 1u);
+}
+
 TEST(BubblePublisherTest, ItReattachesToARestartedDaemonAndRepublishesTheOpenWindow) {
   gpud::testing::InProcessDaemon daemon("GPU-restarted");
   const gpud::DaemonOptions& options = daemon.options;

@@ -57,6 +57,15 @@ void BubblePublisher::begin_step(std::vector<IdleWindow> windows) {
   wake_.notify_all();
 }
 
+void BubblePublisher::demand() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t now = gpud::monotonic_ns();
+  if (current_close_ <= now || current_open_ > now) return;  // no window open now
+  current_close_ = now;
+  if (client_) gpud::publish_window(client_->pipeline_writable(), current_open_, now);
+  cut_.fetch_add(1);
+}
+
 // Publishes the current step's windows one at a time, each as soon as the previous one closed
 // (so it is there before it opens), and heartbeats every 5 ms. A daemon that hung up (restarted,
 // killed) reads the page it handed over no more: the thread then reconnects, backing off from
@@ -70,8 +79,6 @@ void BubblePublisher::loop() {
   std::unique_lock<std::mutex> lock(mu_);
   uint64_t generation = 0;
   size_t next = 0;
-  int64_t current_open = 0;
-  int64_t current_close = 0;
   int64_t retry_at = 0;
   int64_t retry_ns = kFirstRetryNs;
   while (!stop_) {
@@ -99,7 +106,7 @@ void BubblePublisher::loop() {
         client_ = std::move(fresh);
         reconnects_.fetch_add(1);
         spdlog::info("parallel.publish_bubbles_gpu: attached to orion-gpud of GPU {} again", gpu_);
-        if (current_close > now) gpud::publish_window(client_->pipeline_writable(), current_open, current_close);
+        if (current_close_ > now) gpud::publish_window(client_->pipeline_writable(), current_open_, current_close_);
       } else {
         retry_at = now + retry_ns;
         retry_ns = std::min(2 * retry_ns, kMaxRetryNs);
@@ -109,21 +116,21 @@ void BubblePublisher::loop() {
     if (generation != step_generation_) {
       generation = step_generation_;
       next = 0;
-      current_close = 0;
+      current_close_ = 0;
     }
-    if (now >= current_close && next < windows_.size()) {
+    if (now >= current_close_ && next < windows_.size()) {
       const IdleWindow w = windows_[next++];
       if (!std::isfinite(w.start_us) || !std::isfinite(w.end_us) || w.end_us <= w.start_us) continue;
-      current_open = step_start_ns_ + static_cast<int64_t>(w.start_us * 1e3);
-      current_close = step_start_ns_ + static_cast<int64_t>(w.end_us * 1e3);
+      current_open_ = step_start_ns_ + static_cast<int64_t>(w.start_us * 1e3);
+      current_close_ = step_start_ns_ + static_cast<int64_t>(w.end_us * 1e3);
       if (client_) {
-        gpud::publish_window(client_->pipeline_writable(), current_open, current_close);
+        gpud::publish_window(client_->pipeline_writable(), current_open_, current_close_);
         published_.fetch_add(1);
       }
     }
     if (client_) gpud::heartbeat(client_->pipeline_writable(), now);
     int64_t until = now + kHeartbeatNs;
-    if (next < windows_.size()) until = std::min(until, std::max(current_close, now));
+    if (next < windows_.size()) until = std::min(until, std::max(current_close_, now));
     wake_.wait_for(lock, std::chrono::nanoseconds(std::max<int64_t>(until - now, 100'000)));
   }
 }

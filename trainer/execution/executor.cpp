@@ -89,6 +89,7 @@ void ActionRunner::run(const Action& action, ActionLane lane) {
   const auto start = ActionRecorder::Clock::now();
   GpuSpan span;
   const bool compute = is_compute(action.type);
+  if (compute && ctx_.recorder != nullptr) ctx_.recorder->compute_starting(rank_);
   if (!compute) gpu_span_begin(span);
   try {
     dispatch(action, span);

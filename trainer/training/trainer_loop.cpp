@@ -107,6 +107,10 @@ nlohmann::json PipelineTrainer::train() {
   std::vector<IdleWindow> next_windows;
   if (!p.publish_bubbles_gpu.empty()) {
     bubbles.emplace(p.publish_bubbles_gpu, std::filesystem::path());
+    // A compute action starting cuts the window open now (the prediction was early).
+    recorder.set_compute_start_hook([&bubbles, only = p.publish_bubbles_rank](int rank) {
+      if (only < 0 || rank == only) bubbles->demand();
+    });
     log_info("orion-gpud: publishing this pipeline's idle windows for GPU {}", p.publish_bubbles_gpu);
   }
   const std::string timeline_name = main_process ? "timeline.json" : fmt::format("timeline.rank{}.json", dist_->rank());

@@ -44,6 +44,13 @@ class BubblePublisher {
   // each before it opens; the heartbeat goes on between steps.
   void begin_step(std::vector<IdleWindow> windows);
   uint64_t windows_published() const { return published_.load(); }
+  // The pipeline computes from now on (an action started): a window open now is cut short here,
+  // so best-effort processes stop launching at once instead of at the predicted close (the last
+  // step's timing is only a prediction). Cheap: one uncontended lock and, when a window is open,
+  // one sequence-locked write. Called from any thread.
+  void demand();
+  // Windows demand() cut short.
+  uint64_t windows_cut() const { return cut_.load(); }
   // Attaches to a daemon after the first (each restart it noticed).
   uint64_t reconnects() const { return reconnects_.load(); }
 
@@ -58,7 +65,10 @@ class BubblePublisher {
   int64_t step_start_ns_ = 0;
   uint64_t step_generation_ = 0;
   bool stop_ = false;
+  int64_t current_open_ = 0;   // the window on the page (guarded by mu_)
+  int64_t current_close_ = 0;
   std::atomic<uint64_t> published_{0};
+  std::atomic<uint64_t> cut_{0};
   std::atomic<uint64_t> reconnects_{0};
   std::thread thread_;
 };

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -65,6 +66,13 @@ class ActionRecorder {
   // synchronised), they replace the host times, and the wall time is the latest span end on
   // the GPU clock. Spans of one step use one clock: all of them have GPU times, or none.
   void end_step();
+  // Told when a rank starts a compute action (F, B, I, W), before its work is issued: the
+  // bubble publisher cuts the idle window open now (parallel.publish_bubbles_gpu). Set between
+  // steps; called from the ranks' threads.
+  void set_compute_start_hook(std::function<void(int rank)> hook) { compute_start_hook_ = std::move(hook); }
+  void compute_starting(int rank) const {
+    if (compute_start_hook_) compute_start_hook_(rank);
+  }
 
   int num_ranks() const { return static_cast<int>(per_rank_.size()); }
   double wall_us() const { return wall_us_; }
@@ -79,6 +87,7 @@ class ActionRecorder {
   double bubble_fraction() const;
 
  private:
+  std::function<void(int rank)> compute_start_hook_;
   Clock::time_point step_start_{};
   double wall_us_ = 0;
   SpanClock clock_ = SpanClock::kHost;
