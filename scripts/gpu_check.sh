@@ -166,7 +166,7 @@ step d check_trainer.sh 450
 step e check_distributed.sh 90
 step f check_driver_rules.sh 120
 step i check_plan.sh 200
-step j check_colocation.sh 150
+step j check_colocation.sh 240
 step g check_schedules.sh 480
 step h check_replay.sh 120
 

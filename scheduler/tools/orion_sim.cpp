@@ -120,6 +120,10 @@ int main(int argc, char** argv) {
   colo->add_option("--switch-us", switch_us, "Cost of one context switch without MPS")->capture_default_str();
   colo->add_option("--sms", co.gpu.sm_count, "SMs of the simulated GPU")->check(CLI::Range(16, 100000));
   colo->add_option("--seed", co.gpu.seed, "Seed of the simulated GPU")->capture_default_str();
+  colo->add_option("--jitter", co.gpu.jitter,
+                   "Relative std-dev of each launch's block time: steps differ, so windows predicted from the step "
+                   "before are wrong by that much")
+      ->capture_default_str();
   colo->add_option("--csv", colo_csv, "Also write the rows as CSV (scripts/plot_colocation.py draws it)");
 
   // ---- generate ----

@@ -105,6 +105,7 @@ struct ColocateRow {
   double job_ratio = 0;    // job kernels completed per second (over the same span) / alone
   double pipeline_p99_ratio = 0;  // p99 of the pipeline's compute requests' execution time / alone
   uint64_t context_switches = 0;
+  uint64_t windows = 0, windows_cut = 0;  // gpud: windows published, of which cut short by demand
   bool meets_goals = false;  // step_ratio <= 1.02 and bubble_used >= 0.50
 };
 struct ColocateStudy {

@@ -86,7 +86,17 @@ class BubblePublisherModel {
   }
 
   void on_request(const sched::RequestResult& r, bool done) {
-    if (!done) return;
+    if (!done) {
+      // An action starts: a window open now closes now (BubblePublisher::demand()).
+      if (!is_compute(r.cls)) return;
+      for (Interval& w : current_) {
+        if (w.begin <= r.arrival_ns && r.arrival_ns < w.end) {
+          w.end = r.arrival_ns;
+          ++cut_;
+        }
+      }
+      return;
+    }
     --requests_left_;
     const int k = step_of(r.request);
     if (is_compute(r.cls)) spans_[k].push_back({r.first_start_ns < 0 ? r.arrival_ns : r.first_start_ns, r.done_ns});
@@ -118,6 +128,8 @@ class BubblePublisherModel {
     }
     return -1;
   }
+  uint64_t windows_cut() const { return cut_; }
+  uint64_t windows_published() const { return published_; }
   int64_t step_start(int k) const { return k < static_cast<int>(starts_.size()) ? starts_[static_cast<size_t>(k)] : -1; }
 
  private:
@@ -141,6 +153,7 @@ class BubblePublisherModel {
   std::map<int, std::vector<Interval>> spans_;
   std::vector<Interval> current_;
   uint64_t published_ = 0;
+  uint64_t cut_ = 0;
 };
 
 struct Measured {
@@ -252,7 +265,8 @@ ColocateStudy run_colocation(const sched::Workload& pipeline_step, const sched::
 
   // One co-located (or alone) run: the pipeline first, the job second when given.
   auto run = [&](sched::ContextSharing sharing, sched::HwPriority pipe_priority, double budget_us,
-                 bool with_job, bool gated, int64_t* step1_start) {
+                 bool with_job, bool gated, int64_t* step1_start, uint64_t* windows = nullptr,
+                 uint64_t* windows_cut = nullptr) {
     sched::SimGpuConfig gpu = options.gpu;
     gpu.context_sharing = sharing;
     auto publisher = std::make_shared<BubblePublisherModel>(last, gap_ns,
@@ -291,6 +305,8 @@ ColocateStudy run_colocation(const sched::Workload& pipeline_step, const sched::
     }
     sched::ColocatedResult result = sched::replay_processes(specs, gpu);
     *step1_start = publisher->step_start(1);
+    if (windows != nullptr) *windows = publisher->windows_published();
+    if (windows_cut != nullptr) *windows_cut = publisher->windows_cut();
     return result;
   };
 
@@ -303,7 +319,8 @@ ColocateStudy run_colocation(const sched::Workload& pipeline_step, const sched::
   auto add_row = [&](const char* sharing_name, sched::ContextSharing sharing, const char* management,
                      sched::HwPriority pipe_priority, bool gated, double budget_us) {
     int64_t start = 0;
-    const sched::ColocatedResult r = run(sharing, pipe_priority, budget_us, true, gated, &start);
+    uint64_t windows = 0, cut = 0;
+    const sched::ColocatedResult r = run(sharing, pipe_priority, budget_us, true, gated, &start, &windows, &cut);
     if (start < 0) throw std::logic_error("colocate: the pipeline never reached step 1");
     const Measured m = measure(r, start, &r.processes[1]);
     ColocateRow row;
@@ -315,6 +332,8 @@ ColocateStudy run_colocation(const sched::Workload& pipeline_step, const sched::
     row.job_ratio = study.job_alone_kernels_per_s > 0 ? m.job_kernels_per_s / study.job_alone_kernels_per_s : 0;
     row.pipeline_p99_ratio = base.pipeline_p99_ns > 0 ? m.pipeline_p99_ns / base.pipeline_p99_ns : 0;
     row.context_switches = m.switches;
+    row.windows = gated ? windows : 0;
+    row.windows_cut = gated ? cut : 0;
     row.meets_goals = row.step_ratio <= 1.02 && row.bubble_used >= 0.50;
     study.rows.push_back(row);
   };
@@ -353,14 +372,15 @@ std::string format_colocation(const ColocateStudy& s) {
                 s.job_alone_kernels_per_s);
   out << line;
   out << "| GPU sharing | job | in-flight budget | pipeline time / alone | bubble used by the job | job throughput / alone "
-         "| pipeline p99 / alone | context switches | goals |\n"
-         "|---|---|---:|---:|---:|---:|---:|---:|---|\n";
+         "| pipeline p99 / alone | context switches | windows (cut by demand) | goals |\n"
+         "|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n";
   for (const ColocateRow& r : s.rows) {
     std::string budget = r.management == "gpud" ? std::to_string(static_cast<int>(r.budget_us)) + " us" : "-";
-    std::snprintf(line, sizeof line, "| %s | %s | %s | %.3fx | %.1f%% | %.3fx | %.2fx | %llu | %s |\n", r.sharing.c_str(),
-                  r.management.c_str(), budget.c_str(), r.step_ratio, 100.0 * r.bubble_used, r.job_ratio,
-                  r.pipeline_p99_ratio, static_cast<unsigned long long>(r.context_switches),
-                  r.meets_goals ? "met" : "-");
+    const std::string windows = r.management == "gpud" ? std::to_string(r.windows) + " (" + std::to_string(r.windows_cut) + ")" : "-";
+    std::snprintf(line, sizeof line, "| %s | %s | %s | %.3fx | %.1f%% | %.3fx | %.2fx | %llu | %s | %s |\n",
+                  r.sharing.c_str(), r.management.c_str(), budget.c_str(), r.step_ratio, 100.0 * r.bubble_used,
+                  r.job_ratio, r.pipeline_p99_ratio, static_cast<unsigned long long>(r.context_switches),
+                  windows.c_str(), r.meets_goals ? "met" : "-");
     out << line;
   }
   out << "\nGoals (issue 25): pipeline time <= 1.02x alone and >= 50% of its idle time used by the job. "

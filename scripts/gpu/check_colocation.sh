@@ -6,6 +6,9 @@
 #   unmanaged    both at once, no shim on the job (what CUDA does without MPS: time slicing)
 #   managed      both at once, the job under the shim with ORION_POLICY=gpud (its launches only
 #                inside the published windows)
+#   mps_unmanaged, mps_managed   the same two under NVIDIA MPS (kernels of both processes run at
+#                once), when nvidia-cuda-mps-control can start a daemon of this user's; else an INFO
+#                row says why
 # Rows: pipeline step time against alone, the job's matmuls/s against alone, per mode.
 # Usage: scripts/gpu/check_colocation.sh OUTDIR
 set -uo pipefail
@@ -49,9 +52,32 @@ for _ in $(seq 100); do [ -S "$ORION_GPUD_DIR/gpu-$uuid.sock" ] && break; sleep 
 job managed LD_PRELOAD="$SHIM" USE_ORION_SCHEDULER=1 ORION_POLICY=gpud "ORION_POLICY_PARAMS=gpu=$uuid" & jp=$!
 pipeline managed --set "parallel.publish_bubbles_gpu=$uuid" || failed=1
 wait $jp || failed=1
+runs=6
+# MPS: a control daemon of our own (its pipe and log folders under OUTDIR); every CUDA process
+# started with the same CUDA_MPS_PIPE_DIRECTORY joins it.
+if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+  mkdir -p "$dir/mps/pipe" "$dir/mps/log"
+  if CUDA_MPS_PIPE_DIRECTORY=$dir/mps/pipe CUDA_MPS_LOG_DIRECTORY=$dir/mps/log \
+       timeout 20 nvidia-cuda-mps-control -d >"$OUTDIR/logs/colocation_mps_start.log" 2>&1; then
+    export CUDA_MPS_PIPE_DIRECTORY=$dir/mps/pipe CUDA_MPS_LOG_DIRECTORY=$dir/mps/log
+    job mps_unmanaged & jp=$!
+    pipeline mps_unmanaged || failed=1
+    wait $jp || failed=1
+    job mps_managed LD_PRELOAD="$SHIM" USE_ORION_SCHEDULER=1 ORION_POLICY=gpud "ORION_POLICY_PARAMS=gpu=$uuid" & jp=$!
+    pipeline mps_managed --set "parallel.publish_bubbles_gpu=$uuid" || failed=1
+    wait $jp || failed=1
+    echo quit | timeout 20 nvidia-cuda-mps-control >>"$OUTDIR/logs/colocation_mps_start.log" 2>&1
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    runs=10
+  else
+    record "j: colocation mps" INFO "MPS could not start here (logs/colocation_mps_start.log): rows without MPS only"
+  fi
+else
+  record "j: colocation mps" INFO "no nvidia-cuda-mps-control on this machine: rows without MPS only"
+fi
 "$daemon_exe" status --gpu "$uuid" >"$dir/status_after.json" 2>&1
 kill "$dp" 2>/dev/null; wait "$dp" 2>/dev/null
-report_runs "j: colocation" "$failed" "6 runs completed" "logs/colocation_*.log" - "$dir" "$steps" <<'PY'
+report_runs "j: colocation" "$failed" "$runs runs completed" "logs/colocation_*.log" - "$dir" "$steps" <<'PY'
 import json, statistics, sys
 from pathlib import Path
 d, steps = Path(sys.argv[1]), int(sys.argv[2])
@@ -63,7 +89,9 @@ def job(name):
 ok = True
 try:
     base, jbase = step_ms("alone"), job("alone")
-    for mode in ("unmanaged", "managed"):
+    for mode in ("unmanaged", "managed", "mps_unmanaged", "mps_managed"):
+        if not (d / f"job_{mode}.json").exists():
+            continue
         print(f"| j: colocation {mode} | INFO | pipeline step {step_ms(mode):.1f} ms / alone {base:.1f} ms = "
               f"{step_ms(mode) / base:.3f}; job {job(mode):.1f} matmuls/s / alone {jbase:.1f} = {job(mode) / jbase:.3f} |")
 except (OSError, ValueError, KeyError) as e:
