@@ -25,11 +25,29 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_pipeline(build: Path, out: Path, steps: int, extra: list[str], env=None) -> list[dict]:
+def daemon_status(build: Path, env) -> dict:
+    """`orion-gpud status`: clients, grants, and the bubbles published and filled."""
+    r = subprocess.run([str(build / "gpud/orion-gpud"), "status", "--gpu", "cpu-demo"], env=env, capture_output=True,
+                       text=True, timeout=10)
+    return json.loads(r.stdout) if r.returncode == 0 else {}
+
+
+def run_pipeline(build: Path, out: Path, steps: int, extra: list[str], env=None, watch=None) -> list[dict]:
+    """Runs gpipe_runner; `watch()` is called every 0.2 s while it runs (the daemon's status)."""
     cmd = [str(build / "trainer/gpipe_runner"), "--config", str(ROOT / "configs/synthetic_cpu.yaml"),
            "--output-dir", str(out), "--set", f"training.max_steps={steps}", "--set", "training.profile_iteration=-1",
            *extra]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
+    deadline = time.monotonic() + 600
+    while proc.poll() is None and time.monotonic() < deadline:
+        if watch:
+            watch()
+        time.sleep(0.2)
+    if proc.poll() is None:
+        proc.kill()
+    err = proc.communicate()[1]
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, cmd, stderr=err)
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
@@ -61,9 +79,16 @@ def main() -> int:
             filler = subprocess.Popen([str(args.build / "gpud/orion-gpud-fill"), "--gpu", "cpu-demo", "--seconds",
                                        str(seconds), "--chunk-us", str(args.chunk_us)], env=env,
                                       stdout=subprocess.PIPE, text=True)
+            status = {}
+
+            def watch():  # the daemon's account while the pipeline is attached
+                s = daemon_status(args.build, env)
+                if s.get("pipeline"):
+                    status.update(s)
+
             shared = run_pipeline(args.build, tmp / "shared", args.steps,
                                   ["--set", "parallel.publish_bubbles_gpu=cpu-demo",
-                                   "--set", f"parallel.publish_bubbles_rank={args.rank}"], env)
+                                   "--set", f"parallel.publish_bubbles_rank={args.rank}"], env, watch)
             fill = json.loads(filler.communicate(timeout=seconds + 30)[0])
         finally:
             daemon.terminate()
@@ -74,12 +99,18 @@ def main() -> int:
     result = {"step_ms_alone": timed(alone), "step_ms_shared": timed(shared),
               "step_ratio": timed(shared) / timed(alone), "rank": args.rank, "rank_idle_s": idle_s,
               "best_effort_in_windows_s": in_windows_s, "filled_share": in_windows_s / idle_s if idle_s else 0.0,
-              "filler": fill}
+              "filler": fill, "daemon_status": status}
     print(f"pipeline step: alone {result['step_ms_alone']:.1f} ms, with the best-effort job "
           f"{result['step_ms_shared']:.1f} ms (ratio {result['step_ratio']:.3f})")
     print(f"rank {args.rank} idle over steps 2..{args.steps}: {idle_s:.2f} s; best-effort work admitted into its "
           f"windows: {in_windows_s:.2f} s ({100 * result['filled_share']:.1f}% of it filled)")
     print(f"filler decisions: {json.dumps(fill['reasons'])}")
+    if status.get("pipeline"):
+        p = status["pipeline"]
+        print(f"orion-gpud status (last while the pipeline ran): {p['windows_published']} windows, "
+              f"{p['window_ms_published']:.0f} ms of idle time offered, {100 * p['filled_share']:.1f}% of it filled by "
+              + ", ".join(f"{c['name']} ({c['launches_admitted']} launches)" for c in status["clients"]
+                          if c["role"] == "best_effort" and c["name"] != "orion-gpud status"))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
     return 0 if in_windows_s > 0 else 1

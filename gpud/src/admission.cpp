@@ -34,7 +34,7 @@ Decision admit(const WindowView& window, const GrantView& grant, int64_t now_ns,
   const int64_t left = (window.close_ns - now_ns) - config.guard_ns;
   if (kernel_ns < 0) {
     // Unknown length: only into a long window, and alone.
-    if (left >= config.unknown_kernel_min_window_ns && inflight_ns == 0) return {Verdict::kRun, "unknown kernel, long window"};
+    if (left >= config.unknown_kernel_min_window_ns && inflight_ns == 0) return {Verdict::kRun, "unknown kernel, long window", true};
     return {Verdict::kHold, "unknown kernel, window too short"};
   }
   // inflight and kernel are the caller's own estimates (>= 0, well under 2^62).
@@ -44,7 +44,7 @@ Decision admit(const WindowView& window, const GrantView& grant, int64_t now_ns,
   // simulator's study found exactly that at 250 us).
   if (inflight_ns > 0 && need > grant.inflight_budget_ns) return {Verdict::kHold, "in-flight budget full"};
   if (need > left) return {Verdict::kHold, "does not fit before the window closes"};
-  return {Verdict::kRun, "fits the window"};
+  return {Verdict::kRun, "fits the window", true};
 }
 
 }  // namespace gpud

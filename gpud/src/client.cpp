@@ -125,12 +125,15 @@ Client Client::connect(const std::filesystem::path& dir, const std::string& gpu,
     for (int f : fds) close(f);
     throw;
   }
-  const size_t want = role == Role::kPipeline ? 1 : 2;
+  const size_t want = role == Role::kPipeline ? 1 : 3;
   try {
     if (fds.size() != want) throw ProtocolError(fmt::format("orion-gpud handed over {} pages, expected {}", fds.size(), want));
     c.id_ = welcome.value("client_id", 0);
     c.pipeline_ = static_cast<PipelinePage*>(map_received_page(fds[0], role == Role::kPipeline));
-    if (role == Role::kBestEffort) c.grant_ = static_cast<GrantPage*>(map_received_page(fds[1], false));
+    if (role == Role::kBestEffort) {
+      c.grant_ = static_cast<GrantPage*>(map_received_page(fds[1], false));
+      c.usage_ = static_cast<UsagePage*>(map_received_page(fds[2], true));
+    }
   } catch (...) {
     for (int f : fds) close(f);
     throw;
@@ -141,7 +144,8 @@ Client Client::connect(const std::filesystem::path& dir, const std::string& gpu,
 
 Client::Client(Client&& o) noexcept
     : fd_(std::exchange(o.fd_, -1)), socket_(std::move(o.socket_)), id_(o.id_), role_(o.role_),
-      pipeline_(std::exchange(o.pipeline_, nullptr)), grant_(std::exchange(o.grant_, nullptr)) {}
+      pipeline_(std::exchange(o.pipeline_, nullptr)), grant_(std::exchange(o.grant_, nullptr)),
+      usage_(std::exchange(o.usage_, nullptr)) {}
 
 Client& Client::operator=(Client&& o) noexcept {
   if (this != &o) {
@@ -152,6 +156,7 @@ Client& Client::operator=(Client&& o) noexcept {
     role_ = o.role_;
     pipeline_ = std::exchange(o.pipeline_, nullptr);
     grant_ = std::exchange(o.grant_, nullptr);
+    usage_ = std::exchange(o.usage_, nullptr);
   }
   return *this;
 }
@@ -159,6 +164,7 @@ Client& Client::operator=(Client&& o) noexcept {
 Client::~Client() {
   unmap_page(pipeline_);
   unmap_page(grant_);
+  unmap_page(usage_);
   if (fd_ >= 0) close(fd_);
 }
 
@@ -170,6 +176,11 @@ PipelinePage& Client::pipeline_writable() {
 const GrantPage& Client::grant() const {
   if (grant_ == nullptr) throw std::logic_error("only a best-effort client has a grant");
   return *grant_;
+}
+
+UsagePage& Client::usage() {
+  if (usage_ == nullptr) throw std::logic_error("only a best-effort client has a usage page");
+  return *usage_;
 }
 
 nlohmann::json Client::status(int64_t timeout_ns) {

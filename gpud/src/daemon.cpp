@@ -116,6 +116,7 @@ struct Daemon::Impl {
     // peer would see ECONNRESET instead of the reason).
     std::string refusal;
     SharedPage grant;
+    SharedPage usage;  // best effort: the client writes it, status reads it
   };
 
   DaemonOptions options;
@@ -155,6 +156,29 @@ struct Daemon::Impl {
   int64_t accept_paused_until_ns = 0;
 
   PipelinePage& pipeline() { return *static_cast<PipelinePage*>(pipeline_page.data()); }
+
+  // Bubbles filled: each best-effort client's admitted launches and their estimated kernel time
+  // (from its usage page), and their sum over the idle time the pipeline has offered.
+  void add_usage(nlohmann::json& status, const WindowView& window) {
+    int64_t admitted_ns = 0;
+    for (nlohmann::json& j : status["clients"]) {
+      if (j["role"] != to_string(Role::kBestEffort)) continue;
+      const int id = j["id"].get<int>();
+      for (const Connection& c : connections) {
+        if (c.id != id || c.usage.data() == nullptr) continue;
+        const UsageView u = read_usage(*static_cast<const UsagePage*>(c.usage.data()));
+        j["launches_admitted"] = u.launches_admitted;
+        j["admitted_kernel_ms"] = static_cast<double>(u.admitted_kernel_ns) / 1e6;
+        admitted_ns += u.admitted_kernel_ns;
+      }
+    }
+    if (status["pipeline"].is_object()) {
+      status["pipeline"]["window_ms_published"] = static_cast<double>(window.window_ns_published) / 1e6;
+      status["pipeline"]["filled_share"] =
+          window.window_ns_published > 0 ? static_cast<double>(admitted_ns) / static_cast<double>(window.window_ns_published)
+                                         : 0.0;
+    }
+  }
 
   bool allowed(uid_t uid) const {
     return uid == geteuid() ||
@@ -286,9 +310,12 @@ struct Daemon::Impl {
         init_grant_page(*static_cast<GrantPage*>(c.grant.data()));
         write_grant(*static_cast<GrantPage*>(c.grant.data()), book.grant(c.id));
         c.grant.seal_writes_by_others();
+        c.usage = SharedPage("orion-gpud-usage");
+        init_usage_page(*static_cast<UsagePage*>(c.usage.data()));
         to_close.push_back(pipeline_page.open_read_only());
         to_close.push_back(c.grant.open_read_only());
         fds = to_close;
+        fds.push_back(c.usage.fd());  // read-write: the client's own counters
       }
     } catch (const DaemonError& e) {
       for (int fd : to_close) close(fd);
@@ -347,7 +374,9 @@ struct Daemon::Impl {
       return;
     }
     if (type == "status") {
-      nlohmann::json s = book.status(read_window(pipeline()), now);
+      const WindowView window = read_window(pipeline());
+      nlohmann::json s = book.status(window, now);
+      add_usage(s, window);
       s["type"] = "status";
       s["gpu"] = options.gpu;
       s["version"] = kProtocolVersion;

@@ -9,8 +9,9 @@ namespace gpud {
 static_assert(std::atomic<int64_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free &&
                   std::atomic<uint32_t>::is_always_lock_free,
               "shared pages need address-free atomics");
-static_assert(std::is_standard_layout_v<PipelinePage> && std::is_standard_layout_v<GrantPage>);
-static_assert(sizeof(PipelinePage) <= 4096 && sizeof(GrantPage) <= 4096, "one page each");
+static_assert(std::is_standard_layout_v<PipelinePage> && std::is_standard_layout_v<GrantPage> &&
+              std::is_standard_layout_v<UsagePage>);
+static_assert(sizeof(PipelinePage) <= 4096 && sizeof(GrantPage) <= 4096 && sizeof(UsagePage) <= 4096, "one page each");
 
 int64_t monotonic_ns() {
   timespec ts{};
@@ -26,7 +27,24 @@ void init_pipeline_page(PipelinePage& page) {
   page.window_close_ns.store(0, std::memory_order_relaxed);
   page.windows_published.store(0, std::memory_order_relaxed);
   page.heartbeat_ns.store(0, std::memory_order_relaxed);
+  page.window_ns_published.store(0, std::memory_order_relaxed);
   page.pipeline_pid.store(0, std::memory_order_release);
+}
+
+void init_usage_page(UsagePage& page) {
+  page.magic = kPageMagic;
+  page.version = kProtocolVersion;
+  page.launches_admitted.store(0, std::memory_order_relaxed);
+  page.admitted_kernel_ns.store(0, std::memory_order_release);
+}
+
+void record_admitted(UsagePage& page, int64_t kernel_ns) {
+  page.launches_admitted.fetch_add(1, std::memory_order_relaxed);
+  if (kernel_ns > 0) page.admitted_kernel_ns.fetch_add(kernel_ns, std::memory_order_relaxed);
+}
+
+UsageView read_usage(const UsagePage& page) {
+  return {page.launches_admitted.load(std::memory_order_relaxed), page.admitted_kernel_ns.load(std::memory_order_relaxed)};
 }
 
 void init_grant_page(GrantPage& page) {
@@ -45,6 +63,12 @@ void publish_window(PipelinePage& page, int64_t open_ns, int64_t close_ns) {
   const uint64_t s = page.seq.load(std::memory_order_relaxed);
   page.seq.store(s + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
+  const int64_t prev_open = page.window_open_ns.load(std::memory_order_relaxed);
+  const int64_t prev_close = page.window_close_ns.load(std::memory_order_relaxed);
+  const bool same_window = page.windows_published.load(std::memory_order_relaxed) > 0 && prev_open == open_ns;
+  const int64_t added = same_window ? close_ns - prev_close : close_ns - open_ns;
+  page.window_ns_published.store(page.window_ns_published.load(std::memory_order_relaxed) + added,
+                                 std::memory_order_relaxed);
   page.window_open_ns.store(open_ns, std::memory_order_relaxed);
   page.window_close_ns.store(close_ns, std::memory_order_relaxed);
   page.windows_published.store(page.windows_published.load(std::memory_order_relaxed) + 1,
@@ -89,6 +113,7 @@ WindowView read_window(const PipelinePage& page) {
     v.open_ns = page.window_open_ns.load(std::memory_order_relaxed);
     v.close_ns = page.window_close_ns.load(std::memory_order_relaxed);
     v.windows_published = page.windows_published.load(std::memory_order_relaxed);
+    v.window_ns_published = page.window_ns_published.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
     if (page.seq.load(std::memory_order_relaxed) != before) continue;
     v.heartbeat_ns = page.heartbeat_ns.load(std::memory_order_acquire);
@@ -106,6 +131,7 @@ void reset_pipeline_page(PipelinePage& page) {
   page.window_close_ns.store(0, std::memory_order_relaxed);
   page.windows_published.store(0, std::memory_order_relaxed);
   page.heartbeat_ns.store(0, std::memory_order_relaxed);
+  page.window_ns_published.store(0, std::memory_order_relaxed);
   page.pipeline_pid.store(0, std::memory_order_relaxed);
   page.seq.store((s | 1) + 3, std::memory_order_release);
 }

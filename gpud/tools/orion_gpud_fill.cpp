@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
           std::this_thread::sleep_for(std::chrono::microseconds(50));
           continue;
         }
+        if (d.in_window) gpud::record_admitted(client->usage(), chunk_ns);  // orion-gpud status: bubbles filled
       }
       spin_for(chunk_ns);
       work_ns += chunk_ns;

@@ -24,7 +24,9 @@ class GpudPolicy final : public Policy {
     const int64_t now = source_.now();
     const gpud::Decision d = gpud::admit(source_.window(now), source_.grant(now), now, kernel_ns,
                                          static_cast<int64_t>(state.be_outstanding_ns), config_);
-    return d.verdict == gpud::Verdict::kRun;
+    if (d.verdict != gpud::Verdict::kRun) return false;
+    if (d.in_window) source_.admitted(kernel_ns);
+    return true;
   }
   // The pipeline's windows, not a timer, say when best-effort work may go: the dispatcher's
   // starvation bound must not push it into the pipeline's busy time.
@@ -39,10 +41,11 @@ class GpudPolicy final : public Policy {
 
 // The shared pages orion-gpud handed this process.
 struct ClientPages {
-  gpud::Client client;
+  mutable gpud::Client client;  // its usage page is this process's own account (atomics)
   int64_t now() const { return gpud::monotonic_ns(); }
   gpud::WindowView window(int64_t /*now*/) const { return gpud::read_window(client.pipeline()); }
   gpud::GrantView grant(int64_t /*now*/) const { return gpud::read_grant(client.grant()); }
+  void admitted(int64_t kernel_ns) const { gpud::record_admitted(client.usage(), kernel_ns); }
 };
 
 struct FunctionPages {
@@ -50,6 +53,7 @@ struct FunctionPages {
   int64_t now() const { return source.now_ns(); }
   gpud::WindowView window(int64_t now) const { return source.window(now); }
   gpud::GrantView grant(int64_t now) const { return source.grant(now); }
+  void admitted(int64_t /*kernel_ns*/) const {}
 };
 
 }  // namespace

@@ -24,6 +24,11 @@ struct AdmissionTest : ::testing::Test {
 TEST_F(AdmissionTest, AKernelThatFitsTheOpenWindowRuns) {
   const Decision d = admit(window, grant, now, 500 * kUs, 500 * kUs, config);
   EXPECT_EQ(d.verdict, Verdict::kRun) << d.reason;
+  EXPECT_TRUE(d.in_window) << "counts as filling the pipeline's bubble";
+  grant.mode = GrantMode::kFree;  // runs too, but fills no bubble
+  const Decision free = admit(window, grant, now, 500 * kUs, 500 * kUs, config);
+  EXPECT_EQ(free.verdict, Verdict::kRun);
+  EXPECT_FALSE(free.in_window);
 }
 
 TEST_F(AdmissionTest, WorkPastTheWindowsCloseIsHeld) {

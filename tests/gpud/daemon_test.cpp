@@ -145,10 +145,25 @@ TEST(GpudDaemon, APipelineAndABestEffortClientShareTheWindowAndTheGrant) {
   ASSERT_TRUE(eventually([&] { return read_grant(be.grant()).lease_expiry_ns > first + 20 * kMs; }));
   // The pipeline stops heartbeating: stale after 60 ms, the grant goes free.
   ASSERT_TRUE(eventually([&] { return read_grant(be.grant()).mode == GrantMode::kFree; }, 1000));
+  // Bubbles filled: the client's admitted work against the idle time offered (8 ms, then the
+  // same window cut to 4 ms by the pipeline's demand).
+  publish_window(pipeline.pipeline_writable(), now + 1 * kMs, now + 5 * kMs);
+  record_admitted(be.usage(), 1 * kMs);
+  record_admitted(be.usage(), -1);  // unknown length: a launch, no time
   const nlohmann::json s = be.status();
   EXPECT_EQ(s["gpu"], kGpu);
   EXPECT_EQ(s["clients"].size(), 2u);
-  EXPECT_EQ(s["pipeline"]["windows_published"], 1);
+  EXPECT_EQ(s["pipeline"]["windows_published"], 2);
+  EXPECT_DOUBLE_EQ(s["pipeline"]["window_ms_published"].get<double>(), 4.0);
+  EXPECT_DOUBLE_EQ(s["pipeline"]["filled_share"].get<double>(), 0.25);
+  bool found = false;
+  for (const auto& c : s["clients"]) {
+    if (c["role"] != "best_effort") continue;
+    found = true;
+    EXPECT_EQ(c["launches_admitted"], 2);
+    EXPECT_DOUBLE_EQ(c["admitted_kernel_ms"].get<double>(), 1.0);
+  }
+  EXPECT_TRUE(found);
 }
 
 TEST(GpudDaemon, BestEffortClientsGetReadOnlyPages) {
@@ -159,8 +174,11 @@ TEST(GpudDaemon, BestEffortClientsGetReadOnlyPages) {
   std::vector<int> fds;
   const std::string welcome = raw.reply(&fds);
   ASSERT_NE(welcome.find("\"welcome\""), std::string::npos) << welcome;
-  ASSERT_EQ(fds.size(), 2u);
-  ASSERT_EQ(fds.size(), 2u);
+  ASSERT_EQ(fds.size(), 3u) << "the pipeline page, the grant, the client's own usage page";
+  // fds[2], the usage page, is the client's to write (its admitted launches); only it.
+  EXPECT_EQ(fcntl(fds[2], F_GETFL) & O_ACCMODE, O_RDWR);
+  close(fds[2]);
+  fds.pop_back();
   // fds[1], the grant, is sealed against writes: a read-write reopen through /proc (which root
   // can make despite the 0400 mode) still cannot map it writable.
   const int reopened = open(("/proc/self/fd/" + std::to_string(fds[1])).c_str(), O_RDWR | O_CLOEXEC);
@@ -188,10 +206,10 @@ TEST(GpudDaemon, EveryBadHelloIsRefusedWithItsReasonAndTheDaemonCarriesOn) {
   TempDir dir;
   DaemonThread d(test_options(dir.path));
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {hello("pipeline", getpid(), 99), "protocol version 99, this orion-gpud speaks 1"},
+      {hello("pipeline", getpid(), 99), "protocol version 99, this orion-gpud speaks " + std::to_string(kProtocolVersion)},
       {hello("observer"), "unknown role 'observer'"},
       {hello("pipeline", getpid() + 1), "the sender's pid"},
-      {nlohmann::json{{"type", "hello"}, {"version", 1}, {"role", "pipeline"}, {"pid", getpid()}, {"name", 7}}.dump(),
+      {nlohmann::json{{"type", "hello"}, {"version", kProtocolVersion}, {"role", "pipeline"}, {"pid", getpid()}, {"name", 7}}.dump(),
        "a 'name' of at most 64 characters"},
       {"{not json", "not a JSON object"},
       {R"(["hello"])", "not a JSON object"},

@@ -29,7 +29,7 @@
 
 namespace gpud {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;  // 2: a usage page per best-effort client
 // A client's message larger than this is refused (the connection is closed with an error).
 inline constexpr size_t kMaxMessageBytes = 4096;
 // The daemon's replies may be longer (a status of max_clients clients), still bounded: a client
@@ -55,6 +55,9 @@ struct PipelinePage {
   std::atomic<uint64_t> windows_published;
   std::atomic<int64_t> heartbeat_ns;  // 0: no pipeline has attached
   std::atomic<int64_t> pipeline_pid;
+  // Idle time offered so far: each window's length once (a window published again with the same
+  // open, e.g. cut short by demand, counts its new length instead).
+  std::atomic<int64_t> window_ns_published;
 };
 
 enum class GrantMode : uint32_t {
@@ -73,11 +76,25 @@ struct GrantPage {
   std::atomic<int64_t> inflight_budget_ns;  // best-effort work allowed in flight in a window (one longer kernel may go alone)
 };
 
+// One best-effort client's account of what its admission let through, written by that client
+// alone (read-write mapping), read by the daemon for `orion-gpud status` (bubbles filled).
+struct UsagePage {
+  uint32_t magic;
+  uint32_t version;
+  std::atomic<uint64_t> launches_admitted;
+  std::atomic<int64_t> admitted_kernel_ns;  // their estimated lengths (a kernel of unknown length: 0)
+};
+struct UsageView {
+  uint64_t launches_admitted = 0;
+  int64_t admitted_kernel_ns = 0;
+};
+
 struct WindowView {
   int64_t open_ns = 0;
   int64_t close_ns = 0;
   uint64_t windows_published = 0;
   int64_t heartbeat_ns = 0;
+  int64_t window_ns_published = 0;
 };
 struct GrantView {
   GrantMode mode = GrantMode::kRevoked;
@@ -88,6 +105,11 @@ struct GrantView {
 
 void init_pipeline_page(PipelinePage& page);
 void init_grant_page(GrantPage& page);
+void init_usage_page(UsagePage& page);
+// The best-effort side, after admit() said run inside a window (Decision::in_window): two relaxed
+// adds on the client's own cache line.
+void record_admitted(UsagePage& page, int64_t kernel_ns);
+UsageView read_usage(const UsagePage& page);
 // The pipeline's side: one window [open, close) (open may lie in the future), and its liveness.
 void publish_window(PipelinePage& page, int64_t open_ns, int64_t close_ns);
 void heartbeat(PipelinePage& page, int64_t now_ns);
@@ -118,6 +140,7 @@ enum class Verdict { kRun, kHold };
 struct Decision {
   Verdict verdict;
   const char* reason;  // static text, for counters and logs
+  bool in_window = false;  // run, inside the pipeline's window (what filling its bubbles counts)
 };
 // kernel_ns < 0: its length is unknown. inflight_ns: best-effort work already launched and not
 // yet done (the caller's estimate).
@@ -222,6 +245,7 @@ class Client {
   // daemon attaches no other pipeline until this process exits (or attaches again itself).
   PipelinePage& pipeline_writable();
   const GrantPage& grant() const;     // the best-effort role only
+  UsagePage& usage();                 // the best-effort role only: its own counters
   // The daemon's view of clients, grants and windows (orion-gpud status).
   nlohmann::json status(int64_t timeout_ns = 2'000'000'000);
   // False once the daemon hung up (it stopped, died or dropped this client): one poll() with a
@@ -238,6 +262,7 @@ class Client {
   Role role_ = Role::kBestEffort;
   PipelinePage* pipeline_ = nullptr;
   GrantPage* grant_ = nullptr;
+  UsagePage* usage_ = nullptr;
 };
 
 }  // namespace gpud
