@@ -146,6 +146,29 @@ TEST(TrainerTest, SmallGptLossFallsOnTheEmbeddedCorpus) {
 // The synthetic model (model.name: synthetic) trains through the runner's path under plain and
 // zero-bubble schedules: every layer's input-gradient and weight-gradient wait runs exactly once
 // per micro-batch (ZB-H1 defers the weight part to W), and no activation outlives its backward.
+// parallel.publish_bubbles_gpu=auto resolves the publishing rank's GPU UUID; on CPU there is none,
+// and train() says so, naming the key, before it attaches to any daemon.
+TEST(TrainerConfigTest, PublishBubblesAutoOnCpuIsNamed) {
+  PipelineConfig c = small_gpt_config();
+  c.parallel.publish_bubbles_gpu = "auto";
+  c.training.max_steps = 1;
+  PipelineComponents parts = create_components(c);
+  PipelineTrainer trainer(c, std::move(parts));
+  try {
+    trainer.train();
+    FAIL() << "publish_bubbles_gpu=auto ran on a CPU device";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.publish_bubbles_gpu=auto"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not a CUDA GPU"), std::string::npos) << e.what();
+  }
+  testing::remove_tree(c.training.output_dir);
+}
+
+TEST(DeviceTest, GpuUuidsAreSpelledAsNvidiaSmiDoes) {
+  const unsigned char bytes[16] = {0x8f, 0x3a, 0x01, 0x2b, 0xcd, 0xef, 0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe, 0x00, 0x11};
+  EXPECT_EQ(format_gpu_uuid(bytes), "GPU-8f3a012b-cdef-1032-5476-98badcfe0011");
+}
+
 TEST(TrainerTest, SyntheticModelRunsEveryPartOncePerMicrobatchUnderPlainAndZeroBubbleSchedules) {
   for (const char* schedule : {"1f1b", "zb_h1"}) {
     SCOPED_TRACE(schedule);

@@ -78,6 +78,30 @@ std::string device_display_name(const c10::Device& device) {
   return device.str();
 }
 
+std::string gpu_uuid(const c10::Device& device) {
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+  if (device.is_cuda()) {
+    cudaDeviceProp prop{};
+    const cudaError_t rc = cudaGetDeviceProperties(&prop, device.index());
+    if (rc != cudaSuccess) {
+      throw std::runtime_error(fmt::format("cannot read the UUID of {}: {}", device.str(), cudaGetErrorString(rc)));
+    }
+    return format_gpu_uuid(reinterpret_cast<const unsigned char*>(prop.uuid.bytes));
+  }
+#endif
+  throw std::runtime_error(fmt::format("{} is not a CUDA GPU: it has no UUID", device.str()));
+}
+
+std::string format_gpu_uuid(const unsigned char* bytes) {
+  // nvidia-smi -L's spelling: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx
+  std::string out = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    out += fmt::format("{:02x}", bytes[i]);
+  }
+  return out;
+}
+
 int count_distinct_devices(const std::vector<c10::Device>& devices) {
   std::set<std::string> names;
   for (const auto& d : devices) names.insert(d.str());

@@ -106,12 +106,25 @@ nlohmann::json PipelineTrainer::train() {
   std::optional<BubblePublisher> bubbles;
   std::vector<IdleWindow> next_windows;
   if (!p.publish_bubbles_gpu.empty()) {
-    bubbles.emplace(p.publish_bubbles_gpu, std::filesystem::path());
+    // auto: the GPU of the publishing rank (or of this process's first rank): a Slurm job with
+    // ORION_GPUD=1 runs one orion-gpud per GPU, and each process knows only its own device.
+    std::string gpu = p.publish_bubbles_gpu;
+    if (gpu == "auto") {
+      const int rank = p.publish_bubbles_rank >= 0 ? p.publish_bubbles_rank : local_ranks_.front();
+      try {
+        gpu = gpu_uuid(rank_devices_.at(static_cast<size_t>(rank)));
+      } catch (const std::exception& e) {
+        throw ConfigError(fmt::format("parallel.publish_bubbles_gpu=auto: {}; name the GPU's UUID (nvidia-smi -L) "
+                                      "or leave it empty",
+                                      e.what()));
+      }
+    }
+    bubbles.emplace(gpu, std::filesystem::path());
     // A compute action starting cuts the window open now (the prediction was early).
     recorder.set_compute_start_hook([&bubbles, only = p.publish_bubbles_rank](int rank) {
       if (only < 0 || rank == only) bubbles->demand();
     });
-    log_info("orion-gpud: publishing this pipeline's idle windows for GPU {}", p.publish_bubbles_gpu);
+    log_info("orion-gpud: publishing this pipeline's idle windows for GPU {}", gpu);
   }
   const std::string timeline_name = main_process ? "timeline.json" : fmt::format("timeline.rank{}.json", dist_->rank());
   const std::string timeline_path = (std::filesystem::path(t.output_dir) / timeline_name).string();

@@ -24,6 +24,10 @@ bool cuda_usable();
 std::vector<c10::Device> resolve_rank_devices(const std::string& requested, int num_ranks);
 // "cpu" or the GPU's marketing name ("NVIDIA H100 80GB HBM3").
 std::string device_display_name(const c10::Device& device);
+// The GPU's UUID as nvidia-smi -L spells it ("GPU-8-4-4-4-12 hex digits"), which orion-gpud serves
+// (parallel.publish_bubbles_gpu=auto). Throws std::runtime_error for a CPU device or a failed query.
+std::string gpu_uuid(const c10::Device& device);
+std::string format_gpu_uuid(const unsigned char* bytes);  // 16 bytes
 // Distinct devices among `devices`.
 int count_distinct_devices(const std::vector<c10::Device>& devices);
 // Largest peak allocated bytes over the CUDA devices since reset_peak_memory, or max RSS on CPU.
