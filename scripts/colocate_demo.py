@@ -3,7 +3,12 @@
 publishes its idle windows (gpipe_runner, the synthetic model, parallel.publish_bubbles_rank) and
 a best-effort job admitted into them (orion-gpud-fill), against the pipeline alone.
 
-    scripts/colocate_demo.py [--build build] [--steps 12] [--rank 3] [--json OUT]
+    scripts/colocate_demo.py [--build build] [--steps 12] [--rank 3] [--job cpu|cuda] [--json OUT]
+
+--job cuda runs, instead of the CPU job, a CUDA program over the fake driver under the shim with
+ORION_POLICY=gpud (tests/intercept/gpud_be_job.cpp: nonstop launches on a priority-0 stream and the
+legacy stream), and fails unless every launch that reached the (fake) driver while the pipeline
+was attached did so inside a window the pipeline published.
 
 Prints the pipeline's mean step time alone and with the best-effort job (their ratio), the idle
 time of the publishing rank over the steps that had windows (every step after the first: windows
@@ -51,6 +56,23 @@ def run_pipeline(build: Path, out: Path, steps: int, extra: list[str], env=None,
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
+def report_cuda_job(args, alone, shared, job, rc, status) -> int:
+    timed = lambda ms: statistics.mean(m["step_time_ms"] for m in ms[1:])  # noqa: E731
+    print(f"pipeline step: alone {timed(alone):.1f} ms, with the CUDA job {timed(shared):.1f} ms "
+          f"(ratio {timed(shared) / timed(alone):.3f})")
+    if not job:
+        print("error: the CUDA job printed nothing (see its stderr above)", file=sys.stderr)
+        return 1
+    print(f"CUDA job (fake driver, shim with ORION_POLICY=gpud): {job['launched']} launches, "
+          f"{job['while_gated']} reached the driver while the pipeline was attached: {job['inside_windows']} inside "
+          f"its {job['windows_seen']} windows, {job['outside_windows']} outside")
+    # No share filled here: the fake driver's kernels take no real time, so nothing bounds how much
+    # kernel time fits a window (on a GPU, the in-flight budget and the window do).
+    if args.json:
+        args.json.write_text(json.dumps({"job": job, "daemon_status": status}, indent=1) + "\n")
+    return 0 if rc == 0 else 1
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--build", type=Path, default=ROOT / "build")
@@ -58,8 +80,14 @@ def main() -> int:
     p.add_argument("--rank", type=int, default=3, help="the pipeline rank whose idle time is published")
     p.add_argument("--chunk-us", type=float, default=500)
     p.add_argument("--json", type=Path)
+    p.add_argument("--job", choices=("cpu", "cuda"), default="cpu",
+                   help="cpu: orion-gpud-fill; cuda: a CUDA job over the fake driver under the shim")
     args = p.parse_args()
-    for exe in ("trainer/gpipe_runner", "gpud/orion-gpud", "gpud/orion-gpud-fill"):
+    needed = ["trainer/gpipe_runner", "gpud/orion-gpud", "gpud/orion-gpud-fill"]
+    if args.job == "cuda":
+        needed += ["tests/intercept/icpt_gpud_be_job", "intercept/libgpu_scheduler.so",
+                   "tests/intercept/fake_driver/libcuda.so.1"]
+    for exe in needed:
         if not (args.build / exe).exists():
             print(f"error: {args.build / exe} is missing: build it first (scripts/build.sh)", file=sys.stderr)
             return 2
@@ -76,9 +104,18 @@ def main() -> int:
                     break
                 time.sleep(0.01)
             seconds = max(5.0, 2.0 * sum(m["step_time_ms"] for m in alone) / 1e3 + 3)
-            filler = subprocess.Popen([str(args.build / "gpud/orion-gpud-fill"), "--gpu", "cpu-demo", "--seconds",
-                                       str(seconds), "--chunk-us", str(args.chunk_us)], env=env,
-                                      stdout=subprocess.PIPE, text=True)
+            if args.job == "cuda":
+                job_env = dict(env, LD_PRELOAD=str(args.build / "intercept/libgpu_scheduler.so"),
+                               LD_LIBRARY_PATH=str(args.build / "tests/intercept/fake_driver"), USE_ORION_SCHEDULER="1",
+                               ORION_POLICY="gpud", ORION_POLICY_PARAMS=f"gpu=cpu-demo,dir={tmp / 'gpud'}",
+                               ORION_LOG_LEVEL="warn")
+                filler = subprocess.Popen([str(args.build / "tests/intercept/icpt_gpud_be_job"), "--gpu", "cpu-demo",
+                                           "--dir", str(tmp / "gpud"), "--seconds", str(seconds)], env=job_env,
+                                          stdout=subprocess.PIPE, text=True)
+            else:
+                filler = subprocess.Popen([str(args.build / "gpud/orion-gpud-fill"), "--gpu", "cpu-demo", "--seconds",
+                                           str(seconds), "--chunk-us", str(args.chunk_us)], env=env,
+                                          stdout=subprocess.PIPE, text=True)
             status = {}
 
             def watch():  # the daemon's account while the pipeline is attached
@@ -89,10 +126,13 @@ def main() -> int:
             shared = run_pipeline(args.build, tmp / "shared", args.steps,
                                   ["--set", "parallel.publish_bubbles_gpu=cpu-demo",
                                    "--set", f"parallel.publish_bubbles_rank={args.rank}"], env, watch)
-            fill = json.loads(filler.communicate(timeout=seconds + 30)[0])
+            fill_out = filler.communicate(timeout=seconds + 30)[0]
+            fill = json.loads(fill_out) if fill_out.strip() else {}
         finally:
             daemon.terminate()
             daemon.wait(timeout=10)
+    if args.job == "cuda":
+        return report_cuda_job(args, alone, shared, fill, filler.returncode, status)
     timed = lambda ms: statistics.mean(m["step_time_ms"] for m in ms[1:])  # noqa: E731
     idle_s = sum((1 - m["rank_busy"][args.rank]) * m["step_time_ms"] / 1e3 for m in shared[1:])
     in_windows_s = fill["reasons"].get("fits the window", 0) * args.chunk_us / 1e6

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <thread>
 #include <type_traits>
 
@@ -35,6 +36,9 @@ fake_cuda_call& begin(State& s, const char* name) {
   std::snprintf(c.name, sizeof c.name, "%s", name);
   c.index = s.log.size();
   c.thread = thread_token();
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  c.time_ns = static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
   s.log.push_back(c);
   return s.log.back();
 }

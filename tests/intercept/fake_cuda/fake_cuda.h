@@ -29,6 +29,7 @@ typedef struct fake_cuda_call {
   uint64_t context;       /* the calling thread's current context */
   int captured;           /* stream-ordered work recorded into an active capture (not run) */
   uint64_t thread;        /* the calling thread (fake_cuda_thread_token of that thread) */
+  int64_t time_ns;        /* CLOCK_MONOTONIC when the call reached the fake (every process's clock) */
 } fake_cuda_call;
 
 /* Clears the log, failure injections and busy streams (streams/events/functions stay valid). */
