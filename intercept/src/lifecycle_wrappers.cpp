@@ -4,7 +4,9 @@
 // class: priority <= ORION_HP_PRIORITY (default -1) is high priority, >= ORION_BE_PRIORITY
 // (default 0) best effort, anything between unmanaged. LibTorch creates its low-priority pool
 // streams at priority 0 (-> best effort) and high-priority ones at the device's greatest priority
-// (-> high priority). cuStreamCreate, the NULL/legacy and per-thread streams are unmanaged.
+// (-> high priority). cuStreamCreate, the NULL/legacy and per-thread streams are unmanaged. Under
+// a policy that gates the whole process (gpud), every stream created is best effort, and so is the
+// legacy stream (Shim::stream_created, the Shim's constructor).
 #include "wrapper_support.h"
 
 using orion::Shim;

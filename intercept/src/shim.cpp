@@ -268,14 +268,29 @@ bool Shim::interprocess_event(CUevent e) const {
 
 void Shim::stream_created(CUstream s, unsigned flags, sched::StreamClass cls) {
   const sched::StreamId id = stream_id(s, false);
+  if (whole_process_ && cls != sched::StreamClass::kCommunication) cls = sched::StreamClass::kBestEffort;
   // A handle value can be reused after a destroy: class and flags are set again each time.
   dispatcher_->set_syncs_with_legacy(id, (flags & CU_STREAM_NON_BLOCKING) == 0);
   set_stream_class(id, cls);
 }
 
+void Shim::wait_for_admission(const sched::Op& op) {
+  // A per-thread default stream's work cannot be held for another thread to submit (its handle
+  // names the caller's own stream): in a whole best-effort process its caller waits, launch by
+  // launch, until the policy would admit it (a window opens, the pipeline leaves, or the lease
+  // runs out with fallback=pass).
+  static std::atomic<bool> told{false};
+  if (!told.exchange(true)) {
+    shim_log().info("policy {}: launches on per-thread default streams wait in their calling thread for admission",
+                    settings_.policy);
+  }
+  while (!dispatcher_->policy_admits(op)) std::this_thread::sleep_for(std::chrono::microseconds(20));
+}
+
 CUresult Shim::submit(sched::Op&& op) { return submit_op(std::move(op), /*may_defer=*/true); }
 
 CUresult Shim::submit_op(sched::Op&& op, bool may_defer) {
+  if (whole_process_ && may_defer && is_per_thread(op.stream) && !capturing()) wait_for_admission(op);
   // Another stream's deferred error is not this op's: it stays for the call that synchronises
   // with its op, and this op is submitted (issue 24, finding 7).
   release_for_legacy_stream(op.stream);

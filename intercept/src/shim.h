@@ -153,6 +153,7 @@ class Shim {
   std::unique_ptr<sched::Dispatcher> dispatcher_;
   std::unique_ptr<GreenPartitions> partitions_;  // reads the policy the dispatcher owns
   std::atomic<int> captures_{0};
+  void wait_for_admission(const sched::Op& op);
   std::atomic<bool> have_best_effort_{false};
   // The policy gates the whole process (gpud): every stream best effort, the legacy one included
   // (held in order with blocking streams), thread classes ignored. Set once at construction.

@@ -170,19 +170,32 @@ OpEstimate Dispatcher::Impl::estimate(const Op& op) {
 }
 
 // Asks the policy (unless `force`) and, if admitted, counts the op as in flight.
+// What the policy is told about the device (the best-effort fields under admit_mu).
+DeviceState Dispatcher::Impl::device_state() {
+  DeviceState state;
+  // Asked each time, not frozen at construction: a backend may learn it late (the real driver
+  // only once a context is current).
+  state.sm_count = device.sm_count();
+  state.hp_in_flight = hp_in_flight.load(std::memory_order_acquire);
+  const auto hint = static_cast<KernelProfile>(hp_hint.load(std::memory_order_relaxed));
+  state.hp_running_profile =
+      hint != KernelProfile::kUnknown ? hint : opt.profiles->profile_of(hp_kernel.load(std::memory_order_relaxed));
+  return state;
+}
+
+bool Dispatcher::Impl::policy_admits(const Op& op) {
+  const OpEstimate est = estimate(op);
+  DeviceState state = device_state();
+  std::lock_guard lock(admit_mu);
+  state.be_in_flight = be_in_flight;
+  state.be_sms_in_flight = be_sms;
+  state.be_outstanding_ns = be_outstanding_ns;
+  return policy->admit(op, est, state);
+}
+
 bool Dispatcher::Impl::reserve_best_effort(const Op& op, const OpEstimate& est, bool force) {
   DeviceState state;
-  if (!force) {
-    // Asked each time, not frozen at construction: a backend may learn it late (the real driver
-    // only once a context is current).
-    state.sm_count = device.sm_count();
-    state.hp_in_flight = hp_in_flight.load(std::memory_order_acquire);
-    const auto hint = static_cast<KernelProfile>(hp_hint.load(std::memory_order_relaxed));
-    state.hp_running_profile =
-        hint != KernelProfile::kUnknown
-            ? hint
-            : opt.profiles->profile_of(hp_kernel.load(std::memory_order_relaxed));
-  }
+  if (!force) state = device_state();
   std::lock_guard lock(admit_mu);
   if (!force) {
     state.be_in_flight = be_in_flight;
@@ -294,11 +307,14 @@ int Dispatcher::Impl::submit(Op&& op, bool may_defer) {
   if (defers_here && class_of(s, op) == StreamClass::kBestEffort) {
     return submit_best_effort(s, std::move(op));
   }
-  // Held legacy-stream work ahead of a blocking stream's op that goes now: it goes first.
-  if (StreamState* legacy = legacy_stream.load(std::memory_order_acquire);
-      legacy != nullptr && legacy != &s && s.syncs_with_legacy.load(std::memory_order_relaxed) &&
-      legacy->queued.load(std::memory_order_acquire) != 0) {
-    drain_until(*legacy, std::numeric_limits<uint64_t>::max());
+  // Legacy-stream order for an op that goes now: held legacy work ahead of a blocking stream's
+  // op goes first; held blocking-stream work ahead of a legacy op goes first.
+  if (StreamState* legacy = legacy_stream.load(std::memory_order_acquire); legacy != nullptr) {
+    if (legacy == &s) {
+      release_legacy_sync();
+    } else if (s.syncs_with_legacy.load(std::memory_order_relaxed) && legacy->queued.load(std::memory_order_acquire) != 0) {
+      drain_until(*legacy, std::numeric_limits<uint64_t>::max());
+    }
   }
   if (op.kind == OpKind::kStreamWaitEvent) {
     if (EventRecordRef dep = pending_record(op.event); dep.stream != nullptr) {
@@ -475,12 +491,17 @@ QueryState Dispatcher::query_stream(StreamId id) { return impl_->query_stream(id
 QueryState Dispatcher::query_event(EventId event) { return impl_->query_event(event); }
 QueryState Dispatcher::query_legacy_sync() { return impl_->query_legacy_sync(); }
 
+bool Dispatcher::policy_admits(const Op& op) { return impl_->policy_admits(op); }
+
 void Dispatcher::order_legacy_stream(StreamId legacy) { impl_->legacy_stream.store(&impl_->stream(legacy)); }
 
 std::vector<Dispatcher::Impl::Dep> Dispatcher::Impl::legacy_order_deps(StreamState& s) {
   std::vector<Dep> deps;
   StreamState* legacy = legacy_stream.load(std::memory_order_acquire);
-  if (legacy == nullptr || !s.syncs_with_legacy.load(std::memory_order_relaxed)) return deps;
+  if (legacy == nullptr || !s.syncs_with_legacy.load(std::memory_order_relaxed) ||
+      total_queued.load(std::memory_order_acquire) == 0) {
+    return deps;  // nothing held anywhere: nothing to follow (the common case costs no stream walk)
+  }
   // One stream mutex at a time, none held by the caller: each stream's newest queued op.
   auto newest_queued = [&deps](StreamState& t) {
     if (t.queued.load(std::memory_order_acquire) == 0) return;

@@ -57,6 +57,8 @@ struct Dispatcher::Impl final : CompletionListener {
   // The queued ops of other streams an op arriving on `s` must follow by legacy-stream order
   // (no stream mutex held on entry).
   std::vector<Dep> legacy_order_deps(StreamState& s);
+  DeviceState device_state();          // without the best-effort fields (admit_mu)
+  bool policy_admits(const Op& op);    // Dispatcher::policy_admits
   // The event's latest record if it has not been submitted yet.
   EventRecordRef pending_record(EventId event);
   // What a new record of `event` on `s` must follow into the device (ops of other streams not yet

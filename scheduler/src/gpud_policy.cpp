@@ -19,15 +19,39 @@ class GpudPolicy final : public Policy {
  public:
   GpudPolicy(Source source, gpud::AdmissionConfig config) : source_(std::move(source)), config_(config) {}
   const char* name() const override { return "gpud"; }
-  bool admit(const Op& /*op*/, const OpEstimate& est, const DeviceState& state) const override {
-    const int64_t kernel_ns = est.duration_ns > 0 ? static_cast<int64_t>(est.duration_ns) : -1;
+  bool admit(const Op& op, const OpEstimate& est, const DeviceState& state) const override {
+    const int64_t kernel_ns = length_ns(op, est);
     const int64_t now = source_.now();
     const gpud::Decision d = gpud::admit(source_.window(now), source_.grant(now), now, kernel_ns,
                                          static_cast<int64_t>(state.be_outstanding_ns), config_);
     if (d.verdict != gpud::Verdict::kRun) return false;
-    if (d.in_window) source_.admitted(kernel_ns);
+    if (d.in_window && op.kind == OpKind::kKernel) source_.admitted(kernel_ns);
     return true;
   }
+  // How long `op` occupies the GPU, as admission needs it (-1: unknown, only into long windows).
+  // A whole best-effort process's legacy stream also carries copies, memsets and event records
+  // (PyTorch's): copies and memsets from their size, bookkeeping ops take no time.
+  static int64_t length_ns(const Op& op, const OpEstimate& est) {
+    switch (op.kind) {
+      case OpKind::kKernel:
+        return est.duration_ns > 0 ? static_cast<int64_t>(est.duration_ns) : -1;
+      case OpKind::kCopy:
+        return static_cast<int64_t>(static_cast<double>(op.bytes) / kCopyBytesPerNs);
+      case OpKind::kMemset:
+        return static_cast<int64_t>(static_cast<double>(op.bytes) / kMemsetBytesPerNs);
+      case OpKind::kGraphLaunch:
+        return est.duration_ns > 0 ? static_cast<int64_t>(est.duration_ns) : -1;
+      case OpKind::kEventRecord:
+      case OpKind::kStreamWaitEvent:
+      case OpKind::kHostFunc:
+      case OpKind::kMemPool:
+        return 0;
+    }
+    return -1;
+  }
+  static constexpr double kCopyBytesPerNs = 20.0;       // a PCIe 4-5 host copy, the slow case
+  static constexpr double kMemsetBytesPerNs = 1'000.0;  // HBM
+
   // The pipeline's windows, not a timer, say when best-effort work may go: the dispatcher's
   // starvation bound must not push it into the pipeline's busy time.
   bool bounds_best_effort_wait() const override { return false; }

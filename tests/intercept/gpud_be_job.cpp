@@ -8,6 +8,7 @@
 //
 //   LD_PRELOAD=libgpu_scheduler.so LD_LIBRARY_PATH=<fake_driver> USE_ORION_SCHEDULER=1
 //   ORION_POLICY=gpud ORION_POLICY_PARAMS=gpu=<uuid>,dir=<dir> icpt_gpud_be_job --gpu <uuid> --dir <dir>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -35,10 +36,15 @@ struct Observed {
   std::mutex mu;
   std::vector<Span> windows;
   std::vector<Span> gated;
+  // Between two samples that show more than one publication, what happened is not known (a window
+  // cut or replaced unseen): launches there are counted as neither inside nor outside.
+  std::vector<Span> unverifiable;
 };
 
 void watch(const gpud::Client& observer, const std::atomic<bool>& stop, Observed& seen) {
   bool was_gated = false;
+  uint64_t last_published = 0;
+  int64_t last_sample = gpud::monotonic_ns();
   while (!stop.load()) {
     const gpud::WindowView w = gpud::read_window(observer.pipeline());
     const int64_t now = gpud::monotonic_ns();
@@ -48,6 +54,14 @@ void watch(const gpud::Client& observer, const std::atomic<bool>& stop, Observed
                        now - w.heartbeat_ns < 50'000'000;
     {
       std::lock_guard<std::mutex> lock(seen.mu);
+      if (w.windows_published > last_published + 1) {
+        // Publications missed: the window seen last was verified only up to the last sample.
+        if (!seen.windows.empty()) seen.windows.back().end = std::min(seen.windows.back().end, last_sample);
+        seen.unverifiable.push_back({last_sample, now});
+        seen.windows.push_back({0, 0});  // the next window starts a new entry even with the same open
+      }
+      last_published = w.windows_published;
+      last_sample = now;
       if (w.windows_published > 0 && w.close_ns > w.open_ns) {
         if (!seen.windows.empty() && seen.windows.back().begin == w.open_ns) {
           seen.windows.back().end = w.close_ns;
@@ -119,8 +133,10 @@ int main(int argc, char** argv) {
   }
 
   // Launches that reached the driver while the daemon gated best effort (1 ms inside each gated
-  // period, for the observer's 20 us sampling and a tick's lag), each inside a window or not (50 us
-  // of slack after a close: an admission made just before a cut reaches the driver just after it).
+  // period, for the observer's 20 us sampling and a tick's lag), each inside a window or not (2 ms
+  // of slack after a close: an admission made just before a cut reaches the driver after it, later
+  // still when the 2-core machine preempts the thread in between; a launch that ignored the windows
+  // lands anywhere in the pipeline's busy time, hundreds of ms here).
   uint64_t gated = 0, in_window = 0, outside = 0, reached = 0;
   std::vector<double> late_us;  // outside launches: how long after a window's close (-1: before any)
   std::vector<Span> gated_core;
@@ -134,9 +150,9 @@ int main(int argc, char** argv) {
       continue;
     }
     ++reached;
-    if (!inside(gated_core, c.time_ns, 0, 0)) continue;
+    if (!inside(gated_core, c.time_ns, 0, 0) || inside(seen.unverifiable, c.time_ns, 0, 0)) continue;
     ++gated;
-    if (inside(seen.windows, c.time_ns, 0, 50'000)) {
+    if (inside(seen.windows, c.time_ns, 0, 2'000'000)) {
       ++in_window;
     } else {
       ++outside;
@@ -151,6 +167,7 @@ int main(int argc, char** argv) {
                               {"while_gated", gated},          {"inside_windows", in_window},
                               {"outside_windows", outside},    {"windows_seen", seen.windows.size()},
                               {"gated_periods", seen.gated.size()},
+                              {"unverifiable_spans", seen.unverifiable.size()},
                               {"outside_us_after_close", late_us}};
   std::cout << out.dump() << std::endl;
   return in_window > 0 && outside == 0 ? 0 : 1;

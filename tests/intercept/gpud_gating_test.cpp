@@ -128,4 +128,36 @@ TEST(GpudGating, TheWholeProcessIsHeldTheLegacyStreamInOrder) {
   EXPECT_EQ(cuStreamDestroy(hp), CUDA_SUCCESS);
 }
 
+// cuStreamCreate streams are held like the rest; a launch on a per-thread default stream cannot be
+// held for another thread to submit (its handle names the caller's stream): its caller waits until
+// a window opens, then it goes.
+TEST(GpudGating, PlainStreamsAreHeldAndPerThreadLaunchesWaitForAWindow) {
+  ASSERT_TRUE(scheduled_mode());
+  ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+  ASSERT_NE(use_device(0), nullptr);
+  CUstream plain = nullptr;
+  ASSERT_EQ(cuStreamCreate(&plain, 0), CUDA_SUCCESS);
+  CUfunction on_plain = fake_cuda_make_function("gpud_on_plain_stream", 0, nullptr);
+  CUfunction per_thread = fake_cuda_make_function("gpud_on_per_thread_stream", 0, nullptr);
+  g_pipeline->close();
+  ASSERT_EQ(cuLaunchKernel(on_plain, 1, 1, 1, 32, 1, 1, 0, plain, nullptr, nullptr), CUDA_SUCCESS);
+  EXPECT_FALSE(launched_within(on_plain, 50)) << "a cuStreamCreate stream of a best-effort process went outside a window";
+  std::atomic<bool> returned{false};
+  std::thread launcher([&] {
+    ASSERT_NE(use_device(0), nullptr);  // this thread's current context
+    EXPECT_EQ(cuLaunchKernel(per_thread, 1, 1, 1, 32, 1, 1, 0, CU_STREAM_PER_THREAD, nullptr, nullptr), CUDA_SUCCESS);
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(returned.load()) << "a per-thread launch returned with no window open";
+  EXPECT_EQ(count_launches(calls(), per_thread), 0u);
+  g_pipeline->open_for(200'000'000);
+  launcher.join();
+  EXPECT_TRUE(returned.load());
+  EXPECT_EQ(count_launches(calls(), per_thread), 1u);
+  EXPECT_TRUE(launched_within(on_plain, 1000));
+  EXPECT_TRUE(wait_idle());
+  EXPECT_EQ(cuStreamDestroy(plain), CUDA_SUCCESS);
+}
+
 }  // namespace

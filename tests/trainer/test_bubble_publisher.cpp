@@ -70,8 +70,9 @@ TEST(BubblePublisherTest, DemandCutsTheOpenWindowShort) {
   gpud::testing::InProcessDaemon daemon("GPU-demand");
   gpud::Client be = gpud::Client::connect(daemon.dir, daemon.options.gpu, gpud::Role::kBestEffort, "observer");
   BubblePublisher publisher(daemon.options.gpu, daemon.dir);
-  publisher.demand();  // nothing open yet
+  publisher.demand();  // nothing open yet: nothing cut
   EXPECT_EQ(publisher.windows_cut(), 0u);
+  publisher.compute_done();
   publisher.begin_step({{0, 5'000'000}});  // [0, 5) s
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (gpud::read_window(be.pipeline()).windows_published == 0 && std::chrono::steady_clock::now() < deadline) {
@@ -95,8 +96,34 @@ TEST(BubblePublisherTest, DemandCutsTheOpenWindowShort) {
   EXPECT_EQ(publisher.windows_cut(), 1u);
   now = gpud::monotonic_ns();
   EXPECT_EQ(gpud::admit(w, grant(), now, 100'000, 0, config).verdict, gpud::Verdict::kHold);
+  publisher.compute_done();  // the cut is for good: the rest of that window stays unused
+  EXPECT_LE(gpud::read_window(be.pipeline()).close_ns, gpud::monotonic_ns());
   publisher.demand();  // already closed: nothing to cut
   EXPECT_EQ(publisher.windows_cut(), 1u);
+}
+
+// An action running when the next window was to open keeps it closed until compute_done(); then
+// the window is published again, from now to its planned close.
+TEST(BubblePublisherTest, AWindowStaysClosedWhileAnActionRuns) {
+  gpud::testing::InProcessDaemon daemon("GPU-busy");
+  gpud::Client be = gpud::Client::connect(daemon.dir, daemon.options.gpu, gpud::Role::kBestEffort, "observer");
+  BubblePublisher publisher(daemon.options.gpu, daemon.dir);
+  publisher.demand();  // an action starts before any window
+  publisher.begin_step({{30'000, 5'000'000}});  // [30 ms, 5 s)
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (gpud::read_window(be.pipeline()).windows_published == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));  // past the planned open
+  gpud::WindowView w = gpud::read_window(be.pipeline());
+  EXPECT_GE(w.open_ns, w.close_ns) << "a window opened while the action ran";
+  publisher.compute_done();
+  w = gpud::read_window(be.pipeline());
+  const int64_t now = gpud::monotonic_ns();
+  EXPECT_LE(w.open_ns, now);
+  EXPECT_GT(w.close_ns, now + 4'000'000'000) << "reopened to its planned close";
+  publisher.compute_done();  // unmatched: ignored
+  EXPECT_GT(gpud::read_window(be.pipeline()).close_ns, now);
 }
 
 TEST(BubblePublisherTest, ItReattachesToARestartedDaemonAndRepublishesTheOpenWindow) {

@@ -45,25 +45,54 @@ BubblePublisher::~BubblePublisher() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  for (const Note& n : notes_) spdlog::log(static_cast<spdlog::level::level_enum>(n.level), "{}", n.text);
 }
 
 void BubblePublisher::begin_step(std::vector<IdleWindow> windows) {
+  std::vector<Note> notes;
   {
     std::lock_guard<std::mutex> lock(mu_);
     windows_ = std::move(windows);
     step_start_ns_ = gpud::monotonic_ns();
     ++step_generation_;
+    notes.swap(notes_);
   }
   wake_.notify_all();
+  // Logged here, in the training thread, not by the publishing thread: logging from one thread
+  // only keeps spdlog's lazily made registry out of races (what TSan flagged in a test whose
+  // in-process daemon logs from a thread of its own).
+  for (const Note& n : notes) spdlog::log(static_cast<spdlog::level::level_enum>(n.level), "{}", n.text);
+}
+
+void BubblePublisher::show_window(int64_t now) {
+  if (!client_) return;
+  if (busy_ == 0) {
+    gpud::publish_window(client_->pipeline_writable(), std::max(current_open_, now), current_close_);
+  } else {
+    // Closed: [open, open) admits nothing, and tells readers the window is not to be used.
+    gpud::publish_window(client_->pipeline_writable(), current_open_, current_open_);
+  }
 }
 
 void BubblePublisher::demand() {
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t now = gpud::monotonic_ns();
-  if (current_close_ <= now || current_open_ > now) return;  // no window open now
-  current_close_ = now;
-  if (client_) gpud::publish_window(client_->pipeline_writable(), current_open_, now);
+  if (busy_++ > 0 || current_close_ <= now) return;  // already closed, or no window open or ahead
+  if (current_open_ <= now) {
+    // Open now: cut short here (the part before stays as it was, for the page's accounting).
+    current_close_ = now;
+    if (client_) gpud::publish_window(client_->pipeline_writable(), current_open_, now);
+  } else {
+    show_window(now);  // ahead: closed until the action is done
+  }
   cut_.fetch_add(1);
+}
+
+void BubblePublisher::compute_done() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (busy_ == 0 || --busy_ > 0) return;
+  const int64_t now = gpud::monotonic_ns();
+  if (current_close_ > now) show_window(now);
 }
 
 // Publishes the current step's windows one at a time, each as soon as the previous one closed
@@ -81,13 +110,15 @@ void BubblePublisher::loop() {
   size_t next = 0;
   int64_t retry_at = 0;
   int64_t retry_ns = kFirstRetryNs;
+  std::string last_connect_error;  // kept for the log line of the next begin_step
   while (!stop_) {
     int64_t now = gpud::monotonic_ns();
     if (client_ && !client_->daemon_alive()) {
       client_.reset();
-      spdlog::warn("parallel.publish_bubbles_gpu: orion-gpud of GPU {} hung up; reconnecting (every {} s at most), "
-                   "no windows published until then",
-                   gpu_, kMaxRetryNs / 1'000'000'000);
+      notes_.push_back({spdlog::level::warn,
+                          fmt::format("parallel.publish_bubbles_gpu: orion-gpud of GPU {} hung up; reconnecting (every "
+                                      "{} s at most), no windows published until then",
+                                      gpu_, kMaxRetryNs / 1'000'000'000)});
       retry_at = now;
       retry_ns = kFirstRetryNs;
     }
@@ -98,16 +129,21 @@ void BubblePublisher::loop() {
         fresh = std::make_unique<gpud::Client>(
             gpud::Client::connect(dir_, gpu_, gpud::Role::kPipeline, "gpipe_runner", kConnectTimeoutNs));
       } catch (const gpud::ProtocolError& e) {
-        spdlog::debug("parallel.publish_bubbles_gpu: reconnecting to orion-gpud of GPU {}: {}", gpu_, e.what());
+        last_connect_error = e.what();
       }
       lock.lock();
       now = gpud::monotonic_ns();
       if (fresh) {
         client_ = std::move(fresh);
         reconnects_.fetch_add(1);
-        spdlog::info("parallel.publish_bubbles_gpu: attached to orion-gpud of GPU {} again", gpu_);
-        if (current_close_ > now) gpud::publish_window(client_->pipeline_writable(), current_open_, current_close_);
+        notes_.push_back({spdlog::level::info,
+                            fmt::format("parallel.publish_bubbles_gpu: attached to orion-gpud of GPU {} again", gpu_)});
+        if (current_close_ > now) show_window(now);
       } else {
+        if (retry_ns == kFirstRetryNs) {
+          notes_.push_back({spdlog::level::debug,
+                              "parallel.publish_bubbles_gpu: reconnecting to orion-gpud: " + last_connect_error});
+        }
         retry_at = now + retry_ns;
         retry_ns = std::min(2 * retry_ns, kMaxRetryNs);
       }
@@ -124,7 +160,7 @@ void BubblePublisher::loop() {
       current_open_ = step_start_ns_ + static_cast<int64_t>(w.start_us * 1e3);
       current_close_ = step_start_ns_ + static_cast<int64_t>(w.end_us * 1e3);
       if (client_) {
-        gpud::publish_window(client_->pipeline_writable(), current_open_, current_close_);
+        show_window(now);  // closed while an action runs
         published_.fetch_add(1);
       }
     }

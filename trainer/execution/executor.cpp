@@ -94,8 +94,10 @@ void ActionRunner::run(const Action& action, ActionLane lane) {
   try {
     dispatch(action, span);
   } catch (const std::exception& e) {
+    if (compute && ctx_.recorder != nullptr) ctx_.recorder->compute_done(rank_);
     throw std::runtime_error(fmt::format("rank {} action {}: {}", rank_, to_string(action), e.what()));
   }
+  if (compute && ctx_.recorder != nullptr) ctx_.recorder->compute_done(rank_);
   if (!compute) gpu_span_end(span);
   if (ctx_.recorder == nullptr) return;
   std::shared_ptr<const GpuSpanTimes> gpu;

@@ -4,6 +4,7 @@
 
 #include "trainer_internal.h"
 
+#include <algorithm>
 #include <ATen/Parallel.h>
 
 #include <chrono>
@@ -105,7 +106,16 @@ nlohmann::json PipelineTrainer::train() {
   // orion-gpud: this step's idle windows, as the last step's were, published as the step runs.
   std::optional<BubblePublisher> bubbles;
   std::vector<IdleWindow> next_windows;
-  if (!p.publish_bubbles_gpu.empty()) {
+  // A process that does not run the publishing rank publishes nothing: its own ranks' idle time is
+  // not what was asked for, and with no rank measured its window would cover whole steps.
+  const bool runs_publishing_rank =
+      p.publish_bubbles_rank < 0 ||
+      std::find(local_ranks_.begin(), local_ranks_.end(), p.publish_bubbles_rank) != local_ranks_.end();
+  if (!p.publish_bubbles_gpu.empty() && !runs_publishing_rank) {
+    log_info("orion-gpud: parallel.publish_bubbles_rank={} runs in another process: this one publishes nothing",
+             p.publish_bubbles_rank);
+  }
+  if (!p.publish_bubbles_gpu.empty() && runs_publishing_rank) {
     // auto: the GPU of the publishing rank (or of this process's first rank): a Slurm job with
     // ORION_GPUD=1 runs one orion-gpud per GPU, and each process knows only its own device.
     std::string gpu = p.publish_bubbles_gpu;
@@ -120,10 +130,14 @@ nlohmann::json PipelineTrainer::train() {
       }
     }
     bubbles.emplace(gpu, std::filesystem::path());
-    // A compute action starting cuts the window open now (the prediction was early).
-    recorder.set_compute_start_hook([&bubbles, only = p.publish_bubbles_rank](int rank) {
-      if (only < 0 || rank == only) bubbles->demand();
-    });
+    // While a compute action runs no window is open (it may have started early, or run long).
+    recorder.set_compute_hooks(
+        [&bubbles, only = p.publish_bubbles_rank](int rank) {
+          if (only < 0 || rank == only) bubbles->demand();
+        },
+        [&bubbles, only = p.publish_bubbles_rank](int rank) {
+          if (only < 0 || rank == only) bubbles->compute_done();
+        });
     log_info("orion-gpud: publishing this pipeline's idle windows for GPU {}", gpu);
   }
   const std::string timeline_name = main_process ? "timeline.json" : fmt::format("timeline.rank{}.json", dist_->rank());
@@ -178,7 +192,8 @@ nlohmann::json PipelineTrainer::train() {
           if (is_compute(s.action.type)) busy.emplace_back(s.start_us, s.end_us);
         }
       }
-      next_windows = idle_windows(std::move(busy), recorder.wall_us(), /*min_us=*/200);
+      // No span measured (nothing of the publishing rank ran): no window, rather than one step long.
+      next_windows = busy.empty() ? std::vector<IdleWindow>{} : idle_windows(std::move(busy), recorder.wall_us(), /*min_us=*/200);
     }
     // Checked before optimizer_step: a non-finite loss means non-finite gradients, and
     // stepping on them would write NaN into the weights.

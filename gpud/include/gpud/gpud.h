@@ -142,6 +142,9 @@ struct Decision {
   const char* reason;  // static text, for counters and logs
   bool in_window = false;  // run, inside the pipeline's window (what filling its bubbles counts)
 };
+// A kernel longer than the grant's in-flight budget may go alone (nothing else in flight) up to
+// this many times the budget.
+inline constexpr int64_t kAloneBudgetFactor = 4;
 // kernel_ns < 0: its length is unknown. inflight_ns: best-effort work already launched and not
 // yet done (the caller's estimate).
 Decision admit(const WindowView& window, const GrantView& grant, int64_t now_ns, int64_t kernel_ns,

@@ -103,6 +103,10 @@ class Dispatcher {
   // without forcing anything out). A non-deferred op of a blocking stream first drains the
   // legacy stream's queue.
   void order_legacy_stream(StreamId legacy);
+  // Whether the policy would admit `op` as a best-effort op now (nothing reserved, nothing
+  // submitted): for work that cannot be deferred to another thread (a per-thread default stream
+  // names the caller's own), whose caller waits instead.
+  bool policy_admits(const Op& op);
   // Everything queued on streams that synchronise with the legacy stream (what a legacy-stream op
   // depends on); streams with nothing queued cost nothing.
   int drain_legacy_sync();

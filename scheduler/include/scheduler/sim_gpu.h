@@ -39,8 +39,9 @@
 //    waiting or running; when it has none and another context has blocks waiting, or when another
 //    context has waited a whole time slice, the active one stops receiving blocks, its running
 //    blocks finish (the model does not preempt inside a block), and after context_switch_ns the
-//    next context in round-robin order gets the GPU. The first context to use an idle GPU pays no
-//    switch. Copies, memsets and graph launches are not time-sliced (copy engines).
+//    next context in round-robin order gets the GPU. Only the very first context pays no switch:
+//    the GPU keeps the last active context loaded, so another one pays a switch even after idle
+//    time. Copies, memsets and graph launches are not time-sliced (copy engines).
 //  - Submission is lazy: blocks of newly submitted ops are dispatched when the clock is next driven
 //    (advance_to / run_until_idle), so ops submitted at the same virtual time compete fairly by
 //    priority whatever order they were submitted in. next_event_ns() returns now_ns() while such a

@@ -193,7 +193,7 @@ struct ProcessSpec {
 
 struct ProcessResult {
   std::string name;
-  ReplayResult replay;
+  ReplayResult replay;  // sm_utilisation: the whole GPU's busy SMs over this process's makespan
   std::vector<Completion> completions;  // this process's ops, its own stream ids, completion order
 };
 struct ColocatedResult {

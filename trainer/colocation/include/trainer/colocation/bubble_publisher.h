@@ -46,9 +46,14 @@ class BubblePublisher {
   uint64_t windows_published() const { return published_.load(); }
   // The pipeline computes from now on (an action started): a window open now is cut short here,
   // so best-effort processes stop launching at once instead of at the predicted close (the last
-  // step's timing is only a prediction). Cheap: one uncontended lock and, when a window is open,
-  // one sequence-locked write. Called from any thread.
+  // step's timing is only a prediction), and until compute_done() no window opens (a window
+  // already published ahead is published closed). Cheap: one uncontended lock and, when a window
+  // is affected, one sequence-locked write. Called from any thread; calls nest (ranks sharing the
+  // device).
   void demand();
+  // The action demand() announced finished (on the host: its work is issued). With no action
+  // running, the planned window, if still ahead or open, is published again from now.
+  void compute_done();
   // Windows demand() cut short.
   uint64_t windows_cut() const { return cut_.load(); }
   // Attaches to a daemon after the first (each restart it noticed).
@@ -65,10 +70,20 @@ class BubblePublisher {
   int64_t step_start_ns_ = 0;
   uint64_t step_generation_ = 0;
   bool stop_ = false;
-  int64_t current_open_ = 0;   // the window on the page (guarded by mu_)
+  // Guarded by mu_: the planned window (from the last step's spans) and what the page shows of it
+  // (closed while an action runs).
+  int64_t current_open_ = 0;
   int64_t current_close_ = 0;
+  int busy_ = 0;                // compute actions running (demand() without compute_done())
+  void show_window(int64_t now);  // the planned window on the page as busy_ allows
   std::atomic<uint64_t> published_{0};
   std::atomic<uint64_t> cut_{0};
+  // What the publishing thread has to say (daemon gone, back), logged by the next begin_step.
+  struct Note {
+    int level;  // spdlog's level number
+    std::string text;
+  };
+  std::vector<Note> notes_;
   std::atomic<uint64_t> reconnects_{0};
   std::thread thread_;
 };

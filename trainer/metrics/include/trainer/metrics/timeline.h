@@ -66,12 +66,18 @@ class ActionRecorder {
   // synchronised), they replace the host times, and the wall time is the latest span end on
   // the GPU clock. Spans of one step use one clock: all of them have GPU times, or none.
   void end_step();
-  // Told when a rank starts a compute action (F, B, I, W), before its work is issued: the
-  // bubble publisher cuts the idle window open now (parallel.publish_bubbles_gpu). Set between
-  // steps; called from the ranks' threads.
-  void set_compute_start_hook(std::function<void(int rank)> hook) { compute_start_hook_ = std::move(hook); }
+  // Told when a rank starts a compute action (F, B, I, W), before its work is issued, and when it
+  // finished: the bubble publisher keeps windows closed in between (parallel.publish_bubbles_gpu).
+  // Set between steps; called from the ranks' threads.
+  void set_compute_hooks(std::function<void(int rank)> starting, std::function<void(int rank)> done) {
+    compute_start_hook_ = std::move(starting);
+    compute_done_hook_ = std::move(done);
+  }
   void compute_starting(int rank) const {
     if (compute_start_hook_) compute_start_hook_(rank);
+  }
+  void compute_done(int rank) const {
+    if (compute_done_hook_) compute_done_hook_(rank);
   }
 
   int num_ranks() const { return static_cast<int>(per_rank_.size()); }
@@ -88,6 +94,7 @@ class ActionRecorder {
 
  private:
   std::function<void(int rank)> compute_start_hook_;
+  std::function<void(int rank)> compute_done_hook_;
   Clock::time_point step_start_{};
   double wall_us_ = 0;
   SpanClock clock_ = SpanClock::kHost;
