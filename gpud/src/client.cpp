@@ -108,6 +108,10 @@ Client Client::connect(const std::filesystem::path& dir, const std::string& gpu,
                                     gpu, path.string(), std::strerror(errno), gpu));
   }
   check_daemon_uid(c.fd_, path);
+  // The hello's send gets what is left of the bound, not a bound of its own ("in all").
+  const int64_t left_ns = deadline - monotonic_ns();
+  if (left_ns <= 0) throw ProtocolError(no_reply(path, timeout_ns));
+  bound_sends(c.fd_, left_ns);
   try {
     io::send_message(c.fd_, {{"type", "hello"},
                              {"version", kProtocolVersion},

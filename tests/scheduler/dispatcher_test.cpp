@@ -398,6 +398,46 @@ TEST_F(DispatcherTest, HighPriorityOpPromotesTheBestEffortWorkQueuedAheadOfItOnI
   EXPECT_EQ(kernels_on(kShared).size(), 4u);
 }
 
+// A whole best-effort process (gpud): the legacy stream is held too, and CUDA's legacy-stream
+// order holds among held ops: a legacy op waits for what blocking streams queued before it, a
+// blocking stream's op for what the legacy stream queued before it; a non-blocking stream's op
+// for neither. An op that goes at once (not deferrable) first releases what it must follow.
+TEST_F(DispatcherTest, HeldLegacyWorkKeepsLegacyStreamOrder) {
+  constexpr StreamId kLegacy = 0, kNonBlocking = 5;
+  auto d = make("priority");
+  d->order_legacy_stream(kLegacy);
+  d->set_stream_class(kLegacy, StreamClass::kBestEffort);
+  d->set_stream_class(kNonBlocking, StreamClass::kBestEffort);
+  d->set_syncs_with_legacy(kNonBlocking, false);
+  d->submit(kernel_op(kHp, 1));      // in flight: best effort is held
+  d->submit(kernel_op(kBe, 20));     // blocking stream
+  d->submit(kernel_op(kLegacy, 30)); // after 20 (legacy waits for blocking streams)
+  d->submit(kernel_op(kBe2, 21));    // after 30 (blocking streams wait for the legacy stream)
+  d->submit(kernel_op(kNonBlocking, 40));  // orders with nothing
+  d->pump();
+  EXPECT_TRUE(kernels_on(kLegacy).empty() && kernels_on(kBe).empty()) << "held while high priority runs";
+  dev.complete_all();
+  d->pump();
+  auto at = [&](KernelId k) { return position([k](const SubmittedOp& o) { return o.kernel == k; }); };
+  ASSERT_GE(at(20), 0);
+  ASSERT_GE(at(30), 0);
+  ASSERT_GE(at(21), 0);
+  EXPECT_LT(at(20), at(30));
+  EXPECT_LT(at(30), at(21));
+  EXPECT_GE(at(40), 0);
+
+  // Not deferrable (a capture, say): held blocking-stream work goes first, the policy aside.
+  d->submit(kernel_op(kHp, 2));
+  d->submit(kernel_op(kBe, 22));
+  d->pump();
+  EXPECT_LT(at(22), 0) << "held";
+  d->submit(kernel_op(kLegacy, 31), /*may_defer=*/false);
+  ASSERT_GE(at(22), 0);
+  EXPECT_LT(at(22), at(31));
+  dev.complete_all();
+  EXPECT_EQ(d->drain_all(), 0);
+}
+
 TEST_F(DispatcherTest, DestructorDrainsEverything) {
   {
     auto d = make("priority");
