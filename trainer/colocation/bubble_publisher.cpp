@@ -150,6 +150,11 @@ void BubblePublisher::loop() {
       continue;  // stop_ may have been set meanwhile
     }
     if (generation != step_generation_) {
+      // A new step: the last one's window still on the page ends now (published cut short, so the
+      // idle time the page counts as offered loses what was never offered).
+      if (client_ && current_close_ > now && busy_ == 0) {
+        gpud::publish_window(client_->pipeline_writable(), current_open_, std::clamp(now, current_open_, current_close_));
+      }
       generation = step_generation_;
       next = 0;
       current_close_ = 0;
