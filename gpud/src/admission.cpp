@@ -39,13 +39,13 @@ Decision admit(const WindowView& window, const GrantView& grant, int64_t now_ns,
   }
   // inflight and kernel are the caller's own estimates (>= 0, well under 2^62).
   const int64_t need = std::max<int64_t>(inflight_ns, 0) + kernel_ns;
-  // The budget bounds work in flight. A kernel longer than the budget may still go alone, up to
-  // kAloneBudgetFactor times it (else a job whose longest kernel exceeds the budget stalls at it
-  // for good: the simulator's study found exactly that at 250 us); the factor bounds how long a
-  // cut window (the pipeline's demand) can make the pipeline wait behind one best-effort kernel.
+  // The budget bounds work in flight. A kernel longer than the budget may still go alone (else a
+  // job whose longest kernel exceeds the budget stalls at it for good: the simulator's study found
+  // exactly that at 250 us), up to max_alone_ns when the user capped it.
   if (inflight_ns > 0 && need > grant.inflight_budget_ns) return {Verdict::kHold, "in-flight budget full"};
-  if (inflight_ns <= 0 && kernel_ns > kAloneBudgetFactor * grant.inflight_budget_ns) {
-    return {Verdict::kHold, "kernel longer than the in-flight budget allows alone"};
+  if (inflight_ns <= 0 && config.max_alone_ns > 0 && kernel_ns > grant.inflight_budget_ns &&
+      kernel_ns > config.max_alone_ns) {
+    return {Verdict::kHold, "kernel longer than max_alone"};
   }
   if (need > left) return {Verdict::kHold, "does not fit before the window closes"};
   return {Verdict::kRun, "fits the window", true};

@@ -121,6 +121,7 @@ Client Client::connect(const std::filesystem::path& dir, const std::string& gpu,
   } catch (const io::SendTimeout&) {
     throw ProtocolError(no_reply(path, timeout_ns));  // its queue stayed full
   }
+  bound_sends(c.fd_, timeout_ns);  // later sends (status, bye) get the whole bound again
   std::vector<int> fds;
   nlohmann::json welcome;
   try {

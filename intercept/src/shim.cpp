@@ -278,19 +278,38 @@ void Shim::wait_for_admission(const sched::Op& op) {
   // A per-thread default stream's work cannot be held for another thread to submit (its handle
   // names the caller's own stream): in a whole best-effort process its caller waits, launch by
   // launch, until the policy would admit it (a window opens, the pipeline leaves, or the lease
-  // runs out with fallback=pass).
-  static std::atomic<bool> told{false};
+  // runs out with fallback=pass). Polled with a backoff (20 us to 1 ms); bounded at 1 s, after
+  // which it goes anyway (as a synchronisation releases held work), said once in the log.
+  static std::atomic<bool> told{false}, told_bound{false};
   if (!told.exchange(true)) {
     shim_log().info("policy {}: launches on per-thread default streams wait in their calling thread for admission",
                     settings_.policy);
   }
-  while (!dispatcher_->policy_admits(op)) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  auto pause = std::chrono::microseconds(20);
+  while (!dispatcher_->policy_admits(op)) {
+    if (stop_.load(std::memory_order_acquire) || std::chrono::steady_clock::now() >= give_up) {
+      if (!told_bound.exchange(true)) {
+        shim_log().warn("policy {}: a per-thread default stream's launch waited 1 s for admission and went anyway",
+                        settings_.policy);
+      }
+      return;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
 }
 
 CUresult Shim::submit(sched::Op&& op) { return submit_op(std::move(op), /*may_defer=*/true); }
 
 CUresult Shim::submit_op(sched::Op&& op, bool may_defer) {
-  if (whole_process_ && may_defer && is_per_thread(op.stream) && !capturing()) wait_for_admission(op);
+  if (whole_process_ && may_defer && is_per_thread(op.stream) && !capturing() &&
+      dispatcher_->stream_class(op.stream) != sched::StreamClass::kCommunication) {
+    wait_for_admission(op);
+    // Goes now, from this thread, counted in flight as best effort (so the budget sees it).
+    op.requested_class = sched::StreamClass::kBestEffort;
+    may_defer = false;
+  }
   // Another stream's deferred error is not this op's: it stays for the call that synchronises
   // with its op, and this op is submitted (issue 24, finding 7).
   release_for_legacy_stream(op.stream);

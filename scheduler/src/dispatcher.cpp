@@ -165,7 +165,11 @@ const Dep* Dispatcher::Impl::first_unmet(const QueuedOp& q) {
 }
 
 OpEstimate Dispatcher::Impl::estimate(const Op& op) {
-  if (op.kind != OpKind::kKernel) return {};
+  if (op.kind != OpKind::kKernel) {
+    OpEstimate est;
+    est.duration_ns = policy->non_kernel_duration_ns(op);
+    return est;
+  }
   return opt.profiles->estimate(op.kernel, device);
 }
 
@@ -343,7 +347,10 @@ int Dispatcher::Impl::submit(Op&& op, bool may_defer) {
   op.arrival_ns = op.submitted_ns = device.now_ns();
   if (op.records_event()) note_record(op.event, s, op.seq);
   OpEstimate est;
-  if (op.cls == StreamClass::kBestEffort) reserve_best_effort(op, est, /*force=*/true);
+  if (op.cls == StreamClass::kBestEffort) {
+    est = estimate(op);  // counted in flight by its length, like admitted work
+    reserve_best_effort(op, est, /*force=*/true);
+  }
   ++s.submitted_inline;
   return submit_locked(s, op, est);
 }

@@ -30,17 +30,16 @@ class GpudPolicy final : public Policy {
   }
   // How long `op` occupies the GPU, as admission needs it (-1: unknown, only into long windows).
   // A whole best-effort process's legacy stream also carries copies, memsets and event records
-  // (PyTorch's): copies and memsets from their size, bookkeeping ops take no time.
+  // (PyTorch's): copies and memsets from their size (non_kernel_duration_ns, which the in-flight
+  // total counts too), bookkeeping ops take no time.
   static int64_t length_ns(const Op& op, const OpEstimate& est) {
     switch (op.kind) {
       case OpKind::kKernel:
-        return est.duration_ns > 0 ? static_cast<int64_t>(est.duration_ns) : -1;
-      case OpKind::kCopy:
-        return static_cast<int64_t>(static_cast<double>(op.bytes) / kCopyBytesPerNs);
-      case OpKind::kMemset:
-        return static_cast<int64_t>(static_cast<double>(op.bytes) / kMemsetBytesPerNs);
       case OpKind::kGraphLaunch:
         return est.duration_ns > 0 ? static_cast<int64_t>(est.duration_ns) : -1;
+      case OpKind::kCopy:
+      case OpKind::kMemset:
+        return static_cast<int64_t>(est.duration_ns);
       case OpKind::kEventRecord:
       case OpKind::kStreamWaitEvent:
       case OpKind::kHostFunc:
@@ -48,6 +47,11 @@ class GpudPolicy final : public Policy {
         return 0;
     }
     return -1;
+  }
+  double non_kernel_duration_ns(const Op& op) const override {
+    if (op.kind == OpKind::kCopy) return static_cast<double>(op.bytes) / kCopyBytesPerNs;
+    if (op.kind == OpKind::kMemset) return static_cast<double>(op.bytes) / kMemsetBytesPerNs;
+    return 0;
   }
   static constexpr double kCopyBytesPerNs = 20.0;       // a PCIe 4-5 host copy, the slow case
   static constexpr double kMemsetBytesPerNs = 1'000.0;  // HBM
@@ -92,7 +96,7 @@ std::unique_ptr<Policy> make_gpud_policy(GpudSource source, const gpud::Admissio
 namespace detail {
 
 std::unique_ptr<Policy> make_gpud_policy(const PolicyParams& params) {
-  ParamReader r("gpud", params, {"gpu", "dir", "fallback", "guard_us", "unknown_min_window_us", "stale_ms"});
+  ParamReader r("gpud", params, {"gpu", "dir", "fallback", "guard_us", "unknown_min_window_us", "stale_ms", "max_alone_us"});
   auto it = params.find("gpu");
   if (it == params.end() || it->second.empty()) {
     throw std::invalid_argument("policy 'gpud': parameter 'gpu' (the GPU's UUID orion-gpud serves) is required");
@@ -101,6 +105,7 @@ std::unique_ptr<Policy> make_gpud_policy(const PolicyParams& params) {
   config.guard_ns = static_cast<int64_t>(r.number("guard_us", 50.0, 0.0, 1e6) * 1e3);
   config.unknown_kernel_min_window_ns = static_cast<int64_t>(r.number("unknown_min_window_us", 5000.0, 0.0, 1e9) * 1e3);
   config.stale_after_ns = static_cast<int64_t>(r.number("stale_ms", 200.0, 1.0, 1e6) * 1e6);
+  config.max_alone_ns = static_cast<int64_t>(r.number("max_alone_us", 0.0, 0.0, 1e9) * 1e3);
   const std::string fallback = params.count("fallback") ? params.at("fallback") : "hold";
   if (fallback != "hold" && fallback != "pass") {
     throw std::invalid_argument("policy 'gpud': parameter 'fallback'='" + fallback + "': hold or pass");
@@ -123,7 +128,8 @@ std::string gpud_param_docs() {
          "  fallback=hold     when the daemon is gone (lease expired): hold, or pass (run, unprotected)\n"
          "  guard_us=50       kept free before a window closes\n"
          "  unknown_min_window_us=5000  a kernel of unknown duration needs this much window left\n"
-         "  stale_ms=200      a pipeline heartbeat older than this frees best-effort work\n";
+         "  stale_ms=200      a pipeline heartbeat older than this frees best-effort work\n"
+         "  max_alone_us=0    a kernel over the in-flight budget goes alone only up to this (0: if it fits the window)\n";
 }
 
 }  // namespace detail

@@ -44,14 +44,15 @@ TEST_F(AdmissionTest, TheInFlightBudgetBoundsWorkInsideAWindow) {
   const Decision d = admit(window, grant, now, 1 * kMs, 1 * kMs + 1, config);
   EXPECT_EQ(d.verdict, Verdict::kHold);
   EXPECT_STREQ(d.reason, "in-flight budget full");
-  // Alone, a kernel longer than the budget still goes (it fits the window): no stall at it; up to
-  // kAloneBudgetFactor times the budget (2 ms here), not beyond.
-  EXPECT_EQ(admit(window, grant, now, 3 * kMs, 0, config).verdict, Verdict::kRun);
+  // Alone, a kernel longer than the budget still goes (it fits the window): no stall at it.
+  EXPECT_EQ(admit(window, grant, now, 30 * kMs, 0, config).verdict, Verdict::kRun);
   EXPECT_EQ(admit(window, grant, now, 3 * kMs, 1, config).verdict, Verdict::kHold);
-  EXPECT_EQ(admit(window, grant, now, kAloneBudgetFactor * 2 * kMs, 0, config).verdict, Verdict::kRun);
-  const Decision too_long = admit(window, grant, now, kAloneBudgetFactor * 2 * kMs + 1, 0, config);
+  // With max_alone set, only up to it.
+  config.max_alone_ns = 8 * kMs;
+  EXPECT_EQ(admit(window, grant, now, 8 * kMs, 0, config).verdict, Verdict::kRun);
+  const Decision too_long = admit(window, grant, now, 8 * kMs + 1, 0, config);
   EXPECT_EQ(too_long.verdict, Verdict::kHold);
-  EXPECT_STREQ(too_long.reason, "kernel longer than the in-flight budget allows alone");
+  EXPECT_STREQ(too_long.reason, "kernel longer than max_alone");
 }
 
 TEST_F(AdmissionTest, OutsideAWindowOrBeforeItOpensNothingRuns) {

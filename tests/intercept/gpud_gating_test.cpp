@@ -142,20 +142,23 @@ TEST(GpudGating, PlainStreamsAreHeldAndPerThreadLaunchesWaitForAWindow) {
   g_pipeline->close();
   ASSERT_EQ(cuLaunchKernel(on_plain, 1, 1, 1, 32, 1, 1, 0, plain, nullptr, nullptr), CUDA_SUCCESS);
   EXPECT_FALSE(launched_within(on_plain, 50)) << "a cuStreamCreate stream of a best-effort process went outside a window";
-  std::atomic<bool> returned{false};
+  std::atomic<bool> started{false}, returned{false};
   std::thread launcher([&] {
     ASSERT_NE(use_device(0), nullptr);  // this thread's current context
+    started = true;
     EXPECT_EQ(cuLaunchKernel(per_thread, 1, 1, 1, 32, 1, 1, 0, CU_STREAM_PER_THREAD, nullptr, nullptr), CUDA_SUCCESS);
     returned = true;
   });
+  while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_FALSE(returned.load()) << "a per-thread launch returned with no window open";
   EXPECT_EQ(count_launches(calls(), per_thread), 0u);
-  g_pipeline->open_for(200'000'000);
-  launcher.join();
+  g_pipeline->open_for(5'000'000'000);  // long: a loaded machine still admits it inside
+  launcher.join();  // bounded: the shim lets a waiting per-thread launch go after 1 s in any case
   EXPECT_TRUE(returned.load());
   EXPECT_EQ(count_launches(calls(), per_thread), 1u);
   EXPECT_TRUE(launched_within(on_plain, 1000));
+  g_pipeline->close();
   EXPECT_TRUE(wait_idle());
   EXPECT_EQ(cuStreamDestroy(plain), CUDA_SUCCESS);
 }

@@ -67,10 +67,12 @@ void BubblePublisher::begin_step(std::vector<IdleWindow> windows) {
 void BubblePublisher::show_window(int64_t now) {
   if (!client_) return;
   if (busy_ == 0) {
-    gpud::publish_window(client_->pipeline_writable(), std::max(current_open_, now), current_close_);
+    shown_open_ = std::max(current_open_, now);
+    gpud::publish_window(client_->pipeline_writable(), shown_open_, current_close_);
   } else {
     // Closed: [open, open) admits nothing, and tells readers the window is not to be used.
-    gpud::publish_window(client_->pipeline_writable(), current_open_, current_open_);
+    shown_open_ = current_open_;
+    gpud::publish_window(client_->pipeline_writable(), shown_open_, shown_open_);
   }
 }
 
@@ -79,13 +81,14 @@ void BubblePublisher::demand() {
   const int64_t now = gpud::monotonic_ns();
   if (busy_++ > 0 || current_close_ <= now) return;  // already closed, or no window open or ahead
   if (current_open_ <= now) {
-    // Open now: cut short here (the part before stays as it was, for the page's accounting).
+    // Open now: cut short here, with the open the page shows (the same window, for the page's
+    // accounting of idle time offered).
     current_close_ = now;
-    if (client_) gpud::publish_window(client_->pipeline_writable(), current_open_, now);
+    if (client_) gpud::publish_window(client_->pipeline_writable(), shown_open_, std::max(shown_open_, now));
+    cut_.fetch_add(1);
   } else {
     show_window(now);  // ahead: closed until the action is done
   }
-  cut_.fetch_add(1);
 }
 
 void BubblePublisher::compute_done() {
@@ -153,7 +156,7 @@ void BubblePublisher::loop() {
       // A new step: the last one's window still on the page ends now (published cut short, so the
       // idle time the page counts as offered loses what was never offered).
       if (client_ && current_close_ > now && busy_ == 0) {
-        gpud::publish_window(client_->pipeline_writable(), current_open_, std::clamp(now, current_open_, current_close_));
+        gpud::publish_window(client_->pipeline_writable(), shown_open_, std::clamp(now, shown_open_, current_close_));
       }
       generation = step_generation_;
       next = 0;

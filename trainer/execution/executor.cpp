@@ -89,15 +89,25 @@ void ActionRunner::run(const Action& action, ActionLane lane) {
   const auto start = ActionRecorder::Clock::now();
   GpuSpan span;
   const bool compute = is_compute(action.type);
+  // compute_starting / compute_done pair up however dispatch() leaves (the bubble publisher keeps
+  // windows closed in between).
+  struct ComputeScope {
+    const ActionRecorder* recorder;
+    int rank;
+    ~ComputeScope() {
+      if (recorder != nullptr) recorder->compute_done(rank);
+    }
+  };
   if (compute && ctx_.recorder != nullptr) ctx_.recorder->compute_starting(rank_);
-  if (!compute) gpu_span_begin(span);
-  try {
-    dispatch(action, span);
-  } catch (const std::exception& e) {
-    if (compute && ctx_.recorder != nullptr) ctx_.recorder->compute_done(rank_);
-    throw std::runtime_error(fmt::format("rank {} action {}: {}", rank_, to_string(action), e.what()));
+  {
+    const ComputeScope scope{compute ? ctx_.recorder : nullptr, rank_};
+    if (!compute) gpu_span_begin(span);
+    try {
+      dispatch(action, span);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(fmt::format("rank {} action {}: {}", rank_, to_string(action), e.what()));
+    }
   }
-  if (compute && ctx_.recorder != nullptr) ctx_.recorder->compute_done(rank_);
   if (!compute) gpu_span_end(span);
   if (ctx_.recorder == nullptr) return;
   std::shared_ptr<const GpuSpanTimes> gpu;

@@ -134,6 +134,11 @@ struct AdmissionConfig {
   int64_t stale_after_ns = 200'000'000;          // a pipeline heartbeat older than this: gone
   int64_t guard_ns = 50'000;                     // kept free before a window closes
   int64_t unknown_kernel_min_window_ns = 5'000'000;  // a kernel of unknown length needs this much
+  // A kernel longer than the grant's in-flight budget goes alone (nothing else in flight) if it
+  // fits what is left of the window; > 0: and only if it is at most this long (what a window cut
+  // short by the pipeline's demand can make the pipeline wait behind). 0: no such cap (a capped
+  // kernel would wait for the job's next synchronisation, which releases it window or not).
+  int64_t max_alone_ns = 0;
   Fallback fallback = Fallback::kHold;
 };
 enum class Verdict { kRun, kHold };
@@ -142,9 +147,6 @@ struct Decision {
   const char* reason;  // static text, for counters and logs
   bool in_window = false;  // run, inside the pipeline's window (what filling its bubbles counts)
 };
-// A kernel longer than the grant's in-flight budget may go alone (nothing else in flight) up to
-// this many times the budget.
-inline constexpr int64_t kAloneBudgetFactor = 4;
 // kernel_ns < 0: its length is unknown. inflight_ns: best-effort work already launched and not
 // yet done (the caller's estimate).
 Decision admit(const WindowView& window, const GrantView& grant, int64_t now_ns, int64_t kernel_ns,

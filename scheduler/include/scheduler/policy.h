@@ -78,6 +78,9 @@ class Policy {
   // class, the legacy default stream included (its order with blocking streams kept while held:
   // Dispatcher::order_legacy_stream); communication streams stay communication.
   virtual bool gates_whole_process() const { return false; }
+  // Estimated length of a non-kernel op (copy, memset, ...) for admission and the best-effort
+  // in-flight total; 0: not estimated (the dispatcher's default for every policy but gpud).
+  virtual double non_kernel_duration_ns(const Op& /*op*/) const { return 0; }
   // The SM partition the backend should confine best-effort streams to (partition: yes), as it
   // stands now: the adaptive partition resizes it at run time, so backends ask at each
   // best-effort launch. Thread-safe and cheap (atomic loads, no lock): called from launch paths.

@@ -54,7 +54,7 @@ class BubblePublisher {
   // The action demand() announced finished (on the host: its work is issued). With no action
   // running, the planned window, if still ahead or open, is published again from now.
   void compute_done();
-  // Windows demand() cut short.
+  // Open windows demand() cut short (windows still ahead that it kept closed are not counted).
   uint64_t windows_cut() const { return cut_.load(); }
   // Attaches to a daemon after the first (each restart it noticed).
   uint64_t reconnects() const { return reconnects_.load(); }
@@ -74,6 +74,7 @@ class BubblePublisher {
   // (closed while an action runs).
   int64_t current_open_ = 0;
   int64_t current_close_ = 0;
+  int64_t shown_open_ = 0;      // the open of the window the page shows
   int busy_ = 0;                // compute actions running (demand() without compute_done())
   void show_window(int64_t now);  // the planned window on the page as busy_ allows
   std::atomic<uint64_t> published_{0};
