@@ -201,7 +201,6 @@ void Shim::release_for_legacy_stream(sched::StreamId id) {
 }
 
 sched::StreamClass Shim::class_for_priority(int priority) const {
-  if (whole_process_) return sched::StreamClass::kBestEffort;
   if (priority <= settings_.hp_priority_max) return sched::StreamClass::kHighPriority;
   if (priority >= settings_.be_priority_min) return sched::StreamClass::kBestEffort;
   return sched::StreamClass::kUnmanaged;

@@ -173,8 +173,8 @@ OpEstimate Dispatcher::Impl::estimate(const Op& op) {
   return opt.profiles->estimate(op.kernel, device);
 }
 
-// Asks the policy (unless `force`) and, if admitted, counts the op as in flight.
-// What the policy is told about the device (the best-effort fields under admit_mu).
+// What the policy is told about the device, without the best-effort fields (admit_locked adds
+// them under admit_mu).
 DeviceState Dispatcher::Impl::device_state() {
   DeviceState state;
   // Asked each time, not frozen at construction: a backend may learn it late (the real driver
@@ -187,26 +187,27 @@ DeviceState Dispatcher::Impl::device_state() {
   return state;
 }
 
-bool Dispatcher::Impl::policy_admits(const Op& op) {
-  const OpEstimate est = estimate(op);
-  DeviceState state = device_state();
-  std::lock_guard lock(admit_mu);
+// The policy's answer for `op` (admit_mu held by the caller).
+bool Dispatcher::Impl::admit_locked(const Op& op, const OpEstimate& est, DeviceState state) {
   state.be_in_flight = be_in_flight;
   state.be_sms_in_flight = be_sms;
   state.be_outstanding_ns = be_outstanding_ns;
   return policy->admit(op, est, state);
 }
 
+bool Dispatcher::Impl::policy_admits(const Op& op) {
+  const OpEstimate est = estimate(op);
+  const DeviceState state = device_state();
+  std::lock_guard lock(admit_mu);
+  return admit_locked(op, est, state);
+}
+
+// Asks the policy (unless `force`) and, if admitted, counts the op as in flight.
 bool Dispatcher::Impl::reserve_best_effort(const Op& op, const OpEstimate& est, bool force) {
   DeviceState state;
   if (!force) state = device_state();
   std::lock_guard lock(admit_mu);
-  if (!force) {
-    state.be_in_flight = be_in_flight;
-    state.be_sms_in_flight = be_sms;
-    state.be_outstanding_ns = be_outstanding_ns;
-    if (!policy->admit(op, est, state)) return false;
-  }
+  if (!force && !admit_locked(op, est, state)) return false;
   ++be_in_flight;
   be_sms += est.sms_needed;
   be_outstanding_ns += est.duration_ns;

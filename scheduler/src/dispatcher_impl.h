@@ -58,6 +58,7 @@ struct Dispatcher::Impl final : CompletionListener {
   // (no stream mutex held on entry).
   std::vector<Dep> legacy_order_deps(StreamState& s);
   DeviceState device_state();          // without the best-effort fields (admit_mu)
+  bool admit_locked(const Op& op, const OpEstimate& est, DeviceState state);  // admit_mu held
   bool policy_admits(const Op& op);    // Dispatcher::policy_admits
   // The event's latest record if it has not been submitted yet.
   EventRecordRef pending_record(EventId event);

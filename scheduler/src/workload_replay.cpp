@@ -347,8 +347,6 @@ ReplayResult replay_workload(const Workload& w, const ReplayOptions& options) {
   return replay_processes({spec}, options.gpu).processes.front().replay;
 }
 
-namespace {
-
 double percentile(std::vector<int64_t> values, double p) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
@@ -357,8 +355,6 @@ double percentile(std::vector<int64_t> values, double p) {
   size_t index = rank < 1 ? 0 : static_cast<size_t>(rank) - 1;
   return static_cast<double>(values[std::min(index, values.size() - 1)]);
 }
-
-}  // namespace
 
 double latency_percentile_ns(const ReplayResult& result, StreamClass cls, double p) {
   std::vector<int64_t> values;

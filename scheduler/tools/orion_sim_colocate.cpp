@@ -166,10 +166,7 @@ double compute_p99(const sched::ReplayResult& r) {
   for (const sched::RequestResult& q : r.requests) {
     if (is_compute(q.cls)) v.push_back(q.execution_ns());
   }
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t rank = static_cast<size_t>(std::ceil(0.99 * static_cast<double>(v.size())));
-  return static_cast<double>(v[std::max<size_t>(rank, 1) - 1]);
+  return sched::percentile(std::move(v), 99);
 }
 
 // Steps 1.. of the pipeline (from step 1's start to its last completion).

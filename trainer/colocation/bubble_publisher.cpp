@@ -45,7 +45,14 @@ BubblePublisher::~BubblePublisher() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
-  for (const Note& n : notes_) spdlog::log(static_cast<spdlog::level::level_enum>(n.level), "{}", n.text);
+  log_notes(notes_);
+}
+
+// The publishing thread's notes, logged by the caller's thread: logging from one thread only
+// keeps spdlog's lazily made registry out of races (what TSan flagged in a test whose in-process
+// daemon logs from a thread of its own).
+void BubblePublisher::log_notes(const std::vector<Note>& notes) {
+  for (const Note& n : notes) spdlog::log(static_cast<spdlog::level::level_enum>(n.level), "{}", n.text);
 }
 
 void BubblePublisher::begin_step(std::vector<IdleWindow> windows) {
@@ -58,10 +65,7 @@ void BubblePublisher::begin_step(std::vector<IdleWindow> windows) {
     notes.swap(notes_);
   }
   wake_.notify_all();
-  // Logged here, in the training thread, not by the publishing thread: logging from one thread
-  // only keeps spdlog's lazily made registry out of races (what TSan flagged in a test whose
-  // in-process daemon logs from a thread of its own).
-  for (const Note& n : notes) spdlog::log(static_cast<spdlog::level::level_enum>(n.level), "{}", n.text);
+  log_notes(notes);
 }
 
 void BubblePublisher::show_window(int64_t now) {

@@ -4,9 +4,9 @@
 
 #include "trainer_internal.h"
 
-#include <algorithm>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>

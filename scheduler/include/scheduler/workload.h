@@ -205,6 +205,8 @@ struct ColocatedResult {
 // replay_workload does for one. Throws as replay_workload does, naming the process.
 ColocatedResult replay_processes(const std::vector<ProcessSpec>& processes, const SimGpuConfig& gpu);
 
+// Nearest-rank percentile (p in [0,100]) of `values`; 0 when empty.
+double percentile(std::vector<int64_t> values, double p);
 // Latency percentile (nearest rank, p in [0,100]) of the requests of class `cls`; 0 when none.
 double latency_percentile_ns(const ReplayResult& result, StreamClass cls, double p);
 // The same for RequestResult::execution_ns().

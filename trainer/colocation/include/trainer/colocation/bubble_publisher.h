@@ -85,6 +85,7 @@ class BubblePublisher {
     std::string text;
   };
   std::vector<Note> notes_;
+  static void log_notes(const std::vector<Note>& notes);
   std::atomic<uint64_t> reconnects_{0};
   std::thread thread_;
 };
