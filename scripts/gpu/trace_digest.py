@@ -8,14 +8,17 @@ was busy for about a fifth of it: the question is what the rank threads waited o
            longest idle gaps with the CUDA runtime/driver call each CPU thread was in at the time
   runtime  per CUDA runtime/driver call name: count, total and longest duration (synchronizations,
            cudaMalloc/cudaFree, event waits and launch cost show here)
-  threads  per CPU thread: the span of its events and the share of it covered by its top-level CPU
-           ops (the rest is time the thread was outside any op: waiting on a receive, a lock, a peer)
+  threads  per CPU thread (named as the trace names it: gpipe_runner's rank threads are "rank<r>"):
+           the span of its events, the share of it covered by its top-level CPU ops (the rest is time
+           the thread was outside any op: waiting on a receive, a lock, a peer), and the CUDA calls it
+           spent most time in
   ops      the top CPU ops by total time over all threads
 as text and, with --json, as one JSON document.
 Usage: trace_digest.py TRACE.json [--json OUT.json] [--top N]; exit 1 when the trace has no GPU work.
 """
 import argparse
 import json
+import re
 import sys
 from collections import defaultdict
 
@@ -53,6 +56,16 @@ def digest(trace, top=12):
     events = trace.get("traceEvents", trace if isinstance(trace, list) else [])
     gpu, runtime, ops_by_thread = [], defaultdict(list), defaultdict(list)
     calls_by_thread = defaultdict(list)
+    names = {e.get("tid"): e.get("args", {}).get("name") for e in events
+             if e.get("ph") == "M" and e.get("name") == "thread_name"}
+
+    def label(tid):  # Kineto spells a name "thread 13566 (rank0)": keep "13566 (rank0)"
+        name = names.get(tid)
+        if not name:
+            return str(tid)
+        m = re.fullmatch(r"thread \S+ \((.*)\)", name)
+        return f"{tid} ({m.group(1) if m else name})"
+
     for e in events:
         if e.get("ph") != "X":
             continue
@@ -84,9 +97,9 @@ def digest(trace, top=12):
     for length, a, b in gaps[:top]:
         during = {}
         for tid, calls in calls_by_thread.items():
-            names = sorted({n for s, e, n in calls if s < b and e > a and (min(e, b) - max(s, a)) > 0.5 * length})
-            if names:
-                during[str(tid)] = names
+            in_calls = sorted({n for s, e, n in calls if s < b and e > a and (min(e, b) - max(s, a)) > 0.5 * length})
+            if in_calls:
+                during[label(tid)] = in_calls
         gap_rows.append({"ms": length / 1e3, "at_ms": (a - gpu[0][0]) / 1e3, "threads_in": during})
     runtime_rows = sorted(({"name": n, "count": len(d), "total_ms": sum(d) / 1e3, "max_ms": max(d) / 1e3}
                            for n, d in runtime.items()), key=lambda r: -r["total_ms"])
@@ -96,8 +109,13 @@ def digest(trace, top=12):
         intervals = [(s, e) for s, e, _ in ops]
         first, last = min(s for s, _ in intervals), max(e for _, e in intervals)
         covered = union_ms(top_level(intervals))
-        thread_rows.append({"tid": str(tid), "ops": len(ops), "span_ms": (last - first) / 1e3,
-                            "in_ops_share": covered / max(1e-9, (last - first) / 1e3)})
+        call_ms = defaultdict(float)
+        for s, e, name in calls_by_thread.get(tid, []):
+            call_ms[name] += (e - s) / 1e3
+        top_calls = sorted(call_ms.items(), key=lambda kv: -kv[1])[:3]
+        thread_rows.append({"tid": label(tid), "ops": len(ops), "span_ms": (last - first) / 1e3,
+                            "in_ops_share": covered / max(1e-9, (last - first) / 1e3),
+                            "top_cuda_calls_ms": [[n, t] for n, t in top_calls]})
         for s, e, name in ops:
             op_totals[name][0] += 1
             op_totals[name][1] += (e - s) / 1e3
@@ -118,8 +136,11 @@ def render(d):
         lines.append(f"  idle {gap['ms']:.2f} ms at {gap['at_ms']:.1f} ms ({who})")
     lines.append("runtime (count, total ms, max ms):")
     lines += [f"  {r['name']}: {r['count']}, {r['total_ms']:.1f}, {r['max_ms']:.2f}" for r in d["runtime"]]
-    lines.append("threads (span ms, share of it inside a CPU op):")
-    lines += [f"  tid {r['tid']}: {r['span_ms']:.1f}, {100 * r['in_ops_share']:.1f}% ({r['ops']} ops)" for r in d["threads"]]
+    lines.append("threads (span ms, share of it inside a CPU op; CUDA calls it spent most time in):")
+    for r in d["threads"]:
+        calls = ", ".join(f"{n} {t:.1f} ms" for n, t in r.get("top_cuda_calls_ms", []))
+        lines.append(f"  tid {r['tid']}: {r['span_ms']:.1f}, {100 * r['in_ops_share']:.1f}% ({r['ops']} ops)"
+                     + (f"; {calls}" if calls else ""))
     lines.append("CPU ops (count, total ms over all threads):")
     lines += [f"  {r['name']}: {r['count']}, {r['total_ms']:.1f}" for r in d["ops"]]
     return "\n".join(lines)

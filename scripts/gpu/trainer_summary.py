@@ -37,7 +37,8 @@ def main() -> int:
             r["peak_memory_bytes"] = s.get("peak_memory_bytes")
             r["extra"] = (f"{s.get('stages')} stages, {s.get('schedule')}, bubble "
                           f"{'n/a' if bubble is None else f'{bubble:.3f}'} ({s.get('bubble_clock', 'host')} clock), "
-                          f"peak mem {s.get('peak_memory_bytes')}")
+                          f"peak mem {s.get('peak_memory_bytes')}; cudaMalloc after step 1: "
+                          f"{s.get('device_mallocs_after_first_step')}, alloc retries {s.get('alloc_retries')}")
             rows[label] = r
         except (ResultError, KeyError, json.JSONDecodeError) as e:
             print(f"| d: trainer {label} | FAIL | {e} |")

@@ -344,6 +344,8 @@ class TraceDigestTest(unittest.TestCase):
             {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 500, "tid": 2},
             {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "ts": 100, "dur": 100, "tid": 2},
             {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 3500, "dur": 500, "tid": 2},
+            {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "thread 1 (rank1)"}},
+            {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "rank0"}},
         ]
         out, d = self.digest(events)
         self.assertEqual(out.returncode, 0, out.stderr)
@@ -351,14 +353,17 @@ class TraceDigestTest(unittest.TestCase):
         self.assertAlmostEqual(d["gpu"]["span_ms"], 4.0)
         gap = d["gpu"]["longest_idle_gaps"][0]
         self.assertAlmostEqual(gap["ms"], 2.0)
-        self.assertEqual(gap["threads_in"], {"1": ["cudaStreamSynchronize"]})
+        self.assertEqual(gap["threads_in"], {"1 (rank1)": ["cudaStreamSynchronize"]})
         sync = next(r for r in d["runtime"] if r["name"] == "cudaStreamSynchronize")
         self.assertAlmostEqual(sync["total_ms"], 1.9)
-        thread = next(r for r in d["threads"] if r["tid"] == "2")
+        thread = next(r for r in d["threads"] if r["tid"] == "2 (rank0)")
         self.assertAlmostEqual(thread["span_ms"], 4.0)
+        self.assertEqual([n for n, _ in thread["top_cuda_calls_ms"]], ["cudaLaunchKernel"])
+        self.assertAlmostEqual(thread["top_cuda_calls_ms"][0][1], 0.005)
         self.assertAlmostEqual(thread["in_ops_share"], 0.25)  # nested addmm is not counted twice
         self.assertEqual(d["ops"][0], {"name": "aten::mm", "count": 2, "total_ms": 1.0})
-        self.assertIn("idle 2.00 ms at 1.0 ms (tid 1: cudaStreamSynchronize)", out.stdout)
+        self.assertIn("idle 2.00 ms at 1.0 ms (tid 1 (rank1): cudaStreamSynchronize)", out.stdout)
+        self.assertIn("tid 2 (rank0): 4.0, 25.0% (3 ops); cudaLaunchKernel 0.0 ms", out.stdout)
 
     def test_a_trace_without_gpu_work_fails(self):
         out, _ = self.digest([{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 5, "tid": 1}])

@@ -53,6 +53,10 @@ def expected_scalars(record):
     if record["scheduler_held"] is not None:
         out["scheduler/held"] = record["scheduler_held"]
         out["scheduler/admitted"] = record["scheduler_admitted"]
+    if record["device_mallocs"] is not None:  # a GPU run: the caching allocator's traffic
+        out["memory/device_mallocs"] = record["device_mallocs"]
+        out["memory/alloc_retries"] = record["alloc_retries"]
+        out["memory/reserved_peak_MiB"] = record["reserved_peak_bytes"] / MIB
     return out
 
 
@@ -123,6 +127,7 @@ class TensorBoardEvents(unittest.TestCase):
                     self.assertGreater(busy, 0.0)
                     self.assertLessEqual(busy, 1.0 + 1e-9)
                 self.assertIsNone(record["scheduler_held"])  # no shim preloaded
+                self.assertIsNone(record["device_mallocs"])  # no CUDA caching allocator on CPU
             # The profiler plugin's trace lies under the same --logdir.
             self.assertTrue(list(out_dir.glob("profiler_*/rank0/*.pt.trace.json")), "no profiler trace under the run")
             self.assertIn("tensorboard --logdir", log)

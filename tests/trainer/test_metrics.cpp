@@ -54,6 +54,12 @@ TEST(MetricsTest, JsonlAndSummary) {
       m.step_time_ms = i == 0 ? 900 : 100;  // the first (warm-up) step is left out of means
       m.bubble_fraction = i == 0 ? 0.9 : 0.3;
       m.peak_memory_bytes = 10 + i;
+      if (i > 0) {  // the allocator's traffic, as a GPU run's steps report it
+        m.device_mallocs = 2 * i;
+        m.device_frees = 0;
+        m.alloc_retries = i - 1;
+        m.reserved_peak_bytes = 1 << 20;
+      }
       log.add(m);
     }
     const auto s = log.summary();
@@ -69,8 +75,12 @@ TEST(MetricsTest, JsonlAndSummary) {
     EXPECT_EQ(s["first_loss"].get<double>(), 5.0);
     EXPECT_EQ(s["final_loss"].get<double>(), 3.0);
     EXPECT_EQ(s["steps"].get<int>(), 3);
+    EXPECT_EQ(s["device_mallocs_after_first_step"].get<int>(), 2 + 4);  // steps 1 and 2
+    EXPECT_EQ(s["alloc_retries"].get<int>(), 0 + 1);
     log.write_summary();
     EXPECT_NE(log.summary_text().find("MFU"), std::string::npos);
+    EXPECT_NE(log.summary_text().find("CUDA allocator: 6 cudaMalloc after the first step | 1 retried"), std::string::npos)
+        << log.summary_text();
   }
   std::ifstream jsonl(dir + "/metrics.jsonl");
   std::string line;
@@ -78,6 +88,15 @@ TEST(MetricsTest, JsonlAndSummary) {
   while (std::getline(jsonl, line)) {
     const auto j = nlohmann::json::parse(line);
     EXPECT_EQ(j.at("step").get<int>(), lines);
+    if (lines == 0) {
+      for (const char* key : {"device_mallocs", "device_frees", "alloc_retries", "reserved_peak_bytes"}) {
+        EXPECT_TRUE(j.at(key).is_null()) << key << " without allocator figures must be null, not 0";
+      }
+    } else {
+      EXPECT_EQ(j.at("device_mallocs").get<int>(), 2 * lines);
+      EXPECT_EQ(j.at("alloc_retries").get<int>(), lines - 1);
+      EXPECT_EQ(j.at("reserved_peak_bytes").get<int64_t>(), 1 << 20);
+    }
     ++lines;
   }
   EXPECT_EQ(lines, 3);
@@ -94,7 +113,9 @@ TEST(MetricsTest, CpuRunsHaveNoMfu) {
   MetricsLog log(dir, info);
   EXPECT_FALSE(log.mfu(1000.0).has_value());
   EXPECT_TRUE(log.summary()["mfu"].is_null());
+  EXPECT_TRUE(log.summary()["alloc_retries"].is_null());
   EXPECT_NE(log.summary_text().find("n/a (CPU)"), std::string::npos);
+  EXPECT_EQ(log.summary_text().find("CUDA allocator"), std::string::npos);
   testing::remove_tree(dir);
 }
 

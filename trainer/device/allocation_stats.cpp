@@ -11,6 +11,7 @@
 #include <cstring>
 #include <cstdint>
 #include <mutex>
+#include <set>
 
 #include "trainer/device/device.h"
 
@@ -97,11 +98,37 @@ void reset_cuda_allocator_peak(c10::DeviceIndex index) {
   at::globalContext().lazyInitDevice(c10::kCUDA);
   c10::cuda::CUDACachingAllocator::resetPeakStats(index);
 }
+
+std::optional<AllocatorActivity> allocator_activity(const std::vector<c10::Device>& devices) {
+  std::optional<AllocatorActivity> sum;
+  std::set<c10::DeviceIndex> seen;
+  for (const auto& d : devices) {
+    if (!d.is_cuda() || !seen.insert(d.index()).second) continue;
+    const auto stats = cuda_allocator_stats(d.index());
+    if (!sum) sum.emplace();
+    sum->device_mallocs += stats.num_device_alloc;
+    sum->device_frees += stats.num_device_free;
+    sum->alloc_retries += stats.num_alloc_retries;
+    sum->sync_all_streams += stats.num_sync_all_streams;
+    sum->reserved_peak_bytes = std::max(sum->reserved_peak_bytes, stats.reserved_bytes[kAggregate].peak);
+  }
+  return sum;
+}
 #else
+std::optional<AllocatorActivity> allocator_activity(const std::vector<c10::Device>&) { return std::nullopt; }
 int64_t cuda_allocated_bytes_now(c10::DeviceIndex) { return -1; }
 int64_t cuda_allocated_bytes_peak(c10::DeviceIndex) { return -1; }
 void reset_cuda_allocator_peak(c10::DeviceIndex) {}
 #endif
+
+AllocatorActivity allocator_activity_since(const AllocatorActivity& before, const AllocatorActivity& now) {
+  AllocatorActivity d = now;
+  d.device_mallocs -= before.device_mallocs;
+  d.device_frees -= before.device_frees;
+  d.alloc_retries -= before.alloc_retries;
+  d.sync_all_streams -= before.sync_all_streams;
+  return d;
+}
 
 int64_t allocated_bytes(const c10::Device& device) {
 #ifdef OURGPIPE_HAVE_TORCH_CUDA

@@ -1,4 +1,6 @@
 // The async_threaded executor: one thread per rank runs its own program against the transport.
+// The threads (WorkerThread "rank<r>", and "rank<r>-fwd" for overlapped pairs) are made at the
+// first step and kept: each step hands every rank its program and waits for all of them.
 // On CUDA each micro-batch's forward and backward get streams of their own (priority per
 // parallel.priority; autograd still runs backward kernels on the forward's stream, see
 // RankStreams), all W's of a rank share one stream, and events order them; on CPU there are no
@@ -10,14 +12,14 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <thread>
+#include <string>
 
 #include <fmt/format.h>
 
 #include "action_runner.h"
 #include "forward_lane.h"
+#include "worker_thread.h"
 #include "trainer/execution/stage_runtime.h"
-#include "trainer/metrics/kineto_profile.h"
 #include "trainer/metrics/timeline.h"
 
 namespace gpipe {
@@ -74,21 +76,24 @@ class AsyncThreadedExecutor final : public Executor {
     };
 
     if (ctx.recorder != nullptr) ctx.recorder->begin_step(schedule.num_ranks);
-    std::vector<std::thread> threads;
-    threads.reserve(here.size());
+    if (workers_.size() != ranks) {
+      workers_.clear();
+      workers_.resize(ranks);
+    }
+    std::vector<std::future<void>> programs;
+    programs.reserve(here.size());
     for (int rank : here) {
       const auto r = static_cast<size_t>(rank);
-      threads.emplace_back([&, r] {
+      const c10::Device device = ctx.rank_devices.at(r);
+      if (!workers_[r] || workers_[r]->device != device) workers_[r] = std::make_unique<RankThreads>(device, rank);
+      RankThreads* threads = workers_[r].get();
+      programs.push_back(threads->rank.run([&, r, device, threads] {
         try {
-          const c10::Device device = ctx.rank_devices.at(r);
-          bind_thread_to_device(device);
           const BackwardOnCallingThread backward_here;
-          const ProfileThisThread profile_here;  // joins training.profile_iteration's Kineto trace
           // One AutocastScope per action (as in the naive executor), not per step: autocast's
           // per-thread cache of bf16 weight copies made by F(mb0) on its stream would otherwise
           // be reused by F(mbk) on another stream with no ordering between them. split_linear's
           // weights are cast once per step anyway (ActionRunner's WeightCastCache, ordered).
-          std::optional<ForwardLane> lane;  // started at the rank's first overlapped pair
           run_program(
               schedule.per_rank[r],
               [&](const Action& action) {
@@ -96,8 +101,8 @@ class AsyncThreadedExecutor final : public Executor {
                 runners[r]->run(action);
               },
               [&](const Action& first, const Action& second) {
-                if (!lane) lane.emplace(device, static_cast<int>(r));
-                run_overlapped(*runners[r], *lane, device, first, second);
+                if (!threads->lane) threads->lane.emplace(device, static_cast<int>(r));
+                run_overlapped(*runners[r], *threads->lane, device, first, second);
               });
           runners[r]->check_drained();
         } catch (const std::exception& e) {
@@ -105,9 +110,10 @@ class AsyncThreadedExecutor final : public Executor {
         } catch (...) {
           fail(fmt::format("rank {}: unknown exception", r));
         }
-      });
+      }));
     }
-    for (auto& t : threads) t.join();
+    // The tasks catch everything (fail() above), so get() only waits.
+    for (auto& p : programs) p.get();
     if (first_error) {
       // The runners die with this frame and with them the step's bf16 weight copies: let the
       // streams that may still read them finish first (a failing device may refuse; the first
@@ -194,8 +200,17 @@ class AsyncThreadedExecutor final : public Executor {
     if (backward_error) std::rethrow_exception(backward_error);
   }
 
+  // A rank's threads, kept across steps (remade only if the rank moves to another device).
+  struct RankThreads {
+    RankThreads(c10::Device d, int rank) : device(d), rank(d, "rank" + std::to_string(rank)) {}
+    c10::Device device;
+    WorkerThread rank;
+    std::optional<ForwardLane> lane;  // made at the rank's first overlapped pair
+  };
+
   ExecutorOptions options_;
   std::vector<std::unique_ptr<RankStreams>> streams_;
+  std::vector<std::unique_ptr<RankThreads>> workers_;  // by rank; null for ranks of other processes
 };
 
 }  // namespace

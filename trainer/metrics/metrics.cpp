@@ -50,6 +50,10 @@ int64_t max_rss_bytes() {
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
+namespace {
+nlohmann::json optional_json(const std::optional<int64_t>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); }
+}  // namespace
+
 nlohmann::json to_json(const IterationMetrics& m) {
   return {{"step", m.step},
           {"epoch", m.epoch},
@@ -65,7 +69,11 @@ nlohmann::json to_json(const IterationMetrics& m) {
           {"peak_allocated_bytes", m.peak_allocated_bytes},
           {"rank_busy", m.rank_busy},
           {"scheduler_held", m.scheduler_held ? nlohmann::json(*m.scheduler_held) : nlohmann::json(nullptr)},
-          {"scheduler_admitted", m.scheduler_admitted ? nlohmann::json(*m.scheduler_admitted) : nlohmann::json(nullptr)}};
+          {"scheduler_admitted", m.scheduler_admitted ? nlohmann::json(*m.scheduler_admitted) : nlohmann::json(nullptr)},
+          {"device_mallocs", optional_json(m.device_mallocs)},
+          {"device_frees", optional_json(m.device_frees)},
+          {"alloc_retries", optional_json(m.alloc_retries)},
+          {"reserved_peak_bytes", optional_json(m.reserved_peak_bytes)}};
 }
 
 std::vector<std::pair<std::string, double>> tensorboard_scalars(const IterationMetrics& m) {
@@ -80,6 +88,9 @@ std::vector<std::pair<std::string, double>> tensorboard_scalars(const IterationM
   s.emplace_back("memory/peak_MiB", static_cast<double>(m.peak_memory_bytes) / (1024.0 * 1024.0));
   if (m.scheduler_held) s.emplace_back("scheduler/held", static_cast<double>(*m.scheduler_held));
   if (m.scheduler_admitted) s.emplace_back("scheduler/admitted", static_cast<double>(*m.scheduler_admitted));
+  if (m.device_mallocs) s.emplace_back("memory/device_mallocs", static_cast<double>(*m.device_mallocs));
+  if (m.alloc_retries) s.emplace_back("memory/alloc_retries", static_cast<double>(*m.alloc_retries));
+  if (m.reserved_peak_bytes) s.emplace_back("memory/reserved_peak_MiB", static_cast<double>(*m.reserved_peak_bytes) / (1024.0 * 1024.0));
   return s;
 }
 
@@ -145,6 +156,14 @@ nlohmann::json MetricsLog::summary() const {
     peak_allocated = std::max(peak_allocated, m.peak_allocated_bytes);
   }
   auto null_or = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  // The allocator's traffic after the first step (a warm step should make no cudaMalloc), and its
+  // retries over the run; null on CPU.
+  std::optional<int64_t> steady_mallocs, retries;
+  for (size_t i = 0; i < iterations_.size(); ++i) {
+    const auto& m = iterations_[i];
+    if (m.alloc_retries) retries = retries.value_or(0) + *m.alloc_retries;
+    if (i > 0 && m.device_mallocs) steady_mallocs = steady_mallocs.value_or(0) + *m.device_mallocs;
+  }
   return {{"tokens_per_s", tokens_per_s},
           {"mfu", null_or(mfu_value)},
           {"bubble_fraction", mean_of(its, &IterationMetrics::bubble_fraction)},
@@ -153,6 +172,8 @@ nlohmann::json MetricsLog::summary() const {
           {"peak_allocated_bytes", peak_allocated},
           {"step_time_ms_mean", step_ms},
           {"step_time_ms_first", iterations_.empty() ? 0.0 : iterations_.front().step_time_ms},
+          {"device_mallocs_after_first_step", optional_json(steady_mallocs)},
+          {"alloc_retries", optional_json(retries)},
           {"final_loss", iterations_.empty() ? nlohmann::json(nullptr) : nlohmann::json(iterations_.back().loss)},
           {"first_loss", iterations_.empty() ? nlohmann::json(nullptr) : nlohmann::json(iterations_.front().loss)},
           {"steps", iterations_.size()},
@@ -203,6 +224,11 @@ std::string MetricsLog::summary_text() const {
   text += fmt::format("MFU {} | bubble {:.1f}% ({} clock) | peak memory {:.1f} MiB\n", mfu_text,
                       100.0 * s["bubble_fraction"].get<double>(), s["bubble_clock"].get<std::string>(),
                       static_cast<double>(s["peak_memory_bytes"].get<int64_t>()) / (1024.0 * 1024.0));
+  if (!s["alloc_retries"].is_null()) {
+    text += fmt::format("CUDA allocator: {} cudaMalloc after the first step | {} retried allocation(s)\n",
+                        s["device_mallocs_after_first_step"].is_null() ? int64_t{0} : s["device_mallocs_after_first_step"].get<int64_t>(),
+                        s["alloc_retries"].get<int64_t>());
+  }
   text += "==========================================================";
   return text;
 }

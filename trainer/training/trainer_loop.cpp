@@ -172,6 +172,7 @@ nlohmann::json PipelineTrainer::train() {
     const auto n = static_cast<int64_t>(window.size());
     reset_peak_memory(rank_devices_);
     reset_peak_allocated(rank_devices_);
+    const std::optional<AllocatorActivity> allocator_before = allocator_activity(rank_devices_);
     // The profiled step also gets a PyTorch profiler (Kineto) trace, as the Python OurGPipe
     // writes one: CPU ops of every action thread, and GPU kernels with their streams.
     const bool profile_now = t.profile_iteration >= step && t.profile_iteration < step + n;
@@ -222,6 +223,14 @@ nlohmann::json PipelineTrainer::train() {
       admitted = static_cast<int64_t>(orion_now->admitted - orion_before->admitted);
     }
     orion_before = orion_now;
+    std::optional<AllocatorActivity> allocator;
+    if (allocator_before) allocator = allocator_activity_since(*allocator_before, *allocator_activity(rank_devices_));
+    if (allocator && allocator->alloc_retries > 0 && main_process) {
+      log_warn("step {}: the CUDA caching allocator failed {} allocation(s), freed its cache (synchronising every "
+               "stream) and retried: the step runs near the GPU's memory limit; a schedule with fewer micro-batches "
+               "in flight (1f1b rather than gpipe) or smaller micro-batches (raise training.num_microbatches) "
+               "avoids it", step + n - 1, allocator->alloc_retries);
+    }
     if (n > 1 && main_process && t.log_interval > 0) {
       log_info("asp window: steps {}..{} in one pipeline run of {:.1f} ms ({} micro-batches, drained once)", step,
                step + n - 1, ms, n * t.num_microbatches);
@@ -240,9 +249,17 @@ nlohmann::json PipelineTrainer::train() {
       it.peak_memory_bytes = peak_memory_bytes(rank_devices_);
       it.peak_allocated_bytes = peak_allocated_bytes(rank_devices_);
       it.rank_busy = rank_busy;
-      if (held) {  // a window's steps share its counts evenly, as they share its time
-        it.scheduler_held = *held / n + (k < *held % n ? 1 : 0);
-        it.scheduler_admitted = *admitted / n + (k < *admitted % n ? 1 : 0);
+      // A window's steps share its counts evenly, as they share its time.
+      auto share = [n, k](int64_t total) { return total / n + (k < total % n ? 1 : 0); };
+      if (held) {
+        it.scheduler_held = share(*held);
+        it.scheduler_admitted = share(*admitted);
+      }
+      if (allocator) {
+        it.device_mallocs = share(allocator->device_mallocs);
+        it.device_frees = share(allocator->device_frees);
+        it.alloc_retries = share(allocator->alloc_retries);
+        it.reserved_peak_bytes = allocator->reserved_peak_bytes;
       }
       if (metrics) {
         it.mfu = metrics->mfu(it.tokens_per_s);

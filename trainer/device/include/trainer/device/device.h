@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,20 @@ void reset_peak_allocated(const std::vector<c10::Device>& devices);
 int64_t cuda_allocated_bytes_now(c10::DeviceIndex index);
 int64_t cuda_allocated_bytes_peak(c10::DeviceIndex index);
 void reset_cuda_allocator_peak(c10::DeviceIndex index);
+// The CUDA caching allocator's dealings with the driver, summed over the distinct GPUs among
+// `devices` since the process began (counts) or since reset_peak_memory (reserved peak): what
+// torch.cuda.memory_stats() calls num_device_alloc / num_device_free (cudaMalloc / cudaFree: a
+// warm training step should make none), num_alloc_retries (an allocation failed, the allocator
+// freed its cache, synchronising every stream, and tried again: a step near the memory limit) and
+// num_sync_all_streams. nullopt when none of `devices` is a GPU.
+struct AllocatorActivity {
+  int64_t device_mallocs = 0, device_frees = 0, alloc_retries = 0, sync_all_streams = 0;
+  int64_t reserved_peak_bytes = 0;  // the largest over the GPUs
+};
+std::optional<AllocatorActivity> allocator_activity(const std::vector<c10::Device>& devices);
+// `now` minus `before` for the counts; `now`'s reserved peak.
+AllocatorActivity allocator_activity_since(const AllocatorActivity& before, const AllocatorActivity& now);
+
 // Memory the distinct devices among `devices` have in all: each GPU's total memory, or the
 // machine's physical memory (once) for CPU.
 int64_t total_memory_bytes(const std::vector<c10::Device>& devices);

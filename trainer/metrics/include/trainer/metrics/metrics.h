@@ -48,6 +48,10 @@ struct IterationMetrics {
   // Under the Orion shim (LD_PRELOAD libgpu_scheduler.so, USE_ORION_SCHEDULER=1): stream-ordered
   // ops it held back, and ops it handed to the driver, during this step. nullopt without it.
   std::optional<int64_t> scheduler_held, scheduler_admitted;
+  // The CUDA caching allocator during the step (device.h allocator_activity): cudaMalloc and
+  // cudaFree calls, allocations retried after freeing the cache (each one synchronises every
+  // stream), and the most bytes it reserved from the driver. nullopt on CPU.
+  std::optional<int64_t> device_mallocs, device_frees, alloc_retries, reserved_peak_bytes;
 };
 nlohmann::json to_json(const IterationMetrics& m);
 
