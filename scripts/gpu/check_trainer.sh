@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Check (d): gpipe_runner on configs/gpt_350m_gpu.yaml (bf16, seq 1024, 4 ranks on the one GPU):
-# async_threaded vs naive executor, 1f1b vs zb_h1 (peak memory), shim off vs shim `priority` vs shim `orion` vs shim
+# async_threaded vs naive executor, per-micro-batch streams vs one stream per rank, 1f1b vs zb_h1 (peak memory), shim off vs shim `priority` vs shim `orion` vs shim
 # `partition` (best-effort forwards on half the SMs), and the PyTorch
 # eager peer on the same GPT; tokens/s and MFU; and from each async run's Kineto trace, the share
 # of GPU busy time in which forward and backward kernels of different streams ran at once.
@@ -25,6 +25,7 @@ run_ours() {  # variant, then extra arguments
 }
 run_ours async --set parallel.scheduler=async_threaded
 run_ours naive --set parallel.scheduler=naive
+run_ours async_rank_stream --set parallel.scheduler=async_threaded --set parallel.streams=per_rank
 run_ours one_stage --set parallel.scheduler=async_threaded --set parallel.model_parallel_size=1
 run_ours zb_h1 --set parallel.scheduler=async_threaded --set parallel.schedule=zb_h1
 LD_PRELOAD=$SHIM USE_ORION_SCHEDULER=1 ORION_POLICY=orion run_ours async_shim \
@@ -49,7 +50,7 @@ if [ -f "$dir/async/timeline.json" ]; then
 fi
 # Forward and backward kernels of different micro-batches at the same time, from the Kineto trace
 # of the profiled step (training.profile_iteration) of each async run.
-for variant in async async_shim_priority async_shim async_shim_partition; do
+for variant in async async_rank_stream async_shim_priority async_shim async_shim_partition; do
   trace=$(ls "$dir/$variant"/profiler_async_threaded/rank0/*.pt.trace.json 2>/dev/null | head -n 1)
   if [ -z "$trace" ]; then
     record "d: F/B kernel overlap ($variant)" FAIL "no Kineto trace under $dir/$variant/profiler_async_threaded/rank0"
@@ -65,12 +66,12 @@ for variant in async async_shim_priority async_shim async_shim_partition; do
 done
 # Where each traced step's time went (GPU busy share, idle gaps and the CUDA call each thread was
 # in, runtime calls, time outside CPU ops per thread): the traces stay here, the digests come back.
-for variant in async naive one_stage async_shim; do
+for variant in async naive async_rank_stream one_stage async_shim; do
   trace=$(ls "$dir/$variant"/profiler_*/rank0/*.pt.trace.json 2>/dev/null | head -n 1)
   [ -n "$trace" ] || continue
   "$PYTHON" scripts/gpu/trace_digest.py "$trace" --json "$dir/$variant/digest.json" \
     >"$OUTDIR/logs/digest_$variant.log" 2>&1 || echo "trace_digest.py failed for $variant (logs/digest_$variant.log)"
   record "d: where the time went ($variant)" INFO "$(head -n 1 "$OUTDIR/logs/digest_$variant.log") (logs/digest_$variant.log)"
 done
-report_runs "d: trainer" "$failed" "8 runs completed, losses finite; numbers in the rows above" \
+report_runs "d: trainer" "$failed" "9 runs completed, losses finite; numbers in the rows above" \
   "logs/trainer_*.log" scripts/gpu/trainer_summary.py "$dir" --warmup "$warmup"

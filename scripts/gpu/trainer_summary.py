@@ -14,7 +14,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "peers"))
 from trainer_table import ResultError, peer_result, runner_result  # noqa: E402
 
-VARIANTS = {"async": "ours async_threaded", "naive": "ours naive", "async_shim": "ours async_threaded + shim",
+VARIANTS = {"async": "ours async_threaded", "naive": "ours naive",
+            "async_rank_stream": "ours async_threaded, one stream per rank", "async_shim": "ours async_threaded + shim",
             "async_shim_priority": "ours async_threaded + shim priority",
             "async_shim_partition": "ours async_threaded + shim partition", "one_stage": "ours 1 stage",
             "zb_h1": "ours async_threaded zb_h1"}
@@ -58,6 +59,7 @@ def main() -> int:
               f"MFU {mfu}, step {r['step_time_ms_mean']:.1f} ms, loss {r['first_loss']:.3f} -> "
               f"{r['final_loss']:.3f}, {r['steps']} timed steps; {r['extra']} |")
     pairs = [("ours 1 stage", "PyTorch eager"), ("ours async_threaded", "PyTorch eager"), ("ours async_threaded", "ours naive"),
+             ("ours async_threaded, one stream per rank", "ours async_threaded"),
              ("ours async_threaded + shim", "ours async_threaded"),
              ("ours async_threaded + shim priority", "ours async_threaded"),
              ("ours async_threaded + shim partition", "ours async_threaded"),

@@ -35,7 +35,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     },
     "parallel": {
         "model_parallel_size": 4, "scheduler": "async_threaded", "use_orion_scheduler": False,
-        "schedule": "1f1b", "virtual_stages": 1, "priority": "backward_first", "partition": "uniform",
+        "schedule": "1f1b", "virtual_stages": 1, "priority": "backward_first", "streams": "per_microbatch", "partition": "uniform",
         "partition_layers": [], "recompute_ratio": [], "device": "auto", "transport": "auto",
         "placement": [], "peer_timeout_s": 120.0, "schedule_file": "", "overlap_f_b": "auto",
         "sync_mode": "bsp", "weight_stashing": True, "data_parallel_size": 1, "dp_bucket_mb": 25.0, "asp_window_steps": 1,

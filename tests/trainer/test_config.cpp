@@ -277,6 +277,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{{"parallel.schedule=2f2b"}, {"parallel.schedule", "'2f2b'", "gpipe, 1f1b, interleaved_1f1b, zb_h1"}},
         BadCase{{"parallel.scheduler=fast"}, {"parallel.scheduler", "naive, async_threaded"}},
         BadCase{{"parallel.priority=high"}, {"parallel.priority", "backward_first"}},
+        BadCase{{"parallel.streams=per_stage"}, {"parallel.streams", "per_microbatch, per_rank"}},
         BadCase{{"parallel.device=tpu"}, {"parallel.device", "auto, cpu, cuda"}},
         BadCase{{"parallel.partition=random"}, {"parallel.partition", "uniform, explicit, parameters, time"}},
         BadCase{{"parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=2", "training.num_microbatches=9",

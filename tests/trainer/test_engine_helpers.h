@@ -16,6 +16,7 @@ struct TinySetup {
   std::string schedule = "1f1b";
   std::string executor = "async_threaded";
   std::string overlap_f_b = "auto";
+  std::string streams = "per_microbatch";
   int ranks = 2;
   int virtual_stages = 1;
   int microbatches = 4;
@@ -45,6 +46,7 @@ inline PipelineConfig tiny_config(const TinySetup& s) {
   c.parallel.schedule = s.schedule;
   c.parallel.scheduler = s.executor;
   c.parallel.overlap_f_b = s.overlap_f_b;
+  c.parallel.streams = s.streams;
   c.parallel.device = s.device;
   return c;
 }

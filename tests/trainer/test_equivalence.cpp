@@ -15,6 +15,8 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "test_engine_helpers.h"
 #include "trainer/device/device.h"
@@ -268,12 +270,16 @@ TEST_P(BackwardThreadTest, BackwardRunsOnTheRankThreadWithAutogradThreadsOff) {
 INSTANTIATE_TEST_SUITE_P(BothExecutors, BackwardThreadTest, ::testing::Values("naive", "async_threaded"));
 
 // The async executor on CUDA: per-micro-batch rank streams with priorities and events between
-// them must still give the CPU reference's gradients (fp32; looser tolerance for GPU kernels).
+// them, or one stream per rank, must still give the CPU reference's gradients (fp32; looser
+// tolerance for GPU kernels).
 TEST(EquivalenceTest, CudaStreamsMatchTheCpuReference) {
   if (!cuda_usable()) GTEST_SKIP() << "needs a CUDA GPU (none visible, or a build without LibTorch-CUDA)";
-  for (const std::string schedule : {"1f1b", "zb_h1"}) {
+  for (const auto& [schedule, streams] : std::vector<std::pair<std::string, std::string>>{
+           {"1f1b", "per_microbatch"}, {"zb_h1", "per_microbatch"}, {"1f1b", "per_rank"}, {"zb_h1", "per_rank"}}) {
+    SCOPED_TRACE(schedule + ", parallel.streams=" + streams);
     TinySetup s;
     s.schedule = schedule;
+    s.streams = streams;
     s.device = "cuda";
     const Batch batch = tiny_batch(s.batch, s.seq, s.vocab, 13);
     const Reference ref = unpipelined(s, batch);
@@ -292,15 +298,16 @@ TEST(EquivalenceTest, CudaStreamsMatchTheCpuReference) {
 }
 
 // A warm training step takes all its memory from the caching allocator's cache: no cudaMalloc,
-// no retry, under either executor (the async one gives every micro-batch's forward a stream of
-// its own, and the allocator caches blocks per stream). On the H100 the async executor's first
+// no retry, under either executor and either stream layout (per_microbatch gives every
+// micro-batch's forward a stream of its own, and the allocator caches blocks per stream). On the H100 the async executor's first
 // forward and first backward of each rank took 60-90 ms a step; this says whether the allocator
 // was going to the driver then.
 TEST(AllocatorCudaTest, WarmStepsMakeNoCudaMalloc) {
   if (!cuda_usable()) GTEST_SKIP() << "GPU-only: no CUDA device visible (runs in ctest -L gpu on the GPU machine)";
-  for (const std::string executor : {"naive", "async_threaded"}) {
+  for (const std::string executor : {"naive", "async_threaded", "async_threaded per_rank"}) {
     TinySetup s;
-    s.executor = executor;
+    s.executor = executor.substr(0, executor.find(' '));
+    if (executor.find("per_rank") != std::string::npos) s.streams = "per_rank";
     s.device = "cuda";
     s.ranks = 4;
     s.microbatches = 8;

@@ -69,6 +69,21 @@ TEST(TrainerConfigTest, UnknownScheduleIsNamed) {
 TEST(TrainerConfigTest, UnknownExecutorIsNamed) {
   expect_config_error([](PipelineConfig& c) { c.parallel.scheduler = "turbo"; }, "parallel.scheduler");
 }
+// One stream per rank cannot run an overlapped pair's halves at once: refused, naming both fields.
+TEST(TrainerConfigTest, PerRankStreamsWithOverlappedPairsAreRefused) {
+  expect_config_error([](PipelineConfig& c) {
+    c.parallel.streams = "per_rank";
+    c.parallel.overlap_f_b = "true";
+  }, "parallel.streams=per_rank");
+  expect_config_error([](PipelineConfig& c) {
+    c.parallel.streams = "per_rank";
+    c.parallel.overlap_f_b = "true";
+  }, "parallel.overlap_f_b=false");
+  PipelineConfig c = small_gpt_config();  // without pairs it builds
+  c.parallel.streams = "per_rank";
+  PipelineComponents parts = create_components(c);
+  EXPECT_NO_THROW(PipelineTrainer(c, std::move(parts)));
+}
 // As torch 2.11: the micro-batches split into max(1, m / ranks) equal rounds. 9 on 4 ranks is 2
 // rounds of 4.5 (2 micro-batches on 4 ranks, one partial round, is fine).
 TEST(TrainerConfigTest, InterleavedNeedsMicrobatchesInEqualRounds) {
@@ -219,8 +234,12 @@ TEST(TrainerTest, ProfiledStepWritesAKinetoTraceFromEveryRankThread) {
   const nlohmann::json trace = nlohmann::json::parse(in);
   ASSERT_TRUE(trace.contains("traceEvents"));
   std::set<int64_t> op_threads;
+  std::set<std::string> thread_names;  // Kineto spells them "thread <tid> (<name>)"
   bool saw_matmul = false, saw_backward = false;
   for (const auto& e : trace.at("traceEvents")) {
+    if (e.value("ph", "") == "M" && e.value("name", "") == "thread_name") {
+      thread_names.insert(e.at("args").value("name", ""));
+    }
     if (!e.contains("name") || !e.contains("cat") || e.at("cat") != "cpu_op") continue;
     const std::string name = e.at("name").get<std::string>();
     if (name.rfind("aten::", 0) == 0 && e.contains("tid") && e.at("tid").is_number()) op_threads.insert(e.at("tid").get<int64_t>());
@@ -230,6 +249,11 @@ TEST(TrainerTest, ProfiledStepWritesAKinetoTraceFromEveryRankThread) {
   EXPECT_TRUE(saw_matmul) << "no matrix multiply recorded";
   EXPECT_TRUE(saw_backward) << "no autograd backward op recorded";
   EXPECT_GE(op_threads.size(), 2u) << "ops of only one thread: the rank threads did not join the profile";
+  for (const std::string rank : {"(rank0)", "(rank1)"}) {
+    EXPECT_TRUE(std::any_of(thread_names.begin(), thread_names.end(),
+                            [&](const std::string& n) { return n.find(rank) != std::string::npos; }))
+        << "no thread named " << rank << " in the trace: Perfetto would show anonymous threads";
+  }
   testing::remove_tree(c.training.output_dir);
 }
 

@@ -241,6 +241,8 @@ const std::vector<Field>& field_table() {
                  [](int v) { return v >= 0; }),
       field<std::string>("parallel", "priority", [](C& c) -> auto& { return c.parallel.priority; },
                          "backward_first, forward_first, none", one_of({"backward_first", "forward_first", "none"})),
+      field<std::string>("parallel", "streams", [](C& c) -> auto& { return c.parallel.streams; },
+                         "per_microbatch, per_rank", one_of({"per_microbatch", "per_rank"})),
       partition_field(field<std::string>("parallel", "partition", [](C& c) -> auto& { return c.parallel.partition; },
                                          "uniform, explicit, parameters, time, or a list of per-stage layer counts",
                                          one_of({"uniform", "explicit", "parameters", "time"}))),

@@ -273,7 +273,7 @@ void RankStreams::begin_step() {
   // optimizer_step updates the weights on this device's current (default) stream; without this
   // the next step's forwards on the rank streams could read weights mid-update (train() happens to
   // synchronize, but nothing here relied on it).
-  if (impl_->device.is_cuda() && impl_->policy == StreamPolicy::kPerMicrobatch) {
+  if (impl_->device.is_cuda() && impl_->policy != StreamPolicy::kSingle) {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->step_start = std::make_shared<CudaReadyEvent>(c10::cuda::getCurrentCUDAStream(impl_->device.index()));
     impl_->waited_step_start.clear();
@@ -283,18 +283,23 @@ void RankStreams::begin_step() {
 
 std::shared_ptr<void> RankStreams::enter(ActionType type, int microbatch) {
 #ifdef OURGPIPE_HAVE_TORCH_CUDA
-  if (impl_->device.is_cuda() && impl_->policy == StreamPolicy::kPerMicrobatch) {
+  if (impl_->device.is_cuda() && impl_->policy != StreamPolicy::kSingle) {
     constexpr int kAllWeights = -1;
+    const bool per_rank = impl_->policy == StreamPolicy::kPerRank;
     const bool backward = is_backward(type);
     // Every W of the rank on one stream: W's of different micro-batches add into the same .grad
-    // (StageRuntime::backward_weight), which on per-micro-batch streams would race.
-    auto key = std::make_pair(backward, type == ActionType::kBackwardWeight ? kAllWeights : microbatch);
+    // (StageRuntime::backward_weight), which on per-micro-batch streams would race. kPerRank: one
+    // key for every action.
+    auto key = per_rank ? std::make_pair(false, 0)
+                        : std::make_pair(backward, type == ActionType::kBackwardWeight ? kAllWeights : microbatch);
     std::lock_guard<std::mutex> lock(impl_->mu);
     auto it = impl_->streams.find(key);
     if (it == impl_->streams.end()) {
-      const bool high = impl_->priority == "backward_first"  ? backward
-                        : impl_->priority == "forward_first" ? !backward
-                                                             : false;
+      // One stream for forward and backward has no side to favour: default (lowest) priority.
+      const bool high = per_rank                                ? false
+                        : impl_->priority == "backward_first"  ? backward
+                        : impl_->priority == "forward_first"   ? !backward
+                                                               : false;
       it = impl_->streams.emplace(key, create_rank_stream(impl_->device.index(), high)).first;
     }
     // Orion: autograd runs mb's backward kernels on F(mb)'s stream, so the shim classes this
@@ -357,6 +362,12 @@ std::string RankStreams::describe() const {
   if (impl_->policy == StreamPolicy::kSingle) return impl_->device.str() + ": one stream (the current stream)";
   const std::string fwd = impl_->priority == "forward_first" ? "high" : impl_->priority == "none" ? "default" : "low";
   const std::string bwd = impl_->priority == "backward_first" ? "high" : impl_->priority == "none" ? "default" : "low";
+  const std::string shim_classes =
+      "; under the Orion shim each action sets its thread's class (F " + fwd + ", B/I/W " + bwd + " priority)";
+  if (impl_->policy == StreamPolicy::kPerRank) {
+    return impl_->device.str() + ": one stream of this rank for all its actions (parallel.streams=per_rank, default "
+           "priority)" + (impl_->priority != "none" ? shim_classes : "");
+  }
   // Honest about LibTorch: autograd runs each backward kernel on the stream its forward op used,
   // so CUDA stream priority alone cannot favour backward over forward here.
   std::string text = fmt::format(
@@ -364,10 +375,7 @@ std::string RankStreams::describe() const {
       "{}-priority stream); autograd runs backward kernels on their forward's {}-priority stream, so the {}-priority "
       "streams carry only synchronisation and gradient accumulation",
       impl_->device.str(), fwd, bwd, bwd, fwd, bwd);
-  if (impl_->priority != "none") {
-    text += "; under the Orion shim each action sets its thread's class (F " + fwd + ", B/I/W " + bwd +
-            " priority), so backward kernels are scheduled as backward on their forward's stream";
-  }
+  if (impl_->priority != "none") text += shim_classes + ", so backward kernels are scheduled as backward on their forward's stream";
   return text;
 }
 

@@ -33,7 +33,7 @@ class AsyncThreadedExecutor final : public Executor {
   std::vector<std::string> describe_streams(const std::vector<c10::Device>& rank_devices) const override {
     std::vector<std::string> lines;
     for (size_t r = 0; r < rank_devices.size(); ++r) {
-      RankStreams streams(rank_devices[r], StreamPolicy::kPerMicrobatch, options_.priority);
+      RankStreams streams(rank_devices[r], stream_policy(), options_.priority);
       lines.push_back(fmt::format("rank {}: {}", r, streams.describe()));
     }
     return lines;
@@ -49,7 +49,7 @@ class AsyncThreadedExecutor final : public Executor {
       streams_.resize(ranks);
       for (int r : here) {
         streams_[static_cast<size_t>(r)] = std::make_unique<RankStreams>(
-            ctx.rank_devices.at(static_cast<size_t>(r)), StreamPolicy::kPerMicrobatch, options_.priority);
+            ctx.rank_devices.at(static_cast<size_t>(r)), stream_policy(), options_.priority);
       }
     }
     // GPU clock zero first: every action of the step comes after it on its device.
@@ -207,6 +207,10 @@ class AsyncThreadedExecutor final : public Executor {
     WorkerThread rank;
     std::optional<ForwardLane> lane;  // made at the rank's first overlapped pair
   };
+
+  StreamPolicy stream_policy() const {
+    return options_.streams == "per_rank" ? StreamPolicy::kPerRank : StreamPolicy::kPerMicrobatch;
+  }
 
   ExecutorOptions options_;
   std::vector<std::unique_ptr<RankStreams>> streams_;

@@ -8,6 +8,7 @@
 #include <ATen/Parallel.h>
 #include <torch/optim/adamw.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -64,6 +65,17 @@ Schedule build_schedule(const ParallelConfig& parallel, const TrainingConfig& gl
                                   "training.num_microbatches={}, parallel.virtual_stages={}: {}",
                                   parallel.schedule, parallel.model_parallel_size, training.num_microbatches,
                                   parallel.virtual_stages, e.what()));
+  }
+  if (parallel.streams == "per_rank") {
+    for (const auto& program : compute.per_rank) {
+      if (std::any_of(program.begin(), program.end(), [](const Action& a) { return a.overlaps_next; })) {
+        throw ConfigError(fmt::format(
+            "parallel.streams=per_rank puts a rank's forward and backward on one stream, so the overlapped (F;B) "
+            "pairs of parallel.schedule={} (parallel.overlap_f_b={}) could not run at once: set "
+            "parallel.overlap_f_b=false, or parallel.streams=per_microbatch",
+            parallel.schedule, parallel.overlap_f_b));
+      }
+    }
   }
   Schedule schedule = with_communication(compute);
   const ValidationResult result = validate(schedule);
@@ -347,6 +359,7 @@ PipelineTrainer::PipelineTrainer(PipelineConfig config, PipelineComponents compo
   }
   ExecutorOptions options;
   options.priority = p.priority;
+  options.streams = p.streams;
   options.bf16_autocast = bf16_;
   options.recv_timeout = std::chrono::milliseconds(static_cast<int64_t>(p.peer_timeout_s * 1000));
   executor_ = make_executor(p.scheduler, options);

@@ -109,6 +109,10 @@ struct ParallelConfig {
   // (a checkpoint, the profiled step, an epoch's end, the last step); 1: every step (bsp's rhythm).
   int asp_window_steps = 1;
   std::string priority = "backward_first";  // backward_first | forward_first | none
+  // async_threaded on CUDA: per_microbatch (each micro-batch's F and B/I on streams of their own,
+  // all W on one) or per_rank (every action of a rank on one stream of its own, as
+  // torch.distributed.pipelining and Megatron-LM run a stage: one caching-allocator pool per rank)
+  std::string streams = "per_microbatch";
   std::string partition = "uniform";        // uniform | explicit | parameters | time
   std::vector<int64_t> partition_layers;    // explicit per-stage layer counts, e.g. [12, 13, 13, 11]
   // VPipe's partition file, JSON {"partition": [12, 13, 13, 11], "recompute_ratio": [0.3, 0, 0, 0]}

@@ -97,6 +97,7 @@ std::shared_ptr<const TimingEvent> record_timing_event(c10::Device device);
 enum class StreamPolicy {
   kSingle,         // the device's current (default) stream: the naive executor
   kPerMicrobatch,  // each micro-batch's forward and backward on streams of their own (per rank)
+  kPerRank,        // every action of the rank on one stream of its own (parallel.streams=per_rank)
 };
 
 // The streams of one rank. parallel.priority: backward_first (backward on high-priority

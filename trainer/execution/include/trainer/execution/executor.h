@@ -24,6 +24,7 @@ class ActionRecorder;
 struct ExecutorOptions {
   std::chrono::milliseconds recv_timeout{120000};  // a receive that waits longer is an error
   std::string priority = "backward_first";         // parallel.priority
+  std::string streams = "per_microbatch";          // parallel.streams (async_threaded)
   bool bf16_autocast = false;                      // at::autocast bf16 on CUDA devices
 };
 
