@@ -6,6 +6,8 @@
 #include <ATen/ATen.h>
 
 #include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,10 +15,13 @@
 #include <mutex>
 #include <set>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
+
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 #include "test_engine_helpers.h"
 #include "trainer/device/device.h"
@@ -184,7 +189,8 @@ TEST(AsyncExecutorTest, KeepsOneNamedThreadPerRankAcrossSteps) {
   s.overlap_f_b = "true";
   auto trainer = make_tiny_trainer(s);
   std::mutex mu;
-  std::map<std::string, std::set<std::thread::id>> threads_by_name;
+  // Kernel thread ids: glibc reuses a joined thread's pthread_t (std::thread::id) for the next one.
+  std::map<std::string, std::set<long>> threads_by_name;
   std::map<int, std::set<std::string>> names_by_rank;
   ActionRecorder recorder;
   recorder.set_compute_hooks(
@@ -192,7 +198,7 @@ TEST(AsyncExecutorTest, KeepsOneNamedThreadPerRankAcrossSteps) {
         char name[16] = {};
         pthread_getname_np(pthread_self(), name, sizeof name);
         std::lock_guard<std::mutex> lock(mu);
-        threads_by_name[name].insert(std::this_thread::get_id());
+        threads_by_name[name].insert(syscall(SYS_gettid));
         names_by_rank[rank].insert(name);
       },
       nullptr);
@@ -316,7 +322,12 @@ TEST(AllocatorCudaTest, WarmStepsMakeNoCudaMalloc) {
     s.hidden = 256;
     s.blocks = 8;
     auto trainer = make_tiny_trainer(s);
-    const std::vector<c10::Device> devices{c10::Device(c10::kCUDA, 0)};
+    const std::vector<c10::Device> devices = resolve_rank_devices("cuda", s.ranks);  // as the trainer placed them
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+    c10::cuda::CUDACachingAllocator::emptyCache();  // what earlier tests cached: the warm-up must allocate
+#endif
+    const auto fresh = allocator_activity(devices);
+    ASSERT_TRUE(fresh.has_value());
     for (int step = 0; step < 3; ++step) {
       trainer->forward_backward(tiny_batch(s.batch, s.seq, s.vocab, 20 + step));
       trainer->optimizer_step(step);
@@ -324,6 +335,8 @@ TEST(AllocatorCudaTest, WarmStepsMakeNoCudaMalloc) {
     synchronize_devices(devices);
     const auto before = allocator_activity(devices);
     ASSERT_TRUE(before.has_value());
+    // The counters are alive: the warm-up steps did allocate from the driver.
+    ASSERT_GT(allocator_activity_since(*fresh, *before).device_mallocs, 0) << executor;
     for (int step = 3; step < 5; ++step) {
       trainer->forward_backward(tiny_batch(s.batch, s.seq, s.vocab, 20 + step));
       trainer->optimizer_step(step);

@@ -79,10 +79,16 @@ TEST(TrainerConfigTest, PerRankStreamsWithOverlappedPairsAreRefused) {
     c.parallel.streams = "per_rank";
     c.parallel.overlap_f_b = "true";
   }, "parallel.overlap_f_b=false");
-  PipelineConfig c = small_gpt_config();  // without pairs it builds
-  c.parallel.streams = "per_rank";
-  PipelineComponents parts = create_components(c);
-  EXPECT_NO_THROW(PipelineTrainer(c, std::move(parts)));
+  for (const bool pairs : {false, true}) {
+    PipelineConfig c = small_gpt_config();  // without pairs, or with the naive executor (one stream), it builds
+    c.parallel.streams = "per_rank";
+    if (pairs) {
+      c.parallel.overlap_f_b = "true";
+      c.parallel.scheduler = "naive";
+    }
+    PipelineComponents parts = create_components(c);
+    EXPECT_NO_THROW(PipelineTrainer(c, std::move(parts))) << (pairs ? "naive with pairs" : "async without pairs");
+  }
 }
 // As torch 2.11: the micro-batches split into max(1, m / ranks) equal rounds. 9 on 4 ranks is 2
 // rounds of 4.5 (2 micro-batches on 4 ranks, one partial round, is fine).

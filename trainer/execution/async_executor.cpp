@@ -1,12 +1,14 @@
 // The async_threaded executor: one thread per rank runs its own program against the transport.
 // The threads (WorkerThread "rank<r>", and "rank<r>-fwd" for overlapped pairs) are made at the
 // first step and kept: each step hands every rank its program and waits for all of them.
-// On CUDA each micro-batch's forward and backward get streams of their own (priority per
-// parallel.priority; autograd still runs backward kernels on the forward's stream, see
-// RankStreams), all W's of a rank share one stream, and events order them; on CPU there are no
-// streams. An overlapped pair (Action::overlaps_next) runs its forward on the rank's forward lane
-// and its backward on the rank's thread at the same time (run_overlapped). The first failing
-// rank aborts the transport so its peers stop waiting, and its error is the one reported.
+// On CUDA (parallel.streams=per_microbatch) each micro-batch's forward and backward get streams of
+// their own (priority per parallel.priority; autograd still runs backward kernels on the
+// forward's stream, see RankStreams), all W's of a rank share one stream, and events order them;
+// per_rank puts every action of a rank on one default-priority stream of its own. On CPU there
+// are no streams. An overlapped pair (Action::overlaps_next) runs its forward on the rank's
+// forward lane and its backward on the rank's thread at the same time (run_overlapped). The
+// first failing rank aborts the transport so its peers stop waiting, and its error is the one
+// reported.
 #include <exception>
 #include <future>
 #include <mutex>
@@ -80,39 +82,52 @@ class AsyncThreadedExecutor final : public Executor {
       workers_.clear();
       workers_.resize(ranks);
     }
-    std::vector<std::future<void>> programs;
-    programs.reserve(here.size());
+    // Every rank's thread exists before any program starts (a thread that cannot be made fails
+    // the step here, before a peer could wait for it).
     for (int rank : here) {
       const auto r = static_cast<size_t>(rank);
       const c10::Device device = ctx.rank_devices.at(r);
       if (!workers_[r] || workers_[r]->device != device) workers_[r] = std::make_unique<RankThreads>(device, rank);
-      RankThreads* threads = workers_[r].get();
-      programs.push_back(threads->rank.run([&, r, device, threads] {
-        try {
-          const BackwardOnCallingThread backward_here;
-          // One AutocastScope per action (as in the naive executor), not per step: autocast's
-          // per-thread cache of bf16 weight copies made by F(mb0) on its stream would otherwise
-          // be reused by F(mbk) on another stream with no ordering between them. split_linear's
-          // weights are cast once per step anyway (ActionRunner's WeightCastCache, ordered).
-          run_program(
-              schedule.per_rank[r],
-              [&](const Action& action) {
-                AutocastScope autocast(device, options_.bf16_autocast);
-                runners[r]->run(action);
-              },
-              [&](const Action& first, const Action& second) {
-                if (!threads->lane) threads->lane.emplace(device, static_cast<int>(r));
-                run_overlapped(*runners[r], *threads->lane, device, first, second);
-              });
-          runners[r]->check_drained();
-        } catch (const std::exception& e) {
-          fail(e.what());
-        } catch (...) {
-          fail(fmt::format("rank {}: unknown exception", r));
-        }
-      }));
     }
-    // The tasks catch everything (fail() above), so get() only waits.
+    std::vector<std::future<void>> programs;
+    programs.reserve(here.size());
+    try {
+      for (int rank : here) {
+        const auto r = static_cast<size_t>(rank);
+        const c10::Device device = ctx.rank_devices.at(r);
+        RankThreads* threads = workers_[r].get();
+        programs.push_back(threads->rank.run([&, r, device, threads] {
+          try {
+            const BackwardOnCallingThread backward_here;
+            // One AutocastScope per action (as in the naive executor), not per step: autocast's
+            // per-thread cache of bf16 weight copies made by F(mb0) on its stream would otherwise
+            // be reused by F(mbk) on another stream with no ordering between them. split_linear's
+            // weights are cast once per step anyway (ActionRunner's WeightCastCache, ordered).
+            run_program(
+                schedule.per_rank[r],
+                [&](const Action& action) {
+                  AutocastScope autocast(device, options_.bf16_autocast);
+                  runners[r]->run(action);
+                },
+                [&](const Action& first, const Action& second) {
+                  if (!threads->lane) threads->lane.emplace(device, static_cast<int>(r));
+                  run_overlapped(*runners[r], *threads->lane, device, first, second);
+                });
+            runners[r]->check_drained();
+          } catch (const std::exception& e) {
+            fail(e.what());
+          } catch (...) {
+            fail(fmt::format("rank {}: unknown exception", r));
+          }
+        }));
+      }
+    } catch (const std::exception& e) {
+      // The programs already handed out reference this frame: abort their receives and wait.
+      fail(fmt::format("could not hand every rank its program: {}", e.what()));
+    }
+    // Every program ends before this frame may (they reference it), whatever one of them threw;
+    // the tasks catch everything they can (fail() above), so get() only rethrows the impossible.
+    for (auto& p : programs) p.wait();
     for (auto& p : programs) p.get();
     if (first_error) {
       // The runners die with this frame and with them the step's bf16 weight copies: let the

@@ -30,11 +30,9 @@ class WorkerThread {
   // for its own duration: the thread outlives the profiled step.
   std::future<void> run(std::function<void()> work);
 
-  // The thread's id, for tests: the same for every task of one WorkerThread.
-  std::thread::id id() const { return thread_.get_id(); }
-
  private:
   using Task = std::shared_ptr<std::packaged_task<void()>>;  // null: stop
+  c10::Device device_;
   tbb::concurrent_bounded_queue<Task> tasks_;
   std::thread thread_;
 };

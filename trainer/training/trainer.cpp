@@ -33,7 +33,8 @@
 
 namespace gpipe {
 
-Schedule build_schedule(const ParallelConfig& parallel, const TrainingConfig& global_training) {
+namespace {
+Schedule generate_or_read_schedule(const ParallelConfig& parallel, const TrainingConfig& global_training) {
   // One replica's pipeline: with parallel.data_parallel_size replicas, each runs its share of the
   // micro-batches (validate() checked that they divide).
   TrainingConfig training = global_training;
@@ -66,17 +67,6 @@ Schedule build_schedule(const ParallelConfig& parallel, const TrainingConfig& gl
                                   parallel.schedule, parallel.model_parallel_size, training.num_microbatches,
                                   parallel.virtual_stages, e.what()));
   }
-  if (parallel.streams == "per_rank") {
-    for (const auto& program : compute.per_rank) {
-      if (std::any_of(program.begin(), program.end(), [](const Action& a) { return a.overlaps_next; })) {
-        throw ConfigError(fmt::format(
-            "parallel.streams=per_rank puts a rank's forward and backward on one stream, so the overlapped (F;B) "
-            "pairs of parallel.schedule={} (parallel.overlap_f_b={}) could not run at once: set "
-            "parallel.overlap_f_b=false, or parallel.streams=per_microbatch",
-            parallel.schedule, parallel.overlap_f_b));
-      }
-    }
-  }
   Schedule schedule = with_communication(compute);
   const ValidationResult result = validate(schedule);
   if (!result.ok) {
@@ -85,6 +75,24 @@ Schedule build_schedule(const ParallelConfig& parallel, const TrainingConfig& gl
     throw ConfigError(fmt::format("parallel.schedule={} does not validate for {} ranks and {} micro-batches:{}\n{}",
                                   parallel.schedule, parallel.model_parallel_size, training.num_microbatches, issues,
                                   render_grid(schedule, result)));
+  }
+  return schedule;
+}
+}  // namespace
+
+Schedule build_schedule(const ParallelConfig& parallel, const TrainingConfig& training) {
+  Schedule schedule = generate_or_read_schedule(parallel, training);
+  // One stream per rank cannot run an overlapped pair's halves at once (the async executor would
+  // put both on it); generated or read from parallel.schedule_file alike.
+  if (parallel.streams == "per_rank" && parallel.scheduler == "async_threaded" && count_overlapped_pairs(schedule) > 0) {
+    throw ConfigError(fmt::format(
+        "parallel.streams=per_rank puts a rank's forward and backward on one stream, so the {} overlapped (F;B) "
+        "pair(s) of {} (parallel.overlap_f_b={}) could not run at once: set parallel.overlap_f_b=false, or "
+        "parallel.streams=per_microbatch",
+        count_overlapped_pairs(schedule),
+        parallel.schedule_file.empty() ? "parallel.schedule=" + parallel.schedule
+                                       : "parallel.schedule_file=" + parallel.schedule_file,
+        parallel.overlap_f_b));
   }
   return schedule;
 }

@@ -255,10 +255,14 @@ nlohmann::json PipelineTrainer::train() {
         it.scheduler_held = share(*held);
         it.scheduler_admitted = share(*admitted);
       }
+      // The allocator's counts are not spread: an asp window's first step carries them all (its
+      // cold start must not look like a warm step's cudaMalloc), the others none.
       if (allocator) {
-        it.device_mallocs = share(allocator->device_mallocs);
-        it.device_frees = share(allocator->device_frees);
-        it.alloc_retries = share(allocator->alloc_retries);
+        if (k == 0) {
+          it.device_mallocs = allocator->device_mallocs;
+          it.device_frees = allocator->device_frees;
+          it.alloc_retries = allocator->alloc_retries;
+        }
         it.reserved_peak_bytes = allocator->reserved_peak_bytes;
       }
       if (metrics) {

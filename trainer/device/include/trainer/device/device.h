@@ -100,8 +100,9 @@ enum class StreamPolicy {
   kPerRank,        // every action of the rank on one stream of its own (parallel.streams=per_rank)
 };
 
-// The streams of one rank. parallel.priority: backward_first (backward on high-priority
-// streams, forward on low), forward_first (the reverse), none (all at default priority).
+// The streams of one rank. kPerMicrobatch, parallel.priority: backward_first (backward on
+// high-priority streams, forward on low), forward_first (the reverse), none (all at default
+// priority). kPerRank: one default-priority stream for every action of the rank.
 // Caveat: LibTorch autograd runs each backward kernel on the stream its forward op used, so the
 // backward kernels of mb run on F(mb)'s stream; the backward stream mostly carries the engine's
 // synchronisation. Under the Orion shim (found at run time) enter() sets the calling thread's
@@ -115,7 +116,7 @@ class RankStreams {
   RankStreams& operator=(const RankStreams&) = delete;
   // Makes the stream for this action current on the calling thread until the result dies.
   // kPerMicrobatch: F(mb) and B/I(mb) get streams of their own, never shared with another rank; every W of the rank shares one
-  // stream, because W's of different micro-batches add into the same .grad tensors.
+  // stream, because W's of different micro-batches add into the same .grad tensors. kPerRank: the rank's one stream.
   [[nodiscard]] std::shared_ptr<void> enter(ActionType type, int microbatch);
   // Call on the thread that ran the optimizer step, before the step's actions: every rank stream
   // waits (at its first enter() of the step) for the work queued so far on this device's current

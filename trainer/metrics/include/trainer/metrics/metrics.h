@@ -50,7 +50,8 @@ struct IterationMetrics {
   std::optional<int64_t> scheduler_held, scheduler_admitted;
   // The CUDA caching allocator during the step (device.h allocator_activity): cudaMalloc and
   // cudaFree calls, allocations retried after freeing the cache (each one synchronises every
-  // stream), and the most bytes it reserved from the driver. nullopt on CPU.
+  // stream), and the most bytes it reserved from the driver. nullopt on CPU; an asp window of
+  // several steps puts its counts on its first step (the others: nullopt).
   std::optional<int64_t> device_mallocs, device_frees, alloc_retries, reserved_peak_bytes;
 };
 nlohmann::json to_json(const IterationMetrics& m);
