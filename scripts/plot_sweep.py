@@ -12,7 +12,11 @@ import csv
 import os
 import sys
 
-import matplotlib
+try:
+    import matplotlib
+except ImportError:
+    sys.exit("error: matplotlib is missing from this python (%s): run the script with .venv/bin/python "
+             "(scripts/install-deps.sh installs it there) or pip install matplotlib" % sys.executable)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

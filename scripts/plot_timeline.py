@@ -101,7 +101,11 @@ def _default_track_name(track: tuple, tracks: list[tuple]) -> str:
 
 
 def plot(boxes: list[Box], names: dict[tuple, str], output: Path, title: str) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        sys.exit("error: matplotlib is missing from this python (%s): run the script with .venv/bin/python "
+                 "(scripts/install-deps.sh installs it there) or pip install matplotlib" % sys.executable)
     matplotlib.use("Agg")  # files only; no display on the build machines
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch

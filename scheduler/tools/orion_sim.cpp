@@ -10,6 +10,7 @@
 //   orion-sim generate inference-training|pipeline-stage|training-job [-o FILE] [generator options]
 #include <exception>
 #include <fstream>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
@@ -72,8 +73,7 @@ int main(int argc, char** argv) {
                   "Block times within a launch vary in [1-x, 1+x] (0: waves end in lock-step)")
       ->check(CLI::Range(0.0, 0.9))
       ->capture_default_str();
-  run->add_option("--trace-dir", study.trace_dir, "Write <policy>.trace.json (Perfetto) per policy here")
-      ->check(CLI::ExistingDirectory);
+  run->add_option("--trace-dir", study.trace_dir, "Write <policy>.trace.json (Perfetto) per policy here (made if missing)");
   run->add_option("--be-max-wait-us", be_max_wait_us, "Dispatcher starvation bound for best-effort heads")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
       std::cout << orion_sim::format_colocation(result);
       if (!colo_csv.empty()) {
         if (int rc = write_output(colo_csv, orion_sim::colocation_csv(result)); rc != 0) return rc;
-        std::cout << "csv: " << colo_csv << " (plot: scripts/plot_colocation.py " << colo_csv << " -o colocation.png)\n";
+        std::cout << "csv: " << colo_csv << " (plot: .venv/bin/python scripts/plot_colocation.py " << colo_csv << " -o colocation.png)\n";
       }
       return 0;
     }
@@ -221,7 +221,7 @@ int main(int argc, char** argv) {
       std::cout << orion_sim::format_sweep(result);
       if (!sweep_csv_path.empty()) {
         if (int rc = write_output(sweep_csv_path, orion_sim::sweep_csv(result)); rc != 0) return rc;
-        std::cout << "csv: " << sweep_csv_path << " (plot: scripts/plot_sweep.py " << sweep_csv_path << " -o sweep.png)\n";
+        std::cout << "csv: " << sweep_csv_path << " (plot: .venv/bin/python scripts/plot_sweep.py " << sweep_csv_path << " -o sweep.png)\n";
       }
       return 0;
     }
@@ -235,6 +235,15 @@ int main(int argc, char** argv) {
     }
     study.policies = policies;
     study.be_max_wait_ns = static_cast<int64_t>(be_max_wait_us * 1000.0);
+    if (!study.trace_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(study.trace_dir, ec);
+      if (ec || !std::filesystem::is_directory(study.trace_dir)) {
+        std::cerr << "orion-sim: --trace-dir '" << study.trace_dir << "' is not a folder that can be made ("
+                  << (ec ? ec.message() : "a file is in the way") << "): give a writable folder\n";
+        return 2;
+      }
+    }
     sched::Workload workload = sched::load_workload(workload_path);
     std::cout << "workload " << workload_path << ": " << workload.ops.size() << " ops; simulated GPU "
               << study.gpu.sm_count << " SMs, seed " << study.gpu.seed << ", jitter " << study.gpu.jitter

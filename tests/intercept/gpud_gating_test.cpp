@@ -29,6 +29,10 @@ struct Pipeline {
   Pipeline() {
     client = std::make_unique<gpud::Client>(
         gpud::Client::connect(daemon.dir, "GPU-shim", gpud::Role::kPipeline, "test"));
+    // Alive before the first test runs, as BubblePublisher is at attach: a page never beaten reads
+    // as no pipeline (free), and on a loaded machine the thread below may start late (a CI run
+    // once saw every launch go free).
+    gpud::heartbeat(client->pipeline_writable(), gpud::monotonic_ns());
     beat = std::thread([this] {
       while (!stop.load()) {
         gpud::heartbeat(client->pipeline_writable(), gpud::monotonic_ns());

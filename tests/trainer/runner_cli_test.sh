@@ -86,6 +86,9 @@ if [ "$(losses "$tmp/run")" != "$(losses "$tmp/run_csv")" ]; then
   echo "FAIL schedule_file_run: losses differ from the generated schedule's:"; paste <(losses "$tmp/run") <(losses "$tmp/run_csv") | sed 's/^/  | /'
   failures=$((failures + 1))
 fi
+# The summary names the file that ran, not the config's unused parallel.schedule.
+grep -q "\"schedule\": \"file $tmp/1f1b.csv\"" "$tmp/run_csv/summary.json" \
+  || { echo "FAIL schedule_file_run: summary.json does not name the schedule file"; failures=$((failures + 1)); }
 sed '1s/^0F0/0Z0/' "$tmp/1f1b.csv" >"$tmp/bad.csv"
 expect schedule_file_bad_cell 2 "bad.csv.*0Z0" -- --config "$cfg" --steps 1 --schedule-file "$tmp/bad.csv" --output-dir "$tmp/run_bad"
 # The same four schedules generated natively (parallel.schedule): the same losses as interleaved

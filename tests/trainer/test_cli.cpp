@@ -152,6 +152,26 @@ TEST(Cli, InfoActions) {
   EXPECT_EQ(run_info_actions(o, out), 0);
   EXPECT_THAT(out.str(), HasSubstr("schedule zb_h1 ok"));
 
+  // --validate-only refuses what the run refuses: one stream per rank with overlapped pairs
+  // (async_threaded), and says what a replicated config needs to be launched with.
+  o = parse({"--validate-only", "--schedule", "dualpipev", "--virtual-stages", "2", "--stages", "2", "--set",
+             "parallel.streams=per_rank"});
+  try {
+    run_info_actions(o, out);
+    ADD_FAILURE() << "per_rank streams with dualpipev's pairs validated";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("parallel.streams=per_rank"));
+    EXPECT_THAT(e.what(), HasSubstr("parallel.overlap_f_b=false"));
+  }
+  out.str("");
+  o = parse({"--validate-only", "--schedule", "dualpipev", "--virtual-stages", "2", "--stages", "2", "--set",
+             "parallel.streams=per_rank", "--scheduler", "naive"});
+  EXPECT_EQ(run_info_actions(o, out), 0) << "one stream is all the naive executor has";
+  out.str("");
+  o = parse({"--validate-only", "--stages", "2", "--data-parallel-size", "2"});
+  EXPECT_EQ(run_info_actions(o, out), 0);
+  EXPECT_THAT(out.str(), HasSubstr("parallel.data_parallel_size=2: launch a multiple of 2 processes"));
+
   o = parse({});
   EXPECT_EQ(run_info_actions(o, out), std::nullopt);
 }

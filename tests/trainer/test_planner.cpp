@@ -221,6 +221,14 @@ TEST(MakePlan, RanksByPredictedStepTime) {
   EXPECT_EQ(back.parallel.schedule, plan.ranked.front().candidate.schedule);
   EXPECT_EQ(back.training.num_microbatches, plan.ranked.front().candidate.microbatches);
   EXPECT_NO_THROW(back.validate());
+  // The header's command launches what the pick needs: a process per replica.
+  PlannedCandidate replicated = plan.ranked.front();
+  replicated.candidate.data_parallel = 2;
+  EXPECT_THAT(plan_yaml(config, replicated, uniform_profile(8)),
+              testing::HasSubstr("# Train with it: gpipe_runner --config <this file> --nproc-per-node 2 "));
+  PlanCandidate single = plan.ranked.front().candidate;
+  single.data_parallel = 1;
+  EXPECT_EQ(plan_train_command(single, "p.yaml"), "gpipe_runner --config p.yaml");
 }
 
 // Memory over time: 1F1B holds min(p - r, m) activations on rank r; the prediction is static

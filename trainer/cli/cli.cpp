@@ -49,7 +49,7 @@ RunOptions parse_cli(int argc, const char* const* argv) {
   app.add_option("--partition", partition,
                  "uniform | parameters | time, or explicit block counts per stage, e.g. \"[12,13,13,11]\"");
   app.add_flag("--resume", opts.resume, "Continue from the newest complete checkpoint under the checkpoint folder");
-  auto* resume_from = app.add_option("--resume-from", opts.resume_from, "Continue from this checkpoint folder (step_N)");
+  auto* resume_from = app.add_option("--resume-from", opts.resume_from, "Continue from this checkpoint folder (<checkpoint_dir>/step_00000042: N zero-padded to 8 digits)");
   app.add_option("--checkpoint-interval", checkpoint_interval, "Checkpoint every N steps (training.checkpoint_interval)");
   app.add_option("--checkpoint-dir", checkpoint_dir, "Checkpoint folder (training.checkpoint_dir)");
   app.add_option("--transport", transport, "auto | inprocess | gloo | nccl (parallel.transport)");
@@ -248,8 +248,13 @@ std::optional<int> run_info_actions(const RunOptions& options, std::ostream& out
     } else if (options.print_schedule) {
       out << schedule_report(options.config);
     } else if (result.ok) {
+      check_stream_layout(options.config.parallel, schedule);  // the run's own refusal, here too
       out << "config ok; schedule " << to_string(schedule.kind) << " ok: " << result.num_steps
           << " lock-step steps, no deadlock, every forward and backward exactly once\n";
+      if (const int replicas = options.config.parallel.data_parallel_size; replicas > 1) {
+        out << "parallel.data_parallel_size=" << replicas << ": launch a multiple of " << replicas
+            << " processes (--nproc-per-node, torchrun, srun); one process refuses it\n";
+      }
     } else {
       out << render_grid(schedule, result);
     }

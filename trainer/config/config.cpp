@@ -423,7 +423,7 @@ void check_cross_fields(const PipelineConfig& c) {
       throw ConfigError("parallel.partition is explicit but parallel.partition_layers is empty; give one layer count per stage, e.g. [12, 13, 13, 11]");
     if (static_cast<int64_t>(par.partition_layers.size()) != stages)
       throw ConfigError("parallel.partition_layers has " + std::to_string(par.partition_layers.size()) + " entries but there are " +
-                        stages_text + "; give one layer count per stage");
+                        stages_text + "; give one layer count per stage, or parallel.partition: uniform");
     const int64_t sum = std::accumulate(par.partition_layers.begin(), par.partition_layers.end(), int64_t{0});
     if (sum != c.model.num_layers)
       throw ConfigError("parallel.partition_layers sums to " + std::to_string(sum) + " but model.num_layers is " +

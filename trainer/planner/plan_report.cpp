@@ -52,6 +52,15 @@ PipelineConfig plan_config(const PipelineConfig& base, const PlanCandidate& c) {
   return out;
 }
 
+std::string plan_train_command(const PlanCandidate& candidate, const std::string& config_path) {
+  std::string command = "gpipe_runner --config " + config_path;
+  if (candidate.data_parallel > 1) {
+    command += fmt::format(" --nproc-per-node {0} ({0} replicas, a process each; or torchrun / srun with {0} processes)",
+                           candidate.data_parallel);
+  }
+  return command;
+}
+
 std::string plan_yaml(const PipelineConfig& base, const PlannedCandidate& pick, const DeviceProfile& profile) {
   const PlanPrediction& p = pick.prediction;
   std::ostringstream out;
@@ -68,7 +77,8 @@ std::string plan_yaml(const PipelineConfig& base, const PlannedCandidate& pick, 
                      "on the fullest rank, {:.1f} MiB on the fullest device.\n",
                      p.step_ms, p.pipeline_ms, 100 * p.bubble, p.tokens_per_s, max_of(p.peak_bytes_per_rank) / kMiB,
                      max_of(p.peak_bytes_per_device) / kMiB);
-  out << "# Train with it: gpipe_runner --config <this file>. Plan again (other flags) with --plan on the original config.\n";
+  out << "# Train with it: " << plan_train_command(pick.candidate, "<this file>")
+      << ". Plan again (other flags) with --plan on the original config.\n";
   out << plan_config(base, pick.candidate).to_yaml();
   return out.str();
 }

@@ -1,10 +1,13 @@
 // Overlapped forward+backward pairs (torch's OVERLAP_F_B): parallel.overlap_f_b's modes and the
 // pairing of a compute-only schedule. What a pair means for the lowering, the validator and the
 // executors is in schedule.h (Action::overlaps_next).
+#include <fmt/format.h>
+
 #include <stdexcept>
 #include <string>
 
 #include "schedule_internal.h"
+#include "trainer/config/config.h"
 
 namespace gpipe {
 
@@ -35,6 +38,18 @@ int count_overlapped_pairs(const Schedule& schedule) {
   for (const auto& program : schedule.per_rank)
     for (const Action& a : program) pairs += a.overlaps_next ? 1 : 0;
   return pairs;
+}
+
+void check_stream_layout(const ParallelConfig& parallel, const Schedule& schedule) {
+  if (parallel.streams != "per_rank" || parallel.scheduler != "async_threaded") return;
+  const int pairs = count_overlapped_pairs(schedule);
+  if (pairs == 0) return;
+  throw ConfigError(fmt::format(
+      "parallel.streams=per_rank puts a rank's forward and backward on one stream, so the {} overlapped (F;B) pair(s) "
+      "of {} (parallel.overlap_f_b={}) could not run at once: set parallel.overlap_f_b=false, or "
+      "parallel.streams=per_microbatch",
+      pairs, parallel.schedule_file.empty() ? "parallel.schedule=" + parallel.schedule : "parallel.schedule_file=" + parallel.schedule_file,
+      parallel.overlap_f_b));
 }
 
 namespace {

@@ -400,7 +400,7 @@ int run_plan_command(PipelineConfig config, const PlanRequest& request, const st
     if (!file) throw ConfigError("--plan-output " + output + ": cannot write the file (check the folder)");
     file << plan_yaml(config, plan.ranked.front(), profile);
   }
-  out << "wrote " << output << ": train with gpipe_runner --config " << output << "\n";
+  out << "wrote " << output << ": train with " << plan_train_command(plan.ranked.front().candidate, output) << "\n";
   // Everything behind the table, for scripts and tests: <output without extension>.json.
   nlohmann::json report = {{"profile", profile_json(profile, measured_s)},
                            {"considered", plan.considered},

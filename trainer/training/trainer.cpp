@@ -82,18 +82,7 @@ Schedule generate_or_read_schedule(const ParallelConfig& parallel, const Trainin
 
 Schedule build_schedule(const ParallelConfig& parallel, const TrainingConfig& training) {
   Schedule schedule = generate_or_read_schedule(parallel, training);
-  // One stream per rank cannot run an overlapped pair's halves at once (the async executor would
-  // put both on it); generated or read from parallel.schedule_file alike.
-  if (parallel.streams == "per_rank" && parallel.scheduler == "async_threaded" && count_overlapped_pairs(schedule) > 0) {
-    throw ConfigError(fmt::format(
-        "parallel.streams=per_rank puts a rank's forward and backward on one stream, so the {} overlapped (F;B) "
-        "pair(s) of {} (parallel.overlap_f_b={}) could not run at once: set parallel.overlap_f_b=false, or "
-        "parallel.streams=per_microbatch",
-        count_overlapped_pairs(schedule),
-        parallel.schedule_file.empty() ? "parallel.schedule=" + parallel.schedule
-                                       : "parallel.schedule_file=" + parallel.schedule_file,
-        parallel.overlap_f_b));
-  }
+  check_stream_layout(parallel, schedule);  // generated or read from parallel.schedule_file alike
   return schedule;
 }
 

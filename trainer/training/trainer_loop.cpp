@@ -48,7 +48,7 @@ nlohmann::json PipelineTrainer::train() {
   const bool main_process = !dist_ || dist_->rank() == 0;
   const char* orion_env = std::getenv("USE_ORION_SCHEDULER");
   RunInfo info;
-  info.schedule = p.schedule;
+  info.schedule = p.schedule_file.empty() ? p.schedule : "file " + p.schedule_file;  // what ran, not the unused name
   info.executor = executor_->name();
   info.device = rank_devices_.front().is_cuda() ? "cuda" : "cpu";
   info.device_name = device_display_name(rank_devices_.front());

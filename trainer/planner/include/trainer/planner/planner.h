@@ -146,8 +146,12 @@ Plan make_plan(const PipelineConfig& config, const DeviceProfile& profile, const
 
 // The configuration that runs `candidate` (the user's config with the plan's parallel fields).
 PipelineConfig plan_config(const PipelineConfig& base, const PlanCandidate& candidate);
-// The YAML `--plan` writes: a header of comments (what was measured and predicted) and the config.
+// The YAML `--plan` writes: a header of comments (what was measured and predicted, and the
+// command that trains with it) and the config.
 std::string plan_yaml(const PipelineConfig& base, const PlannedCandidate& pick, const DeviceProfile& profile);
+// The command that trains with `candidate` written to `config_path`: replicas need a process each
+// (`--nproc-per-node`), as --verify launches them.
+std::string plan_train_command(const PlanCandidate& candidate, const std::string& config_path);
 // The table `--plan` prints: the top `rows` candidates and why the others lost.
 std::string render_plan_table(const Plan& plan, const DeviceProfile& profile, int rows);
 

@@ -10,6 +10,7 @@
 namespace gpipe {
 
 struct PipelineConfig;
+struct ParallelConfig;
 
 enum class ActionType : uint8_t {
   kForward,         // F: forward of one micro-batch through one (virtual) stage
@@ -141,6 +142,10 @@ const char* to_string(OverlapMode mode);  // "auto", "true", "false"
 Schedule with_overlap(const Schedule& compute_only, OverlapMode mode);
 // Overlapped pairs in the schedule (over all ranks).
 int count_overlapped_pairs(const Schedule& schedule);
+// parallel.streams=per_rank with the async_threaded executor puts a rank's forward and backward on
+// one stream, so an overlapped pair's halves could not run at once: throws ConfigError naming
+// both settings when `schedule` (generated or read from parallel.schedule_file) has pairs.
+void check_stream_layout(const ParallelConfig& parallel, const Schedule& schedule);
 // Inserts the SEND/RECV actions each compute action implies, in an order that cannot deadlock
 // with blocking point-to-point transports (receives right before the compute that needs them,
 // sends right after the compute that produces them; the sends after one compute and the
