@@ -59,6 +59,9 @@ expect checkpointed_run 0 "Training summary" -- --config "$cfg" --steps 2 --outp
   --checkpoint-interval 1
 expect resume_longer 0 "this run trains 4 steps in all" -- --config "$cfg" --steps 4 --output-dir "$tmp/run_ckpt" \
   --checkpoint-interval 1 --resume
+# ... but not with another learning rate, and the refusal names the field.
+expect resume_other_lr 2 "training.learning_rate: 0.002 vs 0.005" -- --config "$cfg" --steps 5 \
+  --output-dir "$tmp/run_ckpt" --lr 0.005 --resume
 # On CPU busy time and bubble are host-timed, and the summary says so (a GPU run says cuda_events).
 grep -q '"bubble_clock": *"host"' "$tmp/run/summary.json" \
   || { echo "FAIL short_run: summary.json does not say bubble_clock host"; failures=$((failures + 1)); }

@@ -18,6 +18,7 @@
 
 #include "temp_dir.h"
 #include "trainer/checkpoint/checkpoint.h"
+#include "trainer/config/config.h"
 
 namespace gpipe {
 namespace {
@@ -68,11 +69,12 @@ struct Trainee {
 const std::string kHash = config_hash("model: tiny\nstages: 1\n");
 
 // One complete single-stage checkpoint of `trainee` at `step` under root.
-std::string save_complete(const std::string& root, int64_t step, Trainee& trainee) {
+std::string save_complete(const std::string& root, int64_t step, Trainee& trainee, const std::string& config_yaml = {}) {
   const std::string folder = checkpoint_folder(root, step);
   Manifest manifest;
   manifest.position = {step, 0, step};
   manifest.config_hash = kHash;
+  manifest.config_yaml = config_yaml;
   manifest.num_stages = 1;
   manifest.stages.push_back(
       write_stage_checkpoint(folder, 0, *trainee.net, trainee.optimizer, trainee.device, manifest.position, kHash));
@@ -192,6 +194,23 @@ TEST(CheckpointTest, ForeignConfigHashIsRefused) {
   const std::string folder = save_complete(dir.path(), 1, trainee);
   const std::string other = config_hash("model: other\n");
   expect_checkpoint_error([&] { read_manifest(folder, other, 1); }, {"different configuration", kHash, other});
+}
+
+// With the configuration kept in the manifest, a refused resume names what differs.
+TEST(CheckpointTest, ForeignConfigNamesTheFieldsThatDiffer) {
+  testing::TempDir dir;
+  Trainee trainee;
+  PipelineConfig theirs;
+  theirs.training.learning_rate = 0.002;
+  PipelineConfig ours = theirs;
+  ours.training.learning_rate = 0.003;
+  ours.parallel.schedule = "zb_h1";
+  const std::string folder = save_complete(dir.path(), 1, trainee, theirs.to_yaml());
+  EXPECT_EQ(read_manifest(folder, kHash, 1).config_yaml, theirs.to_yaml());
+  expect_checkpoint_error([&] { read_manifest(folder, config_hash(ours.to_yaml()), 1, ours.to_yaml()); },
+                          {"different configuration", "training.learning_rate: 0.002 vs 0.003",
+                           "parallel.schedule: 1f1b vs zb_h1", "run with the checkpoint's values"});
+  EXPECT_EQ(config_differences(theirs, theirs), std::vector<std::string>{});
 }
 
 TEST(CheckpointTest, MissingOrBrokenManifestAndLeftoverTmpFiles) {

@@ -14,11 +14,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "checkpoint_files.h"
+#include "trainer/config/config.h"
 
 namespace gpipe::checkpoint_files {
 namespace {
@@ -150,6 +152,27 @@ std::string config_hash(const std::string& text) {
   return hex32(static_cast<uint32_t>(crc));
 }
 
+namespace {
+// "; the checkpoint's vs this run's: training.learning_rate: 0.002 vs 0.003, ..." when both
+// configurations are known and readable, else nothing (the hashes alone).
+std::string describe_differences(const std::string& theirs, const std::string& ours) {
+  if (theirs.empty() || ours.empty()) return "";
+  std::vector<std::string> diffs;
+  try {
+    diffs = config_differences(PipelineConfig::from_yaml_string(theirs, "the checkpoint's configuration"),
+                               PipelineConfig::from_yaml_string(ours, "this run's configuration"));
+  } catch (const std::exception&) {
+    return "";  // a configuration this build cannot read (an older schema): the hashes say enough
+  }
+  if (diffs.empty()) return "";
+  constexpr size_t kShown = 6;
+  std::string text = "; the checkpoint's vs this run's: ";
+  for (size_t i = 0; i < std::min(kShown, diffs.size()); ++i) text += (i ? ", " : "") + diffs[i];
+  if (diffs.size() > kShown) text += " and " + std::to_string(diffs.size() - kShown) + " more";
+  return text;
+}
+}  // namespace
+
 void write_manifest(const std::string& folder, const Manifest& manifest) {
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& s : manifest.stages) {
@@ -162,6 +185,7 @@ void write_manifest(const std::string& folder, const Manifest& manifest) {
         {"epoch", manifest.position.epoch},
         {"batch_index", manifest.position.batch_index}}},
       {"config_hash", manifest.config_hash},
+      {"config", manifest.config_yaml},
       {"num_stages", manifest.num_stages},
       {"world_size", manifest.world_size},
       {"stages", stages},
@@ -177,7 +201,8 @@ void write_manifest(const std::string& folder, const Manifest& manifest) {
   commit_tmp_file(tmp_path, path);
 }
 
-Manifest read_manifest(const std::string& folder, const std::string& expected_config_hash, int expected_num_stages) {
+Manifest read_manifest(const std::string& folder, const std::string& expected_config_hash, int expected_num_stages,
+                       const std::string& expected_config_yaml) {
   const std::string path = folder + "/" + kManifestName;
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("no checkpoint manifest " + path + " (missing, or the checkpoint was interrupted)");
@@ -190,6 +215,7 @@ Manifest read_manifest(const std::string& folder, const std::string& expected_co
     manifest.position.epoch = position.at("epoch").get<int>();
     manifest.position.batch_index = position.at("batch_index").get<int64_t>();
     manifest.config_hash = json.at("config_hash").get<std::string>();
+    manifest.config_yaml = json.value("config", std::string());
     manifest.num_stages = json.at("num_stages").get<int>();
     manifest.world_size = json.at("world_size").get<int>();
     for (const auto& s : json.at("stages")) {
@@ -206,7 +232,8 @@ Manifest read_manifest(const std::string& folder, const std::string& expected_co
   }
   if (manifest.config_hash != expected_config_hash) {
     fail("checkpoint " + folder + " was written by a different configuration (hash " + manifest.config_hash +
-         " vs " + expected_config_hash + "): refuse to resume from it");
+         " vs " + expected_config_hash + ")" + describe_differences(manifest.config_yaml, expected_config_yaml) +
+         ": refuse to resume from it (run with the checkpoint's values, or train from scratch)");
   }
   if (manifest.num_stages != expected_num_stages) {
     fail("checkpoint " + folder + " has " + std::to_string(manifest.num_stages) + " stages, the run has " +

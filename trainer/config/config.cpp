@@ -591,6 +591,24 @@ void PipelineConfig::validate() const {
   check_cross_fields(*this);
 }
 
+std::vector<std::string> config_differences(const PipelineConfig& a, const PipelineConfig& b) {
+  auto value = [](const Field& f, const PipelineConfig& c) {
+    YAML::Emitter out;
+    out << YAML::Flow;
+    f.write(out, c);
+    return std::string(out.c_str());
+  };
+  std::vector<std::string> out;
+  for (const std::string& section : kSections) {
+    for (const Field& f : field_table()) {
+      if (f.section != section) continue;
+      const std::string va = value(f, a), vb = value(f, b);
+      if (va != vb) out.push_back(f.path() + ": " + va + " vs " + vb);
+    }
+  }
+  return out;
+}
+
 std::string PipelineConfig::to_yaml() const {
   YAML::Emitter out;
   out << YAML::BeginMap;

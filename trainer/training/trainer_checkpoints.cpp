@@ -21,7 +21,9 @@ std::string PipelineTrainer::checkpoint_root() const {
   return t.checkpoint_dir.empty() ? (std::filesystem::path(t.output_dir) / "checkpoints").string() : t.checkpoint_dir;
 }
 
-std::string PipelineTrainer::checkpoint_config_hash() const {
+std::string PipelineTrainer::checkpoint_config_hash() const { return config_hash(checkpoint_config_yaml()); }
+
+std::string PipelineTrainer::checkpoint_config_yaml() const {
   PipelineConfig trajectory = config_;
   trajectory.training.output_dir = "-";
   trajectory.training.checkpoint_dir.clear();
@@ -39,7 +41,7 @@ std::string PipelineTrainer::checkpoint_config_hash() const {
   // data_parallel_size 2 follows the same trajectory as one without, and may resume it.
   trajectory.parallel.data_parallel_size = 1;
   trajectory.parallel.dp_bucket_mb = 1;
-  return config_hash(trajectory.to_yaml());
+  return trajectory.to_yaml();
 }
 
 void PipelineTrainer::resume_from(const std::string& folder) { resume_ = folder; }
@@ -75,6 +77,7 @@ void PipelineTrainer::save_checkpoint(int64_t step, int epoch, int64_t batch_ind
     Manifest manifest;
     manifest.position = position;
     manifest.config_hash = hash;
+    manifest.config_yaml = checkpoint_config_yaml();
     manifest.num_stages = static_cast<int>(stages_.size());
     manifest.world_size = dist_ ? dist_->world_size() : 1;
     manifest.stages = files;
@@ -99,7 +102,8 @@ std::tuple<int64_t, int, int64_t> PipelineTrainer::load_checkpoint() {
                             "training.checkpoint_dir to where the checkpoints are");
     }
   }
-  const Manifest manifest = read_manifest(folder, checkpoint_config_hash(), static_cast<int>(stages_.size()));
+  const Manifest manifest =
+      read_manifest(folder, checkpoint_config_hash(), static_cast<int>(stages_.size()), checkpoint_config_yaml());
   TrainingPosition position = manifest.position;
   const auto local_stages = std::count_if(stages_.begin(), stages_.end(), [](const auto& s) { return s != nullptr; });
   engine_log_info(fmt::format("loading checkpoint {} (step {}): weights and AdamW state of {} stage{} ...", folder,

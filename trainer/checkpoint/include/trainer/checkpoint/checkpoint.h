@@ -41,6 +41,9 @@ struct Manifest {
   int format_version = 1;
   TrainingPosition position;
   std::string config_hash;  // hex; a different run's checkpoint is "foreign"
+  // The configuration the hash is of (PipelineConfig::to_yaml), so that a refused resume can name
+  // the fields that differ; empty in checkpoints written before it was kept.
+  std::string config_yaml;
   int num_stages = 0;
   int world_size = 1;
   std::vector<StageCheckpointFile> stages;  // exactly one per stage 0..num_stages-1 when complete
@@ -60,8 +63,11 @@ StageCheckpointFile write_stage_checkpoint(const std::string& folder, int stage,
 void write_manifest(const std::string& folder, const Manifest& manifest);
 
 // Reads <folder>/manifest.json and checks it: parsable, complete, every stage file with its recorded
-// size and crc32, the expected config hash and stage count. Throws CheckpointError otherwise.
-Manifest read_manifest(const std::string& folder, const std::string& expected_config_hash, int expected_num_stages);
+// size and crc32, the expected config hash and stage count. Throws CheckpointError otherwise; for
+// a different configuration, naming the fields that differ when both YAMLs are known
+// (`expected_config_yaml`: what the hash is of).
+Manifest read_manifest(const std::string& folder, const std::string& expected_config_hash, int expected_num_stages,
+                       const std::string& expected_config_yaml = {});
 
 // The newest complete checkpoint folder under root (highest step with a manifest.json), or nullopt.
 std::optional<std::string> latest_checkpoint(const std::string& root);

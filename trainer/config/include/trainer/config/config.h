@@ -168,4 +168,8 @@ struct PipelineConfig {
   bool operator==(const PipelineConfig&) const = default;
 };
 
+// The fields whose values differ between `a` and `b`, each as "section.key: <a's> vs <b's>"
+// (values as to_yaml() writes them), in to_yaml()'s order.
+std::vector<std::string> config_differences(const PipelineConfig& a, const PipelineConfig& b);
+
 }  // namespace gpipe

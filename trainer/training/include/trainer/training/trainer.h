@@ -106,9 +106,10 @@ class PipelineTrainer {
   void resume_from(const std::string& folder);
   // Where checkpoints go: training.checkpoint_dir, or <output_dir>/checkpoints.
   std::string checkpoint_root() const;
-  // The hash a checkpoint must carry: the config without fields that do not change the training
-  // trajectory (output and checkpoint folders, logging and profiling).
+  // The hash a checkpoint must carry: of checkpoint_config_yaml(), the config without fields that
+  // do not change the training trajectory (output and checkpoint folders, logging and profiling).
   std::string checkpoint_config_hash() const;
+  std::string checkpoint_config_yaml() const;
 
  private:
   // Writes every local stage's checkpoint for `next` (steps done, next batch); rank 0 writes the
