@@ -16,6 +16,7 @@ namespace gpipe {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 RunOptions parse(std::vector<std::string> args) {
   args.insert(args.begin(), "gpipe_runner");
@@ -171,6 +172,10 @@ TEST(Cli, InfoActions) {
   o = parse({"--validate-only", "--stages", "2", "--data-parallel-size", "2"});
   EXPECT_EQ(run_info_actions(o, out), 0);
   EXPECT_THAT(out.str(), HasSubstr("parallel.data_parallel_size=2: launch a multiple of 2 processes"));
+  EXPECT_THAT(out.str(), Not(HasSubstr("parallel.device=cuda")));
+  out.str("");
+  EXPECT_EQ(run_info_actions(parse({"--validate-only", "--device", "cuda"}), out), 0);
+  EXPECT_THAT(out.str(), HasSubstr("parallel.device=cuda: not checked here"));
 
   o = parse({});
   EXPECT_EQ(run_info_actions(o, out), std::nullopt);

@@ -255,6 +255,10 @@ std::optional<int> run_info_actions(const RunOptions& options, std::ostream& out
         out << "parallel.data_parallel_size=" << replicas << ": launch a multiple of " << replicas
             << " processes (--nproc-per-node, torchrun, srun); one process refuses it\n";
       }
+      if (options.config.parallel.device == "cuda") {
+        out << "parallel.device=cuda: not checked here (--validate-only does not start CUDA); the run refuses it "
+               "when no GPU is visible\n";
+      }
     } else {
       out << render_grid(schedule, result);
     }
