@@ -24,6 +24,7 @@
 #include "gpu_replayer.h"
 #include "gpu_study.h"
 #include "plan.h"
+#include "scheduler/policy.h"
 
 namespace {
 
@@ -206,6 +207,19 @@ int main(int argc, char** argv) {
     for (const std::string& p : cli.params) {
       if (p.find('=') == std::string::npos || p.front() == '=') {
         std::cerr << "orion-replay-gpu: --param '" << p << "' is not KEY=VALUE (see orion-sim --list-params)\n";
+        return 2;
+      }
+    }
+    // Every policy's parameters are checked here, as orion-sim checks them, before any GPU work
+    // (gpud's need a running daemon to check: its child reports them).
+    sched::PolicyParams params;
+    for (const std::string& p : cli.params) params[p.substr(0, p.find('='))] = p.substr(p.find('=') + 1);
+    for (const std::string& policy : cli.policies) {
+      if (policy == "gpud") continue;
+      try {
+        (void)sched::make_policy(policy, orion_sim::params_for(policy, params));
+      } catch (const std::invalid_argument& e) {
+        std::cerr << "orion-replay-gpu: --policies " << policy << ": " << e.what() << "\n";
         return 2;
       }
     }

@@ -74,7 +74,7 @@ def report_cuda_job(args, alone, shared, job, rc, status) -> int:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--build", type=Path, default=ROOT / "build")
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--rank", type=int, default=3, help="the pipeline rank whose idle time is published")

@@ -45,29 +45,19 @@
 # commit the tree is, for the results: the GPU machine's copy has no .git), GPU_CHECK_WORK.
 # Needs .deps/ (scripts/gpu/stage-debs.sh on the dev machine) carried to the GPU machine.
 set -uo pipefail
+usage="usage: scripts/gpu_check.sh [--call 1|2|3] OUT   (--help: what it checks and its environment)"
+case "${1:-}" in
+  -h | --help) sed -n '2,/^set -uo pipefail/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+esac
 call=""
 if [ "${1:-}" = "--call" ]; then
-  call=${2:-}
-  shift 2 || true
+  [ $# -ge 2 ] || { echo "--call needs 1, 2 or 3; $usage" >&2; exit 2; }
+  call=$2
+  shift 2
 fi
-[ $# -eq 1 ] || { echo "usage: scripts/gpu_check.sh [--call 1|2|3] OUT" >&2; exit 2; }
-mkdir -p "$1" || exit 2
-OUT=$(cd "$1" && pwd)
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-WORK=${GPU_CHECK_WORK:-$root/.gpu-work}
-case "$WORK" in "$OUT" | "$OUT"/*) echo "GPU_CHECK_WORK must lie outside OUT" >&2; exit 2 ;; esac
-case "$(cd "$(dirname "$WORK")" 2>/dev/null && pwd)/$(basename "$WORK")" in
-  / | "$root" | "$HOME" | //*) echo "GPU_CHECK_WORK=$WORK: a folder of its own, please (it is emptied first)" >&2; exit 2 ;;
-esac
-rm -rf "$WORK" && mkdir -p "$WORK" || exit 2
-OUTDIR=$(cd "$WORK" && pwd)
-export OUTDIR GPU_CHECK_OUT=$OUT
-# shellcheck source=scripts/gpu/common.sh
-source "$here/gpu/common.sh"
-# Where the step scripts live (a test points this at stand-ins).
-step_dir=${GPU_CHECK_STEP_DIR:-$here/gpu}
-
+[ $# -eq 1 ] || { echo "$usage" >&2; exit 2; }
+case "$1" in -*) echo "OUT '$1' looks like an option; $usage" >&2; exit 2 ;; esac
+# Everything that can be refused is refused before anything is made or emptied.
 # The three device calls. Each starts with `build`, which on a bare machine unpacks the archive
 # call 1 returned (carried as .gpu-bin/gpu-bin.tar.gz) or else builds just what the checks need.
 # Measured on the H100 (2026-11-27): build 96 s on 16 cores, ctest 4 s, a..d 130 s, e f 45 s,
@@ -94,6 +84,24 @@ for name in $only; do
     *) echo "GPU_CHECK_ONLY: unknown check '$name' (known:${known% })" >&2; exit 2 ;;
   esac
 done
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+OUT=$(realpath -m "$1")
+WORK=$(realpath -m "${GPU_CHECK_WORK:-$root/.gpu-work}")
+case "$WORK" in "$OUT" | "$OUT"/*) echo "GPU_CHECK_WORK must lie outside OUT" >&2; exit 2 ;; esac
+case "$OUT" in "$WORK"/*) echo "OUT must lie outside GPU_CHECK_WORK ($WORK), which is emptied first" >&2; exit 2 ;; esac
+case "$WORK" in
+  / | "$root" | "$HOME") echo "GPU_CHECK_WORK=$WORK: a folder of its own, please (it is emptied first)" >&2; exit 2 ;;
+esac
+mkdir -p "$OUT" || exit 2
+rm -rf "$WORK" && mkdir -p "$WORK" || exit 2
+OUTDIR=$(cd "$WORK" && pwd)
+export OUTDIR GPU_CHECK_OUT=$OUT
+# shellcheck source=scripts/gpu/common.sh
+source "$here/gpu/common.sh"
+# Where the step scripts live (a test points this at stand-ins).
+step_dir=${GPU_CHECK_STEP_DIR:-$here/gpu}
+
 
 gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)
 commit=${GPU_CHECK_COMMIT:-$(git -C "$GPU_ROOT" rev-parse --short HEAD 2>/dev/null || echo 'unknown: set GPU_CHECK_COMMIT')}

@@ -77,8 +77,18 @@ Shim* init_shim_slow() {
 }
 
 Shim::Shim(Settings settings) : settings_(std::move(settings)) {
-  // make_policy throws std::invalid_argument naming the bad policy or parameter.
-  auto policy = sched::make_policy(settings_.policy, settings_.policy_params);
+  // make_policy throws std::invalid_argument naming the bad policy or parameter; the message then
+  // also names the variable it came from (intercept/README.md's error format).
+  std::unique_ptr<sched::Policy> policy;
+  try {
+    policy = sched::make_policy(settings_.policy, settings_.policy_params);
+  } catch (const std::invalid_argument& e) {
+    std::string params;
+    for (const auto& [key, value] : settings_.policy_params) params += (params.empty() ? "" : ",") + key + "=" + value;
+    throw std::invalid_argument(params.empty() ? fmt::format("ORION_POLICY='{}': {}", settings_.policy, e.what())
+                                               : fmt::format("ORION_POLICY='{}' ORION_POLICY_PARAMS='{}': {}",
+                                                             settings_.policy, params, e.what()));
+  }
   sched::DispatcherOptions options;
   options.be_max_wait_ns = settings_.be_max_wait_us * 1000;
   options.pump_interval_ns = settings_.pump_interval_us * 1000;
@@ -91,7 +101,12 @@ Shim::Shim(Settings settings) : settings_(std::move(settings)) {
   options.default_class = sched::StreamClass::kUnmanaged;
   if (!settings_.profile_import.empty()) {
     // Throws std::invalid_argument naming the file, line and field.
-    size_t rows = profiles_.load_orion_csv(settings_.profile_import);
+    size_t rows = 0;
+    try {
+      rows = profiles_.load_orion_csv(settings_.profile_import);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument(fmt::format("ORION_PROFILE_IMPORT='{}': {}", settings_.profile_import, e.what()));
+    }
     shim_log().info("imported {} kernel profiles from {}", rows,
                  settings_.profile_import);
   }

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <sstream>
 #include <stdexcept>
 
 namespace sched::detail {
@@ -26,6 +27,14 @@ void ParamReader::fail(const std::string& name, const std::string& what) const {
   throw std::invalid_argument("policy '" + policy_ + "': parameter '" + name + "'='" +
                               params_.at(name) + "': " + what);
 }
+
+namespace {
+std::string compact(double v) {  // 0.01, 1, 1e+06: not std::to_string's 0.010000
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+}  // namespace
 
 long long ParamReader::integer(const std::string& name, long long fallback, long long min,
                                long long max) const {
@@ -53,7 +62,9 @@ double ParamReader::number(const std::string& name, double fallback, double min,
     fail(name, "expected a number");
   }
   if (value < min || value > max) {
-    fail(name, "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+    // A tiny positive minimum stands for "above 0" (a fraction that must be positive).
+    const std::string low = min > 0 && min < 1e-6 ? "(0" : "[" + compact(min);
+    fail(name, "must be in " + low + ", " + compact(max) + "]");
   }
   return value;
 }

@@ -150,7 +150,8 @@ int main(int argc, char** argv) {
   gen->add_option("--stage", ps.stage, "pipeline-stage: which stage (0-based)")->capture_default_str();
   gen->add_option("--micro-batches", ps.micro_batches, "pipeline-stage: micro-batches per step")->capture_default_str();
   gen->add_option("--layers", ps.layers, "pipeline-stage: transformer blocks on the stage")->capture_default_str();
-  gen->add_option("--other-layers", ps.other_layers, "pipeline-stage: transformer blocks on every other stage")
+  gen->add_option("--other-layers", ps.other_layers,
+                  "pipeline-stage: accepted for old command lines, changes nothing (every stage runs as long as this one)")
       ->capture_default_str();
   gen->add_option("--batch", ps.batch, "pipeline-stage: micro-batch size")->capture_default_str();
   gen->add_option("--seq", ps.seq, "pipeline-stage: sequence length")->capture_default_str();

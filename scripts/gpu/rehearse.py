@@ -129,8 +129,9 @@ def rehearse_call(n: int, work: Path, python: str, commit: str, archive):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--calls", nargs="+", type=int, default=[1, 2, 3])
+    parser.add_argument("out", type=Path, help="a folder for the report (rehearsal.md) and each call's copy")
+    parser.add_argument("--calls", nargs="+", type=int, default=[1, 2, 3],
+                        help="which of gpu_check.sh's calls to rehearse, in order (default: 1 2 3)")
     parser.add_argument("--python", default=str(ROOT / ".venv" / "bin" / "python"),
                         help="the python with torch the GPU machine's system python stands for")
     args = parser.parse_args()

@@ -116,6 +116,50 @@ class GpuCheckHarness(unittest.TestCase):
         self.assertEqual(sorted(covered), sorted("ctest a b c d e f g h i j".split()))
 
 
+class GpuCheckArguments(unittest.TestCase):
+    """What gpu_check.sh refuses, it refuses before it makes OUT or empties the work folder."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.base = Path(self.tmp.name)
+        self.work = self.base / "work"
+        self.work.mkdir()
+        (self.work / "last_run.log").write_text("the previous run's log\n")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def check(self, *args, **env):
+        return subprocess.run(["bash", str(CHECK), *args], capture_output=True, text=True, timeout=30,
+                              env=dict(os.environ, GPU_CHECK_WORK=str(self.work), **env))
+
+    def assert_untouched(self, out):
+        self.assertTrue((self.work / "last_run.log").exists(), "a refused call emptied the work folder")
+        self.assertFalse(out.exists(), f"a refused call made {out}")
+
+    def test_help_prints_the_checks_and_runs_nothing(self):
+        for flag in ("--help", "-h"):
+            proc = self.check(flag)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            self.assertIn("a  gpu_hp_be_kernels", proc.stdout)
+            self.assertIn("GPU_CHECK_ONLY", proc.stdout)
+            self.assert_untouched(self.base / flag)
+
+    def test_bad_arguments_are_refused_before_anything_is_touched(self):
+        out = self.base / "out"
+        cases = [(("--call",), {}, "--call needs 1, 2 or 3"),
+                 (("--call", "4", str(out)), {}, "--call: 1, 2 or 3 (got '4')"),
+                 ((str(out),), {"GPU_CHECK_ONLY": "b zz"}, "unknown check 'zz'"),
+                 (("--verbose",), {}, "looks like an option"),
+                 ((str(self.work / "out"),), {}, "OUT must lie outside GPU_CHECK_WORK")]
+        for args, env, message in cases:
+            proc = self.check(*args, **env)
+            self.assertEqual(proc.returncode, 2, (args, proc.stdout, proc.stderr))
+            self.assertIn(message, proc.stderr, args)
+            self.assert_untouched(out)
+            self.assertFalse((self.work / "out").exists())
+
+
 class CheckOutdirRules(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()

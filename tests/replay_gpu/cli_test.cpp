@@ -68,6 +68,16 @@ TEST(ReplayCli, UnknownPolicyIsRefusedListingTheKnownOnes) {
   EXPECT_NE(out.find("partition"), std::string::npos) << out;  // the list of known policies
 }
 
+// A policy parameter is checked before any GPU work, as orion-sim checks it (even with --dry-run).
+TEST(ReplayCli, BadPolicyParameterIsRefusedBeforeTheRun) {
+  int rc = 0;
+  const std::string out = run_command(kExe + " " + kInference + " --policies orion --param bogus=1 --dry-run", &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--policies orion: policy 'orion': unknown parameter 'bogus'"), std::string::npos) << out;
+  const std::string ok = run_command(kExe + " " + kInference + " --policies orion --param dur_threshold_us=50 --dry-run", &rc);
+  EXPECT_EQ(rc, 0) << ok;
+}
+
 TEST(ReplayCli, PoliciesNeedTheShim) {
   int rc = 0;
   const std::string out = run_command(kExe + " " + kInference + " --policies orion", &rc);

@@ -72,7 +72,8 @@ TEST(PolicyParams, ErrorsNameTheProblem) {
   expect_invalid("orion", {{"sm_threshold", "0"}}, "'sm_threshold'");
   expect_invalid("orion", {{"sm_threshold", "4x"}}, "'sm_threshold'");
   expect_invalid("orion", {{"sm_threshold_frac", "1.5"}}, "'sm_threshold_frac'");
-  expect_invalid("orion", {{"sm_threshold_frac", "0"}}, "'sm_threshold_frac'");
+  expect_invalid("orion", {{"sm_threshold_frac", "0"}}, "'sm_threshold_frac'='0': must be in (0, 1]");
+  expect_invalid("partition", {{"be_sm_frac", "1"}}, "must be in [0.01, 0.99]");
   expect_invalid("orion", {{"dur_threshold_us", "-1"}}, "'dur_threshold_us'");
   expect_invalid("orion", {{"dur_threshold_us", "fast"}}, "expected a number");
   expect_invalid("orion", {{"allow_unknown", "yes"}}, "'allow_unknown'");
