@@ -36,12 +36,11 @@ def main() -> int:
             r["mfu"] = r["tokens_per_s"] * s["flops_per_token"] / (peak * gpus) if peak else None
             bubble = s.get("bubble_fraction")
             r["peak_memory_bytes"] = s.get("peak_memory_bytes")
-            steps = [json.loads(line) for line in (args.dir / name / "metrics.jsonl").read_text().splitlines() if line.strip()]
-            mallocs = [m.get("device_mallocs") for m in steps[args.warmup:] if m.get("device_mallocs") is not None]
             r["extra"] = (f"{s.get('stages')} stages, {s.get('schedule')}, bubble "
                           f"{'n/a' if bubble is None else f'{bubble:.3f}'} ({s.get('bubble_clock', 'host')} clock), "
                           f"peak mem {s.get('peak_memory_bytes')}; cudaMalloc in the timed steps "
-                          f"{sum(mallocs) if mallocs else 'n/a'}, alloc retries {s.get('alloc_retries')}")
+                          f"{r['timed_device_mallocs'] if r['timed_device_mallocs'] is not None else 'n/a'}, "
+                          f"alloc retries {s.get('alloc_retries')}")
             rows[label] = r
         except (ResultError, KeyError, json.JSONDecodeError) as e:
             print(f"| d: trainer {label} | FAIL | {e} |")

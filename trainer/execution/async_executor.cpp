@@ -87,7 +87,7 @@ class AsyncThreadedExecutor final : public Executor {
     for (int rank : here) {
       const auto r = static_cast<size_t>(rank);
       const c10::Device device = ctx.rank_devices.at(r);
-      if (!workers_[r] || workers_[r]->device != device) workers_[r] = std::make_unique<RankThreads>(device, rank);
+      if (!workers_[r] || workers_[r]->rank.device() != device) workers_[r] = std::make_unique<RankThreads>(device, rank);
     }
     std::vector<std::future<void>> programs;
     programs.reserve(here.size());
@@ -217,8 +217,7 @@ class AsyncThreadedExecutor final : public Executor {
 
   // A rank's threads, kept across steps (remade only if the rank moves to another device).
   struct RankThreads {
-    RankThreads(c10::Device d, int rank) : device(d), rank(d, "rank" + std::to_string(rank)) {}
-    c10::Device device;
+    RankThreads(c10::Device device, int rank) : rank(device, "rank" + std::to_string(rank)) {}
     WorkerThread rank;
     std::optional<ForwardLane> lane;  // made at the rank's first overlapped pair
   };

@@ -29,6 +29,7 @@ class WorkerThread {
   // it and rethrows what it threw. Each task joins an active Kineto profile (ProfileThisThread)
   // for its own duration: the thread outlives the profiled step.
   std::future<void> run(std::function<void()> work);
+  c10::Device device() const { return device_; }
 
  private:
   using Task = std::shared_ptr<std::packaged_task<void()>>;  // null: stop

@@ -51,7 +51,10 @@ int64_t max_rss_bytes() {
 }
 
 namespace {
-nlohmann::json optional_json(const std::optional<int64_t>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); }
+template <typename T>
+nlohmann::json optional_json(const std::optional<T>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
 }  // namespace
 
 nlohmann::json to_json(const IterationMetrics& m) {
@@ -64,12 +67,12 @@ nlohmann::json to_json(const IterationMetrics& m) {
           {"tokens_per_s", m.tokens_per_s},
           {"bubble_fraction", m.bubble_fraction},
           {"bubble_clock", m.bubble_clock},
-          {"mfu", m.mfu ? nlohmann::json(*m.mfu) : nlohmann::json(nullptr)},
+          {"mfu", optional_json(m.mfu)},
           {"peak_memory_bytes", m.peak_memory_bytes},
           {"peak_allocated_bytes", m.peak_allocated_bytes},
           {"rank_busy", m.rank_busy},
-          {"scheduler_held", m.scheduler_held ? nlohmann::json(*m.scheduler_held) : nlohmann::json(nullptr)},
-          {"scheduler_admitted", m.scheduler_admitted ? nlohmann::json(*m.scheduler_admitted) : nlohmann::json(nullptr)},
+          {"scheduler_held", optional_json(m.scheduler_held)},
+          {"scheduler_admitted", optional_json(m.scheduler_admitted)},
           {"device_mallocs", optional_json(m.device_mallocs)},
           {"device_frees", optional_json(m.device_frees)},
           {"alloc_retries", optional_json(m.alloc_retries)},
@@ -155,7 +158,6 @@ nlohmann::json MetricsLog::summary() const {
     peak_memory = std::max(peak_memory, m.peak_memory_bytes);
     peak_allocated = std::max(peak_allocated, m.peak_allocated_bytes);
   }
-  auto null_or = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
   // The allocator's traffic after the first step (a warm step should make no cudaMalloc), and its
   // retries over the run; null on CPU.
   std::optional<int64_t> steady_mallocs, retries;
@@ -165,7 +167,7 @@ nlohmann::json MetricsLog::summary() const {
     if (i > 0 && m.device_mallocs) steady_mallocs = steady_mallocs.value_or(0) + *m.device_mallocs;
   }
   return {{"tokens_per_s", tokens_per_s},
-          {"mfu", null_or(mfu_value)},
+          {"mfu", optional_json(mfu_value)},
           {"bubble_fraction", mean_of(its, &IterationMetrics::bubble_fraction)},
           {"bubble_clock", iterations_.empty() ? std::string("host") : iterations_.back().bubble_clock},
           {"peak_memory_bytes", peak_memory},
@@ -189,7 +191,7 @@ nlohmann::json MetricsLog::summary() const {
           {"parameters", info_.parameters},
           {"tokens_per_step", info_.tokens_per_step},
           {"flops_per_token", info_.flops_per_token},
-          {"peak_flops_per_gpu", null_or(info_.peak_flops_per_gpu)},
+          {"peak_flops_per_gpu", optional_json(info_.peak_flops_per_gpu)},
           {"num_gpus", info_.num_gpus},
           {"use_orion_scheduler", info_.use_orion_scheduler},
           {"orion_env", info_.orion_env}};
