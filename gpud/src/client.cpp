@@ -130,11 +130,13 @@ Client Client::connect(const std::filesystem::path& dir, const std::string& gpu,
     for (int f : fds) close(f);
     throw;
   }
-  const size_t want = role == Role::kPipeline ? 1 : 3;
+  const size_t want = role == Role::kPipeline ? 1 : role == Role::kBestEffort ? 3 : 0;
   try {
     if (fds.size() != want) throw ProtocolError(fmt::format("orion-gpud handed over {} pages, expected {}", fds.size(), want));
     c.id_ = welcome.value("client_id", 0);
-    c.pipeline_ = static_cast<PipelinePage*>(map_received_page(fds[0], role == Role::kPipeline));
+    if (role != Role::kObserver) {
+      c.pipeline_ = static_cast<PipelinePage*>(map_received_page(fds[0], role == Role::kPipeline));
+    }
     if (role == Role::kBestEffort) {
       c.grant_ = static_cast<GrantPage*>(map_received_page(fds[1], false));
       c.usage_ = static_cast<UsagePage*>(map_received_page(fds[2], true));
@@ -171,6 +173,11 @@ Client::~Client() {
   unmap_page(grant_);
   unmap_page(usage_);
   if (fd_ >= 0) close(fd_);
+}
+
+const PipelinePage& Client::pipeline() const {
+  if (pipeline_ == nullptr) throw std::logic_error("an observer has no pipeline page: it asks for status()");
+  return *pipeline_;
 }
 
 PipelinePage& Client::pipeline_writable() {

@@ -108,7 +108,8 @@ struct Daemon::Impl {
     int fd = -1;
     int pidfd = -1;
     pid_t pid = 0;
-    int id = 0;  // 0 until its hello
+    bool greeted = false;  // its hello was answered with a welcome
+    int id = 0;            // its GrantBook id (0 for an observer, which holds no grant)
     Role role = Role::kBestEffort;
     int64_t hello_deadline_ns = 0;
     // Set when the peer is refused at accept (uid, too many clients): the reason goes out as the
@@ -201,7 +202,9 @@ struct Daemon::Impl {
 
   void drop(size_t index, const std::string& why) {
     Connection& c = connections[index];
-    if (c.id != 0) {
+    if (c.greeted && c.role == Role::kObserver) {
+      spdlog::debug("orion-gpud: observer pid {} left: {}", c.pid, why);
+    } else if (c.id != 0) {  // booked (a hello whose welcome could not be sent too)
       spdlog::info("orion-gpud: {} client {} (pid {}) left: {}", to_string(c.role), c.id, c.pid, why);
       if (c.role == Role::kBestEffort && c.grant.data() != nullptr) {
         write_grant(*static_cast<GrantPage*>(c.grant.data()), GrantView{});  // revoked, if it still looks
@@ -240,7 +243,7 @@ struct Daemon::Impl {
     // Connections that have not said hello (or were refused) are capped apart from clients, so a
     // flood of silent or refused peers cannot use up the daemon's descriptors.
     const size_t waiting = static_cast<size_t>(std::count_if(connections.begin(), connections.end(),
-                                                             [](const Connection& c) { return c.id == 0; }));
+                                                             [](const Connection& c) { return !c.greeted; }));
     if (waiting >= kMaxWaitingConnections) {
       close(fd);
       return;
@@ -274,7 +277,9 @@ struct Daemon::Impl {
     }
     if (!m.contains("role") || !m["role"].is_string()) return "hello without a string 'role'";
     const auto role = role_from_string(m["role"].get<std::string>());
-    if (!role) return fmt::format("unknown role '{}' (pipeline or best_effort)", m["role"].get<std::string>());
+    if (!role) {
+      return fmt::format("unknown role '{}' (pipeline, best_effort or observer)", m["role"].get<std::string>());
+    }
     if (!m.contains("pid") || !m["pid"].is_number_integer() || m["pid"].get<int64_t>() != c.pid) {
       return fmt::format("hello must carry the sender's pid ({}, from the socket)", c.pid);
     }
@@ -282,6 +287,19 @@ struct Daemon::Impl {
       return "hello needs a 'name' of at most 64 characters";
     }
     const std::string name = m["name"].get<std::string>();
+    if (*role == Role::kObserver) {  // status only: no pages, no grant, nothing to revoke
+      c.role = *role;
+      c.pidfd = pidfd_of(c.pid);
+      try {
+        io::send_message(c.fd, {{"type", "welcome"}, {"version", kProtocolVersion}, {"client_id", 0}, {"gpu", options.gpu}},
+                         {}, kMaxReplyBytes);
+      } catch (const ProtocolError& e) {
+        return e.what();
+      }
+      c.greeted = true;
+      spdlog::debug("orion-gpud: observer attached (pid {}, '{}')", c.pid, name);
+      return "";
+    }
     if (*role == Role::kPipeline && !book.has_pipeline()) {
       const pid_t departed = departed_pipeline_alive();
       if (departed != 0 && departed != c.pid) {
@@ -334,6 +352,7 @@ struct Daemon::Impl {
       error = e.what();
     }
     for (int fd : to_close) close(fd);
+    c.greeted = error.empty();
     if (error.empty()) spdlog::info("orion-gpud: {} client {} attached (pid {}, '{}')", to_string(c.role), c.id, c.pid, name);
     return error;
   }
@@ -365,7 +384,7 @@ struct Daemon::Impl {
       return;
     }
     const std::string type = in.message["type"].get<std::string>();
-    if (c.id == 0) {
+    if (!c.greeted) {
       const std::string error = type == "hello" ? on_hello(c, in.message, now) : "the first message must be a hello";
       if (!error.empty()) {
         refuse(c.fd, error);
@@ -380,6 +399,9 @@ struct Daemon::Impl {
       s["type"] = "status";
       s["gpu"] = options.gpu;
       s["version"] = kProtocolVersion;
+      s["observers"] = std::count_if(connections.begin(), connections.end(), [](const Connection& o) {
+        return o.greeted && o.role == Role::kObserver;
+      });
       if (const pid_t departed = departed_pipeline_alive(); departed != 0) s["pipeline_refused_until_pid_exits"] = departed;
       try {
         io::send_message(c.fd, s, {}, kMaxReplyBytes);
@@ -400,7 +422,7 @@ struct Daemon::Impl {
 
   void tick(int64_t now) {
     for (size_t i = connections.size(); i-- > 0;) {
-      if (connections[i].id == 0 && now >= connections[i].hello_deadline_ns) {
+      if (!connections[i].greeted && now >= connections[i].hello_deadline_ns) {
         refuse(connections[i].fd, !connections[i].refusal.empty()
                                       ? connections[i].refusal
                                       : fmt::format("no hello within {} ms", options.hello_timeout_ns / 1'000'000));
@@ -410,7 +432,7 @@ struct Daemon::Impl {
     const WindowView window = read_window(pipeline());
     book.tick(window, now);
     for (Connection& c : connections) {
-      if (c.id != 0 && c.role == Role::kBestEffort) {
+      if (c.greeted && c.role == Role::kBestEffort) {
         write_grant(*static_cast<GrantPage*>(c.grant.data()), book.grant(c.id));
       }
     }

@@ -6,15 +6,24 @@
 
 namespace gpud {
 
-const char* to_string(Role role) { return role == Role::kPipeline ? "pipeline" : "best_effort"; }
+const char* to_string(Role role) {
+  switch (role) {
+    case Role::kPipeline: return "pipeline";
+    case Role::kBestEffort: return "best_effort";
+    case Role::kObserver: return "observer";
+  }
+  return "unknown";
+}
 
 std::optional<Role> role_from_string(const std::string& text) {
   if (text == "pipeline") return Role::kPipeline;
   if (text == "best_effort") return Role::kBestEffort;
+  if (text == "observer") return Role::kObserver;
   return std::nullopt;
 }
 
 int GrantBook::add(Role role, pid_t pid, const std::string& name, int64_t now_ns) {
+  if (role == Role::kObserver) throw std::logic_error("an observer holds no grant: the daemon does not book it");
   if (role == Role::kPipeline && pipeline_id_) {
     const Client& p = clients_.at(*pipeline_id_);
     throw ProtocolError(fmt::format("a pipeline is already attached to this GPU (pid {}, '{}'): one per GPU", p.pid,

@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     gpud::Client c = gpud::Client::connect(dir.empty() ? gpud::default_runtime_dir() : std::filesystem::path(dir), gpu,
-                                           gpud::Role::kBestEffort, "orion-gpud status");
+                                           gpud::Role::kObserver, "orion-gpud status");
     std::cout << c.status().dump(2) << "\n";
     return 0;
   } catch (const std::exception& e) {

@@ -207,7 +207,7 @@ TEST(GpudDaemon, EveryBadHelloIsRefusedWithItsReasonAndTheDaemonCarriesOn) {
   DaemonThread d(test_options(dir.path));
   const std::vector<std::pair<std::string, std::string>> cases = {
       {hello("pipeline", getpid(), 99), "protocol version 99, this orion-gpud speaks " + std::to_string(kProtocolVersion)},
-      {hello("observer"), "unknown role 'observer'"},
+      {hello("spectator"), "unknown role 'spectator' (pipeline, best_effort or observer)"},
       {hello("pipeline", getpid() + 1), "the sender's pid"},
       {nlohmann::json{{"type", "hello"}, {"version", kProtocolVersion}, {"role", "pipeline"}, {"pid", getpid()}, {"name", 7}}.dump(),
        "a 'name' of at most 64 characters"},
@@ -227,6 +227,36 @@ TEST(GpudDaemon, EveryBadHelloIsRefusedWithItsReasonAndTheDaemonCarriesOn) {
   // Nothing of that harmed it.
   Client ok = Client::connect(dir.path, kGpu, Role::kPipeline, "after");
   EXPECT_EQ(clients_with_role(ok, "pipeline"), 1u);
+}
+
+TEST(GpudDaemon, AnObserverAsksForStatusWithoutBecomingAClient) {
+  TempDir dir;
+  DaemonThread d(test_options(dir.path));
+  Client pipeline = Client::connect(dir.path, kGpu, Role::kPipeline, "gpipe_runner");
+  Client be = Client::connect(dir.path, kGpu, Role::kBestEffort, "eval");
+  {
+    Client observer = Client::connect(dir.path, kGpu, Role::kObserver, "orion-gpud status");
+    EXPECT_EQ(observer.id(), 0);
+    EXPECT_THROW(observer.pipeline(), std::logic_error);
+    EXPECT_THROW(observer.grant(), std::logic_error);
+    const nlohmann::json s = observer.status();
+    ASSERT_EQ(s.at("clients").size(), 2u) << s.dump();
+    for (const auto& c : s["clients"]) EXPECT_NE(c["name"], "orion-gpud status");
+    EXPECT_EQ(s.at("observers"), 1);
+  }
+  // Its leaving revokes nothing and it is gone from the count.
+  ASSERT_TRUE(eventually([&] { return be.status().at("observers") == 0; }));
+  const nlohmann::json after = be.status();
+  EXPECT_EQ(after.at("grants_revoked"), 0);
+  EXPECT_EQ(after.at("clients").size(), 2u);
+  // An observer is handed no pages.
+  Raw raw(dir.path);
+  raw.send(hello("observer"));
+  std::vector<int> fds;
+  const std::string welcome = raw.reply(&fds);
+  EXPECT_NE(welcome.find("\"welcome\""), std::string::npos) << welcome;
+  EXPECT_TRUE(fds.empty()) << fds.size() << " descriptors handed to an observer";
+  for (int fd : fds) close(fd);
 }
 
 TEST(GpudDaemon, ASilentConnectionIsClosedAtTheHelloDeadline) {
@@ -493,6 +523,25 @@ TEST(GpudDaemon, AnotherUidIsRefusedEvenWhenTheSocketIsOpen) {
   Process intruder({GPUD_TEST_CLIENT, "--dir", dir.path.string(), "--gpu", kGpu, "--as-uid", "65534"});
   const std::string said = intruder.line();
   EXPECT_NE(said.find("refused: orion-gpud refused: uid 65534 is not allowed"), std::string::npos) << said;
+}
+
+// `orion-gpud status` (the binary) asks as an observer: the clients it prints are the GPU's only.
+TEST(GpudDaemon, TheStatusCommandIsNotOneOfTheClients) {
+  TempDir dir;
+  DaemonThread d(test_options(dir.path));
+  Client be = Client::connect(dir.path, kGpu, Role::kBestEffort, "eval");
+  const std::string command = std::string(GPUD_BINARY) + " status --gpu " + kGpu + " --dir '" + dir.path.string() + "'";
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  ASSERT_EQ(pclose(pipe), 0) << out;
+  const nlohmann::json s = nlohmann::json::parse(out);
+  ASSERT_EQ(s.at("clients").size(), 1u) << out;
+  EXPECT_EQ(s["clients"][0]["name"], "eval");
+  EXPECT_EQ(s.at("observers"), 1);
+  EXPECT_EQ(be.status().at("grants_revoked"), 0);
 }
 
 std::vector<std::string> client_argv(const fs::path& dir, const char* role) {

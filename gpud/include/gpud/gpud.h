@@ -29,7 +29,8 @@
 
 namespace gpud {
 
-inline constexpr uint32_t kProtocolVersion = 2;  // 2: a usage page per best-effort client
+// 2: a usage page per best-effort client; 3: the observer role (status without a grant).
+inline constexpr uint32_t kProtocolVersion = 3;
 // A client's message larger than this is refused (the connection is closed with an error).
 inline constexpr size_t kMaxMessageBytes = 4096;
 // The daemon's replies may be longer (a status of max_clients clients), still bounded: a client
@@ -153,7 +154,9 @@ Decision admit(const WindowView& window, const GrantView& grant, int64_t now_ns,
                int64_t inflight_ns, const AdmissionConfig& config);
 
 // ---- the daemon's decisions, a state machine under an explicit clock -----------------------------
-enum class Role { kPipeline, kBestEffort };
+// kObserver: asks for status only (`orion-gpud status`, a monitor): no pages, no grant, not one of
+// the GPU's clients (status counts observers apart), and its leaving revokes nothing.
+enum class Role { kPipeline, kBestEffort, kObserver };
 const char* to_string(Role role);
 std::optional<Role> role_from_string(const std::string& text);
 
@@ -243,9 +246,9 @@ class Client {
   Client& operator=(Client&&) noexcept;
   ~Client();
 
-  int id() const { return id_; }
+  int id() const { return id_; }  // 0 for an observer
   Role role() const { return role_; }
-  const PipelinePage& pipeline() const { return *pipeline_; }
+  const PipelinePage& pipeline() const;  // not for an observer
   // The pipeline role only. Not inherited by fork(); after this client leaves (closes, execs) the
   // daemon attaches no other pipeline until this process exits (or attaches again itself).
   PipelinePage& pipeline_writable();
