@@ -3,7 +3,8 @@
 #   a  gpu_hp_be_kernels with and without the shim (HP latency ratio)
 #   b  PyTorch under the shim: cuBLASLt bf16, cuDNN, Triton, CUDA graph, NCCL (results, launch counts)
 #   c  compute-sanitizer memcheck on (a) under the shim
-#   d  gpipe_runner on configs/gpt_350m_gpu.yaml vs PyTorch eager, async vs naive, shim on/off
+#   d  a fresh thread's first attention call per SDPA kernel (tests/gpu/sdpa_threads.py); gpipe_runner
+#      on configs/gpt_350m_gpu.yaml vs PyTorch eager, async vs naive, shim on/off
 #   e  the pipeline across processes: one process on cuda, 2 processes over NCCL (>= 2 GPUs) or a
 #      one-rank NCCL self-test (1 GPU)
 #   f  the driver rules of issue 11, with and without the shim (ORION_POLICY=priority):

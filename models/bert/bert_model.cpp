@@ -87,6 +87,10 @@ std::shared_ptr<torch::nn::Module> BertModel::create_layer(int64_t index, uint64
   return layer;
 }
 
+std::optional<AttentionShape> BertModel::attention_shape() const {
+  return models::self_attention_shape(checked_config(), /*causal=*/false);
+}
+
 double BertModel::training_flops_per_token() const {
   const auto& c = checked_config();
   return 6.0 * static_cast<double>(num_non_embedding_parameters()) +

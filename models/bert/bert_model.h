@@ -27,6 +27,7 @@ class BertModel final : public ModelInterface {
   std::shared_ptr<torch::nn::Module> create_layer(int64_t index, uint64_t seed) const override;
   // 6 * N_non_embedding + 12 * L * H * T, N_non_embedding counting the decoder (a matmul).
   double training_flops_per_token() const override;
+  std::optional<AttentionShape> attention_shape() const override;
   MemoryEstimate estimate_memory() const override;
   // {"word_embeddings": (0, "word_embeddings.weight"), (L + 1, "decoder.weight"), shape [V, H]}.
   std::vector<TiedParameter> tied_parameters() const override;

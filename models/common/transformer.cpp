@@ -36,6 +36,16 @@ at::Tensor self_attention(const torch::nn::Linear& qkv, const torch::nn::Linear&
   return linear(out, y.transpose(1, 2).contiguous().view({batch, time, hidden}));
 }
 
+AttentionShape self_attention_shape(const ModelConfig& config, bool causal) {
+  AttentionShape shape;
+  shape.num_heads = config.num_heads;
+  shape.sequence_length = config.sequence_length;
+  shape.head_dim = config.hidden_size / config.num_heads;
+  shape.causal = causal;
+  shape.dropout = config.dropout;
+  return shape;
+}
+
 void check_stage_layers(const StageSpec& spec, int64_t total_layers) {
   if (spec.first_layer < 0 || spec.last_layer > total_layers || spec.first_layer >= spec.last_layer) {
     throw std::invalid_argument("stage " + std::to_string(spec.stage) + " has layers [" +

@@ -25,6 +25,8 @@ at::Tensor linear(const torch::nn::Linear& layer, const at::Tensor& x);
 // and the output projection; `causal`: each position attends to itself and earlier ones only.
 at::Tensor self_attention(const torch::nn::Linear& qkv, const torch::nn::Linear& out, const at::Tensor& x,
                           int64_t num_heads, double dropout, bool training, bool causal);
+// What self_attention gives scaled_dot_product_attention for this config (ModelInterface::attention_shape).
+AttentionShape self_attention_shape(const ModelConfig& config, bool causal);
 // Throws std::invalid_argument unless [first_layer, last_layer) is a non-empty range of the
 // model's `total_layers` layers.
 void check_stage_layers(const StageSpec& spec, int64_t total_layers);

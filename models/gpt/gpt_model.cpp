@@ -80,6 +80,10 @@ std::shared_ptr<torch::nn::Module> GptModel::create_layer(int64_t index, uint64_
   return layer;
 }
 
+std::optional<AttentionShape> GptModel::attention_shape() const {
+  return models::self_attention_shape(checked_config(), /*causal=*/true);
+}
+
 double GptModel::training_flops_per_token() const {
   const auto& c = checked_config();
   return 6.0 * static_cast<double>(num_non_embedding_parameters()) +

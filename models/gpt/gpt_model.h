@@ -28,6 +28,7 @@ class GptModel final : public ModelInterface {
   // PaLM/Megatron convention: 6 * N_non_embedding + 12 * L * H * T, where N_non_embedding is
   // every parameter but wte and wpe (the untied LM head is counted: it is a matmul).
   double training_flops_per_token() const override;
+  std::optional<AttentionShape> attention_shape() const override;
   MemoryEstimate estimate_memory() const override;
 
   int64_t num_parameters() const;

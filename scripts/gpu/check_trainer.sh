@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Check (d): gpipe_runner on configs/gpt_350m_gpu.yaml (bf16, seq 1024, 4 ranks on the one GPU):
+# Check (d): first, tests/gpu/sdpa_threads.py (a thread's first attention call, per SDPA kernel);
+# then gpipe_runner on configs/gpt_350m_gpu.yaml (bf16, seq 1024, 4 ranks on the one GPU):
 # async_threaded vs naive executor, per-micro-batch streams vs one stream per rank, 1f1b vs zb_h1 (peak memory), shim off vs shim `priority` vs shim `orion` vs shim
 # `partition` (best-effort forwards on half the SMs), and the PyTorch
 # eager peer on the same GPT; tokens/s and MFU; and from each async run's Kineto trace, the share
@@ -17,6 +18,17 @@ need_trainer "d: trainer" || exit 1
 dir=$OUTDIR/trainer
 mkdir -p "$dir"
 failed=0
+# First: what a thread's first attention call costs per SDPA kernel (cuDNN's attention graphs are
+# cached per CPU thread), the suspect for the async executor's slow first actions on the H100.
+if timeout -k 5 90 "$PYTHON" tests/gpu/sdpa_threads.py --output "$dir/sdpa_threads.json" \
+    >"$OUTDIR/logs/sdpa_threads.log" 2>&1; then
+  while IFS= read -r line; do
+    record "d: SDPA first call per thread" INFO "$line"
+  done <"$OUTDIR/logs/sdpa_threads.log"
+else
+  record "d: SDPA first call per thread" FAIL "tests/gpu/sdpa_threads.py failed (logs/sdpa_threads.log)"
+  failed=1
+fi
 run_ours() {  # variant, then extra arguments
   local variant=$1; shift
   # The last warm-up step is the profiled one: a profiled step is never a timed one.

@@ -36,7 +36,7 @@ def main() -> int:
             r["mfu"] = r["tokens_per_s"] * s["flops_per_token"] / (peak * gpus) if peak else None
             bubble = s.get("bubble_fraction")
             r["peak_memory_bytes"] = s.get("peak_memory_bytes")
-            r["extra"] = (f"{s.get('stages')} stages, {s.get('schedule')}, bubble "
+            r["extra"] = (f"{s.get('stages')} stages, {s.get('schedule')}, attention {s.get('attention', 'n/a')}, bubble "
                           f"{'n/a' if bubble is None else f'{bubble:.3f}'} ({s.get('bubble_clock', 'host')} clock), "
                           f"peak mem {s.get('peak_memory_bytes')}; cudaMalloc in the timed steps "
                           f"{r['timed_device_mallocs'] if r['timed_device_mallocs'] is not None else 'n/a'}, "
@@ -47,7 +47,7 @@ def main() -> int:
             ok = False
     try:
         e = peer_result(args.dir / "eager.json")
-        e["extra"] = f"{e['precision']}, peak mem {e.get('peak_memory_bytes')}"
+        e["extra"] = f"{e['precision']}, attention {e.get('attention', 'n/a')}, peak mem {e.get('peak_memory_bytes')}"
         rows["PyTorch eager"] = e
     except (ResultError, KeyError, json.JSONDecodeError) as err:
         print(f"| d: trainer PyTorch eager | FAIL | {err} |")

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 from bench_common import (autocast_for, common_parser, emit, load_shape, peak_flops,  # noqa: E402
-                          resolve_device, synchronize)
+                          resolve_device, synchronize, use_attention)
 from data import global_batch  # noqa: E402
 from gpt import create_model, lm_loss, parameter_counts, training_flops_per_token  # noqa: E402
 
@@ -35,6 +35,8 @@ def main() -> None:
     train = cfg["training"]
     device = resolve_device(args.device or cfg["parallel"]["device"])
     autocast, precision = autocast_for(train["dtype"], device)
+    attention = use_attention(cfg["model"]["attention"], s, device,
+                              torch.bfloat16 if precision == "bf16" else torch.float32)
     seed = train["seed"]
     torch.manual_seed(seed)
 
@@ -80,7 +82,7 @@ def main() -> None:
         "losses": [loss.item() for loss in losses],
         "steps": args.steps, "warmup_steps": args.warmup,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "precision": precision, "threads": torch.get_num_threads(),
+        "precision": precision, "attention": attention, "threads": torch.get_num_threads(),
         "params": n_params, "params_non_embedding": n_non_embedding,
         "flops_per_token": flops_per_token, "peak_flops": peak,
         "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,

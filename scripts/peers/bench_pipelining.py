@@ -27,7 +27,7 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe  # noqa: E402
 
-from bench_common import common_parser, emit, load_shape  # noqa: E402
+from bench_common import common_parser, emit, load_shape, use_attention  # noqa: E402
 from data import global_batch  # noqa: E402
 from gpt import create_layers, lm_loss, parameter_counts, training_flops_per_token, uniform_partition  # noqa: E402
 
@@ -59,6 +59,7 @@ def run_rank(rank: int, world: int, args, cfg, s, port: int, result_path: str) -
     torch.set_num_threads(args.threads if args.threads > 0 else max(1, (os.cpu_count() or 1) // world))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
+        attention = use_attention(cfg["model"]["attention"], s, torch.device("cpu"), torch.float32)
         train = cfg["training"]
         seed = train["seed"]
         first, last = uniform_partition(s.num_layers, world)[rank]
@@ -90,7 +91,7 @@ def run_rank(rank: int, world: int, args, cfg, s, port: int, result_path: str) -
         dist.barrier()
         elapsed = time.perf_counter() - start
         if rank == world - 1:
-            Path(result_path).write_text(json.dumps({"elapsed": elapsed, "losses": losses,
+            Path(result_path).write_text(json.dumps({"elapsed": elapsed, "losses": losses, "attention": attention,
                                                      "threads": torch.get_num_threads()}))
     finally:
         dist.destroy_process_group()
@@ -110,6 +111,7 @@ def main() -> None:
     if args.steps < 1 or args.warmup < 0:
         sys.exit("error: --steps must be >= 1 and --warmup >= 0")
     uniform_partition(s.num_layers, args.stages)  # fails early, naming the rule, if impossible
+    use_attention(cfg["model"]["attention"], s, torch.device("cpu"), torch.float32)  # and this (each rank sets it again)
 
     with tempfile.TemporaryDirectory() as tmp:
         result_path = os.path.join(tmp, "result.json")
@@ -122,7 +124,7 @@ def main() -> None:
     emit({
         "peer": "torch_distributed_pipelining",
         "schedule": args.schedule, "stages": args.stages, "backend": "gloo", "device": "cpu",
-        "tokens_per_s": tokens_per_s,
+        "tokens_per_s": tokens_per_s, "attention": r["attention"],
         "step_time_ms_mean": 1e3 * r["elapsed"] / args.steps,
         "first_loss": r["losses"][0], "final_loss": r["losses"][-1], "losses": r["losses"],
         "steps": args.steps, "warmup_steps": args.warmup, "threads_per_stage": r["threads"],

@@ -18,7 +18,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "model": {
         "name": "gpt", "hidden_size": 512, "num_layers": 16, "num_heads": 16,
         "sequence_length": 128, "vocab_size": -1, "ffn_hidden_size": -1, "dropout": 0.0,
-        "norm_position": "default",
+        "norm_position": "default", "attention": "auto",
     },
     "synthetic": {
         "forward_ms": 1.0, "input_grad_ms": 1.0, "weight_grad_ms": 1.0, "activation_bytes_per_token": 1024,

@@ -35,7 +35,8 @@ def runner_result(run_dir: Path, warmup: int) -> dict:
     seconds = sum(s["step_time_ms"] for s in timed) / 1e3
     # The CUDA caching allocator's cudaMalloc calls in the timed steps (None on CPU).
     mallocs = [s["device_mallocs"] for s in timed if s.get("device_mallocs") is not None]
-    return {"timed_device_mallocs": sum(mallocs) if mallocs else None,"tokens_per_s": summary["tokens_per_step"] * len(timed) / seconds,
+    return {"timed_device_mallocs": sum(mallocs) if mallocs else None,
+            "tokens_per_s": summary["tokens_per_step"] * len(timed) / seconds,
             "step_time_ms_mean": 1e3 * seconds / len(timed),
             "first_loss": steps[0]["loss"], "final_loss": steps[-1]["loss"],
             "steps": len(timed), "bubble_fraction": summary.get("bubble_fraction"),

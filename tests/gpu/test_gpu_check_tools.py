@@ -369,3 +369,69 @@ class TraceDigestTest(unittest.TestCase):
         out, _ = self.digest([{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 5, "tid": 1}])
         self.assertEqual(out.returncode, 1)
         self.assertIn("no GPU kernel", out.stderr)
+
+
+class SdpaThreadsTest(unittest.TestCase):
+    """tests/gpu/sdpa_threads.py's CPU smoke run: every CPU kernel measured, JSON and lines agree."""
+
+    def test_cpu_run_measures_auto_and_each_cpu_kernel(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = run(HERE / "sdpa_threads.py", "--device", "cpu", "--fresh-threads", "2", "--warm-calls", "2",
+                      "--output", Path(tmp) / "s.json")
+            self.assertEqual(out.returncode, 0, out.stderr)
+            doc = json.loads((Path(tmp) / "s.json").read_text())
+        self.assertEqual([r["setting"] for r in doc["results"]], ["auto", "flash", "math"])
+        for r in doc["results"]:
+            self.assertTrue(r["runnable"], r)
+            self.assertEqual(len(r["forward_fresh_thread_first_all_ms"]), 2)
+            self.assertGreater(r["forward_warm_ms"], 0)
+        self.assertEqual([r["kernel"] for r in doc["results"][1:]], ["flash", "math"])
+        lines = out.stdout.splitlines()
+        self.assertEqual(len(lines), 3)
+        self.assertTrue(lines[2].startswith("math (kernel math): forward on a fresh thread"), lines[2])
+
+    def test_cuda_without_a_gpu_is_refused_by_name(self):
+        import torch
+        if torch.cuda.is_available():
+            self.skipTest("a GPU is visible: the refusal is for machines without one")
+        out = run(HERE / "sdpa_threads.py")
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("torch sees no CUDA device (use --device cpu", out.stderr)
+
+
+class TrainerSummaryTest(unittest.TestCase):
+    """scripts/gpu/trainer_summary.py (check d's table) on hand-made run folders."""
+
+    def write_run(self, root: Path, name: str, step_ms: float, attention: str = "cudnn", loss: float = 4.0):
+        d = root / name
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps({
+            "tokens_per_step": 1000, "stages": 4, "schedule": "1f1b", "attention": attention,
+            "bubble_fraction": 0.2, "bubble_clock": "cuda_events", "peak_memory_bytes": 100,
+            "flops_per_token": 1e6, "peak_flops_per_gpu": 1e12, "num_gpus": 1, "alloc_retries": 0}))
+        steps = [{"step_time_ms": 999.0 if i < 2 else step_ms, "loss": 5.0 if i == 0 else loss, "device_mallocs": 3 if i == 0 else 0}
+                 for i in range(5)]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+
+    def test_rows_name_the_attention_kernel_and_ratios_use_timed_steps(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            for name in ("async", "naive", "async_rank_stream", "async_shim", "async_shim_priority",
+                         "async_shim_partition", "one_stage", "zb_h1"):
+                self.write_run(root, name, 100.0 if name != "naive" else 50.0)
+            (root / "eager.json").write_text(json.dumps({
+                "peer": "pytorch_eager", "tokens_per_s": 5000.0, "step_time_ms_mean": 200.0, "first_loss": 5.0,
+                "final_loss": 4.0, "steps": 4, "precision": "bf16", "attention": "cudnn", "threads": 1}) + "\n")
+            out = run(ROOT / "scripts/gpu/trainer_summary.py", root, "--warmup", "2")
+            self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+            self.assertIn("| d: trainer ours async_threaded | INFO | 10000 tokens/s", out.stdout)
+            self.assertIn("attention cudnn", out.stdout)
+            self.assertIn("cudaMalloc in the timed steps 0", out.stdout)
+            self.assertIn("| d: ratio ours async_threaded / ours naive | INFO | 0.500 (tokens/s) |", out.stdout)
+            self.assertIn("| d: trainer PyTorch eager | INFO | 5000 tokens/s", out.stdout)
+            # A run that wrote nothing fails the table, naming it.
+            import shutil
+            shutil.rmtree(root / "naive")
+            out = run(ROOT / "scripts/gpu/trainer_summary.py", root, "--warmup", "2")
+            self.assertEqual(out.returncode, 1)
+            self.assertIn("| d: trainer ours naive | FAIL | gpipe_runner wrote no", out.stdout)

@@ -52,6 +52,13 @@ awk -F'"loss":' 'NF > 1 {split($2, a, ","); n++; if (n == 1 && (a[1] < 5.0 || a[
   || { echo "FAIL bert_run: metrics.jsonl lacks 3 steps starting near ln(258)"; failures=$((failures + 1)); }
 expect bert_pre_norm 0 "Training summary" -- --config "$bert_cfg" --steps 1 --device cpu --set model.norm_position=pre \
   --output-dir "$tmp/run_bert_pre"
+# model.attention: the run says which SDPA kernel ran; a CUDA-only kernel on CPU is refused by name.
+expect attention_math 0 "attention math \(model.attention=math\)" -- --config "$cfg" --steps 1 \
+  --set model.attention=math --output-dir "$tmp/run_math"
+grep -q '"attention": *"math"' "$tmp/run_math/summary.json" \
+  || { echo "FAIL attention_math: summary.json does not say attention math"; failures=$((failures + 1)); }
+expect attention_cudnn_cpu 2 "model.attention=cudnn is a CUDA kernel" -- --config "$cfg" --steps 1 --device cpu \
+  --set model.attention=cudnn --output-dir "$tmp/run_cudnn"
 expect gpt_post_norm 2 "model.norm_position 'post'" -- --config "$cfg" --set model.norm_position=post --steps 1 \
   --output-dir "$tmp/run_gpt_post"
 # --resume may train longer than the checkpoint's run: only --steps changed.

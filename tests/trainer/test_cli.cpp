@@ -112,6 +112,18 @@ TEST(Cli, ErrorsAreOneLineWithExitCodes) {
   std::tie(code, line) = failure({"--microbatches", "three"});
   EXPECT_EQ(code, 2);
   EXPECT_THAT(line, HasSubstr("training.num_microbatches"));
+  // A flag's error names the flag as typed and the field it sets; a --set names the override.
+  EXPECT_THAT(line, HasSubstr("error: --microbatches three: "));
+  std::tie(code, line) = failure({"--schedule", "foo"});
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(line, HasSubstr("error: --schedule foo: parallel.schedule: got 'foo'; allowed: gpipe, 1f1b"));
+  EXPECT_THAT(line, Not(HasSubstr("override")));
+  std::tie(code, line) = failure({"--partition", "[2,x]"});
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(line, HasSubstr("error: --partition [2,x]: "));
+  std::tie(code, line) = failure({"--set", "parallel.schedule=foo"});
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(line, HasSubstr("error: override 'parallel.schedule=foo': parallel.schedule: got 'foo'"));
 
   std::tie(code, line) = failure({"--stages", "32"});  // more stages than the 16 default layers
   EXPECT_EQ(code, 2);
@@ -176,6 +188,10 @@ TEST(Cli, InfoActions) {
   out.str("");
   EXPECT_EQ(run_info_actions(parse({"--validate-only", "--device", "cuda"}), out), 0);
   EXPECT_THAT(out.str(), HasSubstr("parallel.device=cuda: not checked here"));
+  EXPECT_THAT(out.str(), Not(HasSubstr("model.attention")));
+  out.str("");
+  EXPECT_EQ(run_info_actions(parse({"--validate-only", "--set", "model.attention=cudnn"}), out), 0);
+  EXPECT_THAT(out.str(), HasSubstr("model.attention=cudnn: not checked here"));
 
   o = parse({});
   EXPECT_EQ(run_info_actions(o, out), std::nullopt);

@@ -111,30 +111,35 @@ RunOptions parse_cli(int argc, const char* const* argv) {
     if (s.find('=') == std::string::npos)
       throw CliError("--set '" + s + "': expected section.field=value, e.g. --set training.learning_rate=3e-4");
     opts.overrides.push_back(s);
+    opts.override_flags.emplace_back();
   }
-  auto direct = [&](const std::string& value, const char* path) {
-    if (!value.empty()) opts.overrides.push_back(std::string(path) + "=" + value);
+  auto add = [&](const std::string& assignment, const std::string& flag) {
+    opts.overrides.push_back(assignment);
+    opts.override_flags.push_back(flag);
   };
-  direct(scheduler, "parallel.scheduler");
-  direct(schedule, "parallel.schedule");
-  direct(schedule_file, "parallel.schedule_file");
-  direct(overlap_f_b, "parallel.overlap_f_b");
-  direct(sync_mode, "parallel.sync_mode");
-  direct(microbatches, "training.num_microbatches");
-  direct(stages, "parallel.model_parallel_size");
-  direct(virtual_stages, "parallel.virtual_stages");
-  direct(steps, "training.max_steps");
-  direct(device, "parallel.device");
-  direct(output_dir, "training.output_dir");
-  direct(seed, "training.seed");
-  direct(dtype, "training.dtype");
-  direct(lr, "training.learning_rate");
-  direct(checkpoint_interval, "training.checkpoint_interval");
-  direct(checkpoint_dir, "training.checkpoint_dir");
-  direct(transport, "parallel.transport");
-  direct(placement, "parallel.placement");
-  direct(data_parallel, "parallel.data_parallel_size");
-  direct(peer_timeout, "parallel.peer_timeout_s");
+  auto direct = [&](const std::string& value, const char* flag, const char* path) {
+    if (!value.empty()) add(std::string(path) + "=" + value, std::string(flag) + " " + value);
+  };
+  direct(scheduler, "--scheduler", "parallel.scheduler");
+  direct(schedule, "--schedule", "parallel.schedule");
+  direct(schedule_file, "--schedule-file", "parallel.schedule_file");
+  direct(overlap_f_b, "--overlap-f-b", "parallel.overlap_f_b");
+  direct(sync_mode, "--sync-mode", "parallel.sync_mode");
+  direct(microbatches, "--microbatches", "training.num_microbatches");
+  direct(stages, "--stages", "parallel.model_parallel_size");
+  direct(virtual_stages, "--virtual-stages", "parallel.virtual_stages");
+  direct(steps, "--steps", "training.max_steps");
+  direct(device, "--device", "parallel.device");
+  direct(output_dir, "--output-dir", "training.output_dir");
+  direct(seed, "--seed", "training.seed");
+  direct(dtype, "--dtype", "training.dtype");
+  direct(lr, "--lr", "training.learning_rate");
+  direct(checkpoint_interval, "--checkpoint-interval", "training.checkpoint_interval");
+  direct(checkpoint_dir, "--checkpoint-dir", "training.checkpoint_dir");
+  direct(transport, "--transport", "parallel.transport");
+  direct(placement, "--placement", "parallel.placement");
+  direct(data_parallel, "--data-parallel-size", "parallel.data_parallel_size");
+  direct(peer_timeout, "--peer-timeout", "parallel.peer_timeout_s");
   if (resume_from->count() > 0) opts.resume = true;
   if (nproc->count() > 0) {
     LaunchOptions launch;
@@ -149,17 +154,29 @@ RunOptions parse_cli(int argc, const char* const* argv) {
     opts.launch = launch;
   }
   if (!partition.empty()) {
+    const std::string flag = "--partition " + partition;
     if (partition.front() == '[') {
-      opts.overrides.push_back("parallel.partition=explicit");
-      opts.overrides.push_back("parallel.partition_layers=" + partition);
+      add("parallel.partition=explicit", flag);
+      add("parallel.partition_layers=" + partition, flag);
     } else {
-      opts.overrides.push_back("parallel.partition=" + partition);
-      if (partition != "explicit") opts.overrides.push_back("parallel.partition_layers=[]");
+      add("parallel.partition=" + partition, flag);
+      if (partition != "explicit") add("parallel.partition_layers=[]", flag);
     }
   }
 
   opts.config = opts.config_path.empty() ? PipelineConfig{} : PipelineConfig::from_yaml_file(opts.config_path);
-  for (const std::string& o : opts.overrides) opts.config.apply_override(o);
+  for (size_t i = 0; i < opts.overrides.size(); ++i) {
+    try {
+      opts.config.apply_override(opts.overrides[i]);
+    } catch (const ConfigError& e) {
+      // A flag's error names the flag as typed ("--schedule foo: parallel.schedule: got 'foo'"),
+      // not the override it became.
+      const std::string as_override = "override '" + opts.overrides[i] + "'";
+      const std::string message = e.what();
+      if (opts.override_flags[i].empty() || message.rfind(as_override, 0) != 0) throw;
+      throw ConfigError(opts.override_flags[i] + message.substr(as_override.size()));
+    }
+  }
   opts.config.load_partition_file();
   opts.config.validate();
   return opts;
@@ -258,6 +275,11 @@ std::optional<int> run_info_actions(const RunOptions& options, std::ostream& out
       if (options.config.parallel.device == "cuda") {
         out << "parallel.device=cuda: not checked here (--validate-only does not start CUDA); the run refuses it "
                "when no GPU is visible\n";
+      }
+      if (options.config.model.attention != "auto") {
+        out << "model.attention=" << options.config.model.attention
+            << ": not checked here (the run asks ATen before the first step whether that kernel can run the model "
+               "on its device and dtype, and refuses it if not)\n";
       }
     } else {
       out << render_grid(schedule, result);

@@ -187,6 +187,7 @@ nlohmann::json MetricsLog::summary() const {
           {"device", info_.device},
           {"device_name", info_.device_name},
           {"dtype", info_.dtype},
+          {"attention", info_.attention},
           {"priority", info_.priority},
           {"parameters", info_.parameters},
           {"tokens_per_step", info_.tokens_per_step},
@@ -214,8 +215,8 @@ std::string MetricsLog::summary_text() const {
   text += "==================== Training summary ====================\n";
   text += fmt::format("schedule {} | executor {} | {} ranks x {} stages | {} micro-batches\n", info_.schedule,
                       info_.executor, info_.ranks, info_.stages, info_.microbatches);
-  text += fmt::format("device {} ({}) | dtype {} | priority {} | orion {} (USE_ORION_SCHEDULER={})\n", info_.device,
-                      info_.device_name, info_.dtype, info_.priority, info_.use_orion_scheduler ? "on" : "off",
+  text += fmt::format("device {} ({}) | dtype {} | attention {} | priority {} | orion {} (USE_ORION_SCHEDULER={})\n",
+                      info_.device, info_.device_name, info_.dtype, info_.attention, info_.priority, info_.use_orion_scheduler ? "on" : "off",
                       info_.orion_env.empty() ? "unset" : info_.orion_env);
   text += fmt::format("steps {} | loss {:.4f} -> {:.4f}\n", s["steps"].get<size_t>(),
                       s["first_loss"].is_null() ? 0.0 : s["first_loss"].get<double>(),

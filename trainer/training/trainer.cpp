@@ -27,6 +27,7 @@
 #include "trainer/training/fused_adamw.h"
 #include "trainer/training/layer_profiler.h"
 #include "trainer/training/lr_schedule.h"
+#include "trainer/model/attention_backend.h"
 #include "trainer/model/registry.h"
 #include "trainer/execution/stage_runtime.h"
 #include "trainer/distributed/transport.h"
@@ -234,6 +235,14 @@ PipelineTrainer::PipelineTrainer(PipelineConfig config, PipelineComponents compo
   }
 
   components_.model->configure(config_.model);
+  // Settled before anything runs the model (the time partition measures it next).
+  if (const auto shape = components_.model->attention_shape()) {
+    attention_backend_ = select_attention_backend(config_.model.attention, *shape, rank_devices_.front(),
+                                                  bf16_ ? at::kBFloat16 : at::kFloat);
+  } else if (config_.model.attention != "auto") {
+    log_warn("model.attention={} changes nothing: model '{}' does not call scaled_dot_product_attention",
+             config_.model.attention, config_.model.name);
+  }
   const int num_stages = schedule_.num_stages();
   std::vector<StageSpec> specs;
   if (p.partition == "time") {

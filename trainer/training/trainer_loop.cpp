@@ -54,6 +54,7 @@ nlohmann::json PipelineTrainer::train() {
   info.device_name = device_display_name(rank_devices_.front());
   info.dtype = bf16_ ? "bf16" : "fp32";
   info.priority = p.priority;
+  info.attention = attention_backend_.empty() ? "none" : attention_backend_;
   info.ranks = p.model_parallel_size;
   info.stages = schedule_.num_stages();
   info.microbatches = t.num_microbatches;
@@ -79,8 +80,10 @@ nlohmann::json PipelineTrainer::train() {
                  schedule_.rank_of_stage(s->spec().stage), s->spec().first_layer, s->spec().last_layer,
                  s->spec().recompute_ratio);
   }
-  log_info("executor {} | schedule {} | device {} ({}) | dtype {} | intra-op threads {}", info.executor,
-               info.schedule, info.device, info.device_name, info.dtype, at::get_num_threads());
+  log_info("executor {} | schedule {} | device {} ({}) | dtype {} | attention {} (model.attention={}) | intra-op "
+           "threads {}",
+           info.executor, info.schedule, info.device, info.device_name, info.dtype, info.attention,
+           config_.model.attention, at::get_num_threads());
   const auto stream_lines = executor_->describe_streams(rank_devices_);
   for (int r : local_ranks_) log_info("  {}", stream_lines.at(static_cast<size_t>(r)));
   log_info("orion scheduler: parallel.use_orion_scheduler={} USE_ORION_SCHEDULER={} | Orion scheduler library loaded: {}",

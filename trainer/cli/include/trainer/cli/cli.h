@@ -36,6 +36,8 @@ struct PlanRequest {
 struct RunOptions {
   std::string config_path;             // --config; empty: the built-in defaults (config.h)
   std::vector<std::string> overrides;  // "section.field=value" in the order applied after the file
+  // What the user wrote for each override ("--schedule foo"; "" for a --set), which an error names.
+  std::vector<std::string> override_flags;
   PipelineConfig config;               // the effective configuration, validated
   bool print_config = false;           // --print-config: print the effective YAML and stop
   bool print_schedule = false;         // --print-schedule: print the step x rank grid and stop

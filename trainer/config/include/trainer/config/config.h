@@ -38,6 +38,11 @@ struct ModelConfig {
   // residual branch: GPT-2), "post" (after each residual add: the original BERT), or "default"
   // (the model's own: GPT pre, BERT post). A model refuses a placement it does not implement.
   std::string norm_position = "default";
+  // Which of ATen's kernels scaled_dot_product_attention may use: "auto" (PyTorch's own order:
+  // on an H100 with cuDNN >= 9.15 that is cuDNN's, whose compiled graphs ATen caches per CPU
+  // thread), or one of "flash", "efficient", "cudnn", "math" alone (a model it cannot run is
+  // refused at start-up, naming this field). Process-wide: ATen keeps it in its global context.
+  std::string attention = "auto";
   SyntheticLayerConfig synthetic;  // model.name: synthetic only
   bool operator==(const ModelConfig&) const = default;
 };

@@ -58,6 +58,7 @@ nlohmann::json to_json(const IterationMetrics& m);
 
 struct RunInfo {
   std::string schedule, executor, device, device_name, dtype, priority;
+  std::string attention;  // the SDPA kernel the model's attention ran ("none": the model has none)
   int ranks = 0, stages = 0, microbatches = 0;
   int64_t tokens_per_step = 0, parameters = 0;
   double flops_per_token = 0;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -111,6 +112,17 @@ struct MemoryEstimate {
   double activation_bytes_per_token = 0;  // held from forward to backward, all layers, fp32
 };
 
+// The attention a model's layers run through at::scaled_dot_product_attention, per micro-batch
+// sample: query, key and value are [num_heads, sequence_length, head_dim]. The trainer asks ATen
+// which kernel model.attention gives this shape before the first step (trainer/model/attention_backend.h).
+struct AttentionShape {
+  int64_t num_heads = 1;
+  int64_t sequence_length = 1;
+  int64_t head_dim = 1;
+  bool causal = false;
+  double dropout = 0.0;
+};
+
 class ModelInterface {
  public:
   virtual ~ModelInterface() = default;
@@ -127,6 +139,9 @@ class ModelInterface {
   virtual std::shared_ptr<torch::nn::Module> create_layer(int64_t index, uint64_t seed) const = 0;
   // FLOPs per token of one training step (forward + backward), for MFU.
   virtual double training_flops_per_token() const = 0;
+  // The shape its layers give scaled_dot_product_attention, or nullopt for a model that does not
+  // call it (the default; model.attention then changes nothing).
+  virtual std::optional<AttentionShape> attention_shape() const { return std::nullopt; }
   // Parameters shared by several layers (see TiedParameter); none by default.
   virtual std::vector<TiedParameter> tied_parameters() const { return {}; }
   // Called after configure(), before anything is built. The default sums layer_costs()'s

@@ -146,6 +146,7 @@ class PipelineTrainer {
   std::vector<int> local_ranks_;
   std::optional<std::string> resume_;  // set by resume_from(); "" = the newest
   bool bf16_ = false;
+  std::string attention_backend_;  // the SDPA kernel the model's attention runs ("" for none)
   std::vector<double> measured_layer_ms_;
 };
 
