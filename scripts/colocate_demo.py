@@ -150,7 +150,7 @@ def main() -> int:
         print(f"orion-gpud status (last while the pipeline ran): {p['windows_published']} windows, "
               f"{p['window_ms_published']:.0f} ms of idle time offered, {100 * p['filled_share']:.1f}% of it filled by "
               + ", ".join(f"{c['name']} ({c['launches_admitted']} launches)" for c in status["clients"]
-                          if c["role"] == "best_effort" and c["name"] != "orion-gpud status"))
+                          if c["role"] == "best_effort"))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
     return 0 if in_windows_s > 0 else 1

@@ -42,6 +42,9 @@ std::filesystem::path socket_path(const std::filesystem::path& dir, const std::s
 namespace {
 
 constexpr size_t kMaxWaitingConnections = 16;
+// Observers (status only) are capped apart from the GPU's clients, so monitors cannot take a
+// client's place, nor clients an operator's `orion-gpud status`.
+constexpr size_t kMaxObservers = 8;
 
 void check_gpu_name(const std::string& gpu) {
   const bool ok = !gpu.empty() && gpu.size() <= 80 && std::all_of(gpu.begin(), gpu.end(), [](char c) {
@@ -211,7 +214,8 @@ struct Daemon::Impl {
       }
       if (c.role == Role::kPipeline) {
         reset_pipeline_page(pipeline());  // empty until the next one (no grant is gated meanwhile)
-        if (process_alive(c.pidfd, c.pid)) {
+        // Only a welcomed pipeline received the page, so only it may still write it.
+        if (c.greeted && process_alive(c.pidfd, c.pid)) {
           forget_departed_pipeline();
           departed_pipeline_pidfd = std::exchange(c.pidfd, -1);
           departed_pipeline_pid = c.pid;
@@ -222,6 +226,11 @@ struct Daemon::Impl {
     if (c.pidfd >= 0) close(c.pidfd);
     close(c.fd);
     connections.erase(connections.begin() + static_cast<std::ptrdiff_t>(index));
+  }
+
+  // Connections that have not been welcomed yet (the one being greeted among them).
+  size_t waiting_connections() const {
+    return static_cast<size_t>(std::count_if(connections.begin(), connections.end(), [](const Connection& c) { return !c.greeted; }));
   }
 
   void refuse(int fd, const std::string& why) {
@@ -242,9 +251,7 @@ struct Daemon::Impl {
     }
     // Connections that have not said hello (or were refused) are capped apart from clients, so a
     // flood of silent or refused peers cannot use up the daemon's descriptors.
-    const size_t waiting = static_cast<size_t>(std::count_if(connections.begin(), connections.end(),
-                                                             [](const Connection& c) { return !c.greeted; }));
-    if (waiting >= kMaxWaitingConnections) {
+    if (waiting_connections() >= kMaxWaitingConnections) {
       close(fd);
       return;
     }
@@ -259,9 +266,7 @@ struct Daemon::Impl {
       spdlog::warn("orion-gpud: refused pid {} of uid {} (not in --allow-uid)", pid, uid);
       c.refusal = fmt::format("uid {} is not allowed by this orion-gpud (started by uid {}; it allows more with "
                               "--allow-uid)", uid, geteuid());
-    } else if (connections.size() >= options.max_clients) {
-      c.refusal = fmt::format("orion-gpud serves at most {} clients", options.max_clients);
-    }
+    }  // how many clients and observers it serves is checked at the hello, by role
     c.fd = fd;
     c.pid = pid;
     c.hello_deadline_ns = now + options.hello_timeout_ns;
@@ -287,9 +292,17 @@ struct Daemon::Impl {
       return "hello needs a 'name' of at most 64 characters";
     }
     const std::string name = m["name"].get<std::string>();
-    if (*role == Role::kObserver) {  // status only: no pages, no grant, nothing to revoke
-      c.role = *role;
-      c.pidfd = pidfd_of(c.pid);
+    const size_t observers = static_cast<size_t>(std::count_if(connections.begin(), connections.end(), [](const Connection& o) {
+      return o.greeted && o.role == Role::kObserver;
+    }));
+    if (*role == Role::kObserver && observers >= kMaxObservers) {
+      return fmt::format("orion-gpud serves at most {} observers at once (status requests): try again", kMaxObservers);
+    }
+    if (*role != Role::kObserver && connections.size() - observers - waiting_connections() >= options.max_clients) {
+      return fmt::format("orion-gpud serves at most {} clients", options.max_clients);
+    }
+    if (*role == Role::kObserver) {  // status only: no pages, no grant, nothing to revoke (its
+      c.role = *role;                // socket's hang-up ends it: no pidfd)
       try {
         io::send_message(c.fd, {{"type", "welcome"}, {"version", kProtocolVersion}, {"client_id", 0}, {"gpu", options.gpu}},
                          {}, kMaxReplyBytes);

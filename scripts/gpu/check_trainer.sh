@@ -21,12 +21,12 @@ failed=0
 # First: what a thread's first attention call costs per SDPA kernel (cuDNN's attention graphs are
 # cached per CPU thread), the suspect for the async executor's slow first actions on the H100.
 if timeout -k 5 90 "$PYTHON" tests/gpu/sdpa_threads.py --output "$dir/sdpa_threads.json" \
-    >"$OUTDIR/logs/sdpa_threads.log" 2>&1; then
+    >"$OUTDIR/logs/sdpa_threads.log" 2>"$OUTDIR/logs/sdpa_threads.err"; then
   while IFS= read -r line; do
     record "d: SDPA first call per thread" INFO "$line"
   done <"$OUTDIR/logs/sdpa_threads.log"
 else
-  record "d: SDPA first call per thread" FAIL "tests/gpu/sdpa_threads.py failed (logs/sdpa_threads.log)"
+  record "d: SDPA first call per thread" FAIL "tests/gpu/sdpa_threads.py failed (logs/sdpa_threads.err)"
   failed=1
 fi
 run_ours() {  # variant, then extra arguments

@@ -54,6 +54,14 @@ def timed_ms(fn, device: torch.device) -> float:
     return 1e3 * (time.perf_counter() - start)
 
 
+def cuda_device(name: str) -> torch.device:
+    """The device with its index ("cuda" is the current one): torch.cuda.set_device needs one."""
+    device = torch.device(name)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def in_fresh_thread(fn, device: torch.device):
     """Runs fn on a new thread bound to the device; returns its result (re-raising its error)."""
     box: dict = {}
@@ -61,7 +69,7 @@ def in_fresh_thread(fn, device: torch.device):
     def body():
         try:
             if device.type == "cuda":
-                torch.cuda.set_device(device)
+                torch.cuda.set_device(device.index)
             with torch.autograd.set_multithreading_enabled(False):  # backward here, as the trainer
                 box["value"] = fn()
         except BaseException as e:  # noqa: BLE001 - handed to the caller
@@ -121,7 +129,8 @@ def line(r: dict) -> str:
     ratio = r["forward_fresh_thread_first_ms"] / max(r["forward_warm_ms"], 1e-6)
     return (f"{r['setting']} (kernel {r['kernel']}): forward on a fresh thread {r['forward_fresh_thread_first_ms']:.2f} ms "
             f"vs warm {r['forward_warm_ms']:.2f} ms ({ratio:.1f}x; its second call "
-            f"{r['forward_fresh_thread_second_ms']:.2f} ms; the process's first {r['forward_main_first_ms']:.2f} ms) | "
+            f"{r['forward_fresh_thread_second_ms']:.2f} ms; this setting's first call on the main thread "
+            f"{r['forward_main_first_ms']:.2f} ms) | "
             f"forward+backward on a fresh thread after one forward {r['fwd_bwd_fresh_thread_ms']:.2f} ms vs warm "
             f"{r['fwd_bwd_warm_ms']:.2f} ms")
 
@@ -133,10 +142,10 @@ def main() -> int:
     p.add_argument("--warm-calls", type=int, default=5, help="warm calls per measurement (median)")
     p.add_argument("--output", help="also write the JSON here")
     args = p.parse_args()
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
         print("error: --device cuda but torch sees no CUDA device (use --device cpu for the smoke test)", file=sys.stderr)
         return 2
+    device = cuda_device(args.device)
     if device.type == "cuda":
         shape, dtype = (2, 16, 1024, 64), torch.bfloat16
     else:

@@ -390,6 +390,19 @@ class SdpaThreadsTest(unittest.TestCase):
         self.assertEqual(len(lines), 3)
         self.assertTrue(lines[2].startswith("math (kernel math): forward on a fresh thread"), lines[2])
 
+    def test_fresh_threads_bind_the_device_by_index(self):
+        # torch.cuda.set_device refuses a device without an index ("cuda"): the script gives it one.
+        sys.path.insert(0, str(HERE))
+        import sdpa_threads
+        from unittest import mock
+        with mock.patch("torch.cuda.current_device", return_value=0):
+            self.assertEqual(sdpa_threads.cuda_device("cuda"), sdpa_threads.torch.device("cuda", 0))
+        self.assertEqual(sdpa_threads.cuda_device("cuda:1").index, 1)
+        bound = []
+        with mock.patch("torch.cuda.set_device", side_effect=bound.append):
+            self.assertEqual(sdpa_threads.in_fresh_thread(lambda: 7, sdpa_threads.torch.device("cuda", 1)), 7)
+        self.assertEqual(bound, [1])
+
     def test_cuda_without_a_gpu_is_refused_by_name(self):
         import torch
         if torch.cuda.is_available():

@@ -342,6 +342,31 @@ TEST(GpudDaemon, StatusListsAsManyClientsAsTheDaemonServes) {
   ASSERT_EQ(s.at("clients").size(), options.max_clients);
   EXPECT_GT(s.dump().size(), 3 * kMaxMessageBytes);  // far longer than a client may send
   EXPECT_EQ(s["clients"].back()["name"].get<std::string>().rfind("best effort job 63.", 0), 0u);
+  // Full: one more client is refused, naming the cap, while an observer still gets its status.
+  try {
+    Client::connect(dir.path, kGpu, Role::kBestEffort, "one too many");
+    ADD_FAILURE() << "a client beyond max_clients was accepted";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("serves at most 64 clients"), std::string::npos) << e.what();
+  }
+  Client observer = Client::connect(dir.path, kGpu, Role::kObserver, "monitor");
+  EXPECT_EQ(observer.status().at("clients").size(), options.max_clients);
+}
+
+TEST(GpudDaemon, ObserversAreCappedApartFromClients) {
+  TempDir dir;
+  DaemonThread d(test_options(dir.path));
+  std::vector<Client> observers;
+  for (int i = 0; i < 8; ++i) observers.push_back(Client::connect(dir.path, kGpu, Role::kObserver, "monitor"));
+  try {
+    Client::connect(dir.path, kGpu, Role::kObserver, "ninth");
+    ADD_FAILURE() << "a ninth observer was accepted";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 8 observers"), std::string::npos) << e.what();
+  }
+  // The GPU's clients are not crowded out by them.
+  Client pipeline = Client::connect(dir.path, kGpu, Role::kPipeline, "gpipe_runner");
+  EXPECT_EQ(pipeline.status().at("observers"), 8);
 }
 
 // ---- a client facing a daemon that is hung, gone or not ours ------------------------------------

@@ -57,6 +57,7 @@ TEST_F(AttentionBackendTest, CudaKernelsOnCpuAreRefusedByName) {
       select_attention_backend(name, gpt_tiny(), c10::kCPU, at::kFloat);
       ADD_FAILURE() << name << " was accepted on the CPU";
     } catch (const ConfigError& e) {
+      EXPECT_TRUE(at::globalContext().userEnabledFlashSDP()) << "a refusal changed the switches";
       EXPECT_THAT(e.what(), HasSubstr(std::string("model.attention=") + name + " is a CUDA kernel"));
       EXPECT_THAT(e.what(), HasSubstr("use auto, flash or math"));
     }
@@ -75,6 +76,8 @@ TEST_F(AttentionBackendTest, AKernelThatCannotRunTheModelGivesAtensReason) {
     EXPECT_THAT(e.what(), HasSubstr("dropout"));
     EXPECT_THAT(e.what(), HasSubstr("Use model.attention=auto"));
   }
+  // The refusal left the switches as they were (auto's), not on flash alone.
+  EXPECT_TRUE(at::globalContext().userEnabledMathSDP());
   // auto falls back to a kernel that can (math).
   EXPECT_EQ(select_attention_backend("auto", with_dropout, c10::kCPU, at::kFloat), "math");
 }

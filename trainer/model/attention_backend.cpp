@@ -4,6 +4,7 @@
 #include <ATen/SDPBackend.h>
 #include <ATen/ops/_fused_sdp_choice.h>
 #include <ATen/ops/empty.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
 
@@ -61,6 +62,9 @@ std::string chosen_attention_backend(const std::string& setting, const Attention
   if (device.is_cpu() && (setting == "efficient" || setting == "cudnn")) {
     throw ConfigError("model.attention=" + setting + " is a CUDA kernel and this run is on the CPU: use auto, flash or math");
   }
+  // ATen's hardware checks read the current device's properties, not the tensors'.
+  c10::OptionalDeviceGuard device_guard;
+  if (!device.is_cpu()) device_guard.reset_device(device);
   const auto options = at::TensorOptions().device(device).dtype(dtype);
   // One sample is enough: the kernels' constraints are on heads, length, head size, dtype,
   // causality, dropout and gradients, not on the batch.
@@ -81,8 +85,20 @@ std::string chosen_attention_backend(const std::string& setting, const Attention
 
 std::string select_attention_backend(const std::string& setting, const AttentionShape& shape, c10::Device device,
                                      at::ScalarType dtype) {
+  auto& ctx = at::globalContext();
+  const bool flash = ctx.userEnabledFlashSDP(), efficient = ctx.userEnabledMemEfficientSDP(),
+             cudnn = ctx.userEnabledCuDNNSDP(), math = ctx.userEnabledMathSDP();
   use_attention_backend(setting);
-  return chosen_attention_backend(setting, shape, device, dtype);
+  try {
+    return chosen_attention_backend(setting, shape, device, dtype);
+  } catch (...) {
+    // Refused: the switches go back to what they were, not left on a kernel that cannot run.
+    ctx.setSDPUseFlash(flash);
+    ctx.setSDPUseMemEfficient(efficient);
+    ctx.setSDPUseCuDNN(cudnn);
+    ctx.setSDPUseMath(math);
+    throw;
+  }
 }
 
 }  // namespace gpipe

@@ -19,6 +19,7 @@
 #include "trainer/device/device.h"
 #include "trainer/distributed/distributed.h"
 #include "trainer/distributed/transport.h"
+#include "trainer/model/attention_backend.h"
 #include "trainer/model/weight_grad_store.h"
 #include "trainer/training/fused_adamw.h"
 
@@ -221,6 +222,11 @@ DeviceProfile measure_device_profile(const PipelineConfig& config, const Pipelin
   c10::cuda::OptionalCUDAGuard cuda_guard;
   if (device.is_cuda()) cuda_guard.set_device(device);
 #endif
+  // The profile times the kernel the run's attention will use (model.attention).
+  if (const auto shape = model.attention_shape()) {
+    log << "attention: " << select_attention_backend(config.model.attention, *shape, device, bf16 ? at::kBFloat16 : at::kFloat)
+        << " (model.attention=" << config.model.attention << ")\n";
+  }
   // The run's intra-op threads: each of the config's ranks gets its share of the cores on CPU.
   if (device.is_cpu() && std::getenv("OMP_NUM_THREADS") == nullptr) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

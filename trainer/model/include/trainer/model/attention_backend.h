@@ -30,7 +30,8 @@ void use_attention_backend(const std::string& setting);
 std::string chosen_attention_backend(const std::string& setting, const AttentionShape& shape, c10::Device device,
                                      at::ScalarType dtype);
 
-// Both: switches set, then the kernel chosen (the trainer calls this before building stages).
+// Both: switches set, then the kernel chosen (the trainer calls this before building stages, the
+// planner before measuring). A refusal leaves the switches as they were.
 std::string select_attention_backend(const std::string& setting, const AttentionShape& shape, c10::Device device,
                                      at::ScalarType dtype);
 
