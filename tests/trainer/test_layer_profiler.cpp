@@ -2,11 +2,17 @@
 // time per layer, and a trainer built with partition "time" splits all blocks over its stages,
 // giving a head-heavy last stage (large vocabulary) no more blocks than a middle stage. No timing
 // assertions beyond positivity (timings belong in benchmarks).
+#include <c10/core/AutogradState.h>
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <mutex>
 #include <numeric>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -26,6 +32,44 @@ int64_t blocks_of(const StageSpec& spec, int64_t num_layers) {
   if (spec.first_layer == 0) --n;
   if (spec.last_layer == num_layers + 2) --n;
   return n;
+}
+
+// --plan's measure of ranks sharing a device runs on kept threads, as the async executor's rank
+// threads are: a thread's first-call costs (cuDNN's attention graphs on a GPU) fall in one untimed
+// warm-up round, and each thread runs backward on itself, as the executors do.
+TEST(ConcurrentWallMsTest, KeepsItsThreadsForEveryRoundAfterAWarmUp) {
+  constexpr int k = 3, rounds = 4;
+  std::mutex mu;
+  std::vector<int> most_calls_on_one_thread(k, 0);
+  int calls = 0;
+  bool backward_on_calling_thread = true, grad_on = true;
+  const double ms = concurrent_wall_ms(k, rounds, c10::Device(c10::kCPU), [&](int i) {
+    static thread_local int calls_on_this_thread = 0;  // 1 on a thread made for this round
+    ++calls_on_this_thread;
+    if (i == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    std::lock_guard<std::mutex> lock(mu);
+    ++calls;
+    most_calls_on_one_thread[static_cast<size_t>(i)] = std::max(most_calls_on_one_thread[static_cast<size_t>(i)], calls_on_this_thread);
+    backward_on_calling_thread &= !c10::AutogradState::get_tls_state().get_multithreading_enabled();
+    grad_on &= c10::GradMode::is_enabled();
+  });
+  EXPECT_EQ(calls, k * (rounds + 1)) << "every thread runs the warm-up round and every timed round";
+  for (int i = 0; i < k; ++i) EXPECT_EQ(most_calls_on_one_thread[static_cast<size_t>(i)], rounds + 1) << "thread " << i;
+  EXPECT_TRUE(backward_on_calling_thread);
+  EXPECT_TRUE(grad_on);
+  EXPECT_GE(ms, 3.0) << "a round lasts as long as its slowest thread";
+}
+
+TEST(ConcurrentWallMsTest, AThreadsErrorComesBackAfterEveryRoundEnded) {
+  int rounds_seen_by_thread_0 = 0;
+  EXPECT_THROW(concurrent_wall_ms(2, 3, c10::Device(c10::kCPU),
+                                  [&](int i) {
+                                    if (i == 0) ++rounds_seen_by_thread_0;
+                                    if (i == 1) throw std::runtime_error("layer failed");
+                                  }),
+               std::runtime_error);
+  EXPECT_EQ(rounds_seen_by_thread_0, 4) << "the other thread kept meeting the barriers (no deadlock)";
+  EXPECT_THROW(concurrent_wall_ms(0, 3, c10::Device(c10::kCPU), [](int) {}), std::invalid_argument);
 }
 
 TEST(LayerProfilerTest, OnePositiveTimePerLayer) {

@@ -3,12 +3,17 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/AutogradState.h>
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
+#include <barrier>
 #include <chrono>
+#include <exception>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "trainer/device/device.h"
 
@@ -126,6 +131,44 @@ std::vector<double> measure_layer_ms(const ModelInterface& model, const StageInt
   // partition_blocks wants costs > 0 to be meaningful; a clock tick is the floor.
   for (auto& probe : probes) out.push_back(std::max(median(std::move(probe.ms)), 1e-6));
   return out;
+}
+
+double concurrent_wall_ms(int k, int rounds, c10::Device device, const std::function<void(int)>& work) {
+  if (k < 1 || rounds < 1) throw std::invalid_argument("concurrent_wall_ms needs k >= 1 threads and rounds >= 1");
+  // Round r = 0 is the warm-up. Two barriers per round: the start releases every thread at once,
+  // the finish tells this thread the round's work is done on all of them.
+  std::barrier start_line(k + 1), finish_line(k + 1);
+  std::mutex error_mu;
+  std::exception_ptr error;
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(k));
+  for (int i = 0; i < k; ++i) {
+    threads.emplace_back([&, i] {
+      bind_thread_to_device(device);
+      c10::AutoGradMode grad_on(true);
+      c10::AutogradState::get_tls_state().set_multithreading_enabled(false);  // backward here
+      for (int r = 0; r <= rounds; ++r) {
+        start_line.arrive_and_wait();
+        try {
+          work(i);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(error_mu);
+          if (!error) error = std::current_exception();
+        }
+        finish_line.arrive_and_wait();
+      }
+    });
+  }
+  std::vector<double> walls;
+  for (int r = 0; r <= rounds; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    start_line.arrive_and_wait();
+    finish_line.arrive_and_wait();
+    if (r > 0) walls.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  for (auto& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+  return median(std::move(walls));
 }
 
 }  // namespace gpipe

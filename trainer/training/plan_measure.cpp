@@ -8,9 +8,7 @@
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
-#include <barrier>
 #include <exception>
-#include <mutex>
 #include <chrono>
 #include <sstream>
 #include <thread>
@@ -22,6 +20,7 @@
 #include "trainer/model/attention_backend.h"
 #include "trainer/model/weight_grad_store.h"
 #include "trainer/training/fused_adamw.h"
+#include "trainer/training/layer_profiler.h"
 
 #ifdef OURGPIPE_HAVE_TORCH_CUDA
 #include <c10/cuda/CUDAGuard.h>
@@ -176,37 +175,6 @@ std::pair<double, double> measure_inprocess_link(double bytes, c10::Device devic
   const double small = one_way_ms(1);
   const double large = one_way_ms(elements);
   return {small, std::max(0.0, large - small) / std::max(1.0, bytes)};
-}
-
-// Runs `work` on k threads at once (released together, each bound to `device`), `rounds` times;
-// the median wall time. A thread's exception is rethrown here once all have joined.
-double concurrent_ms(int k, int rounds, c10::Device device, const std::function<void(int)>& work) {
-  std::vector<double> walls;
-  for (int r = 0; r < rounds; ++r) {
-    std::barrier sync(k + 1);
-    std::vector<std::thread> threads;
-    std::mutex error_mu;
-    std::exception_ptr error;
-    for (int i = 0; i < k; ++i) {
-      threads.emplace_back([&, i] {
-        bind_thread_to_device(device);
-        c10::AutoGradMode grad_on(true);
-        sync.arrive_and_wait();
-        try {
-          work(i);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(error_mu);
-          if (!error) error = std::current_exception();
-        }
-      });
-    }
-    const auto start = Clock::now();
-    sync.arrive_and_wait();
-    for (auto& t : threads) t.join();
-    if (error) std::rethrow_exception(error);
-    walls.push_back(ms_since(start));
-  }
-  return median(walls);
 }
 
 }  // namespace
@@ -368,9 +336,9 @@ DeviceProfile measure_device_profile(const PipelineConfig& config, const Pipelin
       copies.push_back(std::move(p));
     }
     const int rounds = 5;
-    const double one = concurrent_ms(1, rounds, device, [&](int i) { (void)runner.run(copies[static_cast<size_t>(i)]); });
+    const double one = concurrent_wall_ms(1, rounds, device, [&](int i) { (void)runner.run(copies[static_cast<size_t>(i)]); });
     for (int k = 1; k <= max_k; ++k) {
-      const double wall = k == 1 ? one : concurrent_ms(k, rounds, device, [&](int i) { (void)runner.run(copies[static_cast<size_t>(i)]); });
+      const double wall = k == 1 ? one : concurrent_wall_ms(k, rounds, device, [&](int i) { (void)runner.run(copies[static_cast<size_t>(i)]); });
       // More ranks never do less in all than fewer did (a dip is a noisy round, not the device).
       const double achieved = std::max(1e-3, k * one / std::max(1e-9, wall));
       profile.rank_concurrency.push_back(profile.rank_concurrency.empty()
@@ -382,7 +350,7 @@ DeviceProfile measure_device_profile(const PipelineConfig& config, const Pipelin
       // overlaps thread 0's forward). Serial share = (together - longer) / shorter.
       const LayerMeasurement& lm = profile.layers.front()[static_cast<size_t>(block)];
       const double f = lm.forward_ms, whole = lm.forward_ms + lm.input_grad_ms + lm.weight_grad_ms;
-      const double together = concurrent_ms(2, rounds, device, [&](int i) {
+      const double together = concurrent_wall_ms(2, rounds, device, [&](int i) {
         if (i == 0) {
           AutocastScope autocast(device, bf16);
           (void)copies[0].module->forward(copies[0].input);

@@ -39,4 +39,14 @@ std::vector<double> measure_layer_ms(const ModelInterface& model, const StageInt
                                      const PipelineConfig& config, c10::Device device,
                                      const LayerProfileOptions& options = {});
 
+// Runs work(i) for i in [0, k) on k threads released together, one untimed warm-up round and then
+// `rounds` timed rounds; returns the median wall time of the timed rounds in ms (--plan's measure
+// of ranks sharing a device). The threads are made once and kept for every round, as the async
+// executor keeps its rank threads: what a thread pays at its first call (cuDNN's attention graphs
+// are built per CPU thread) falls in the warm-up, not in every round. Each thread is bound to
+// `device`, has grad mode on, and runs backward on itself (autograd multithreading off, as the
+// executors do), so k threads launch k backwards at once as k ranks do. The first exception of a
+// thread is rethrown once every round has ended (a failing thread still meets every barrier).
+double concurrent_wall_ms(int k, int rounds, c10::Device device, const std::function<void(int)>& work);
+
 }  // namespace gpipe
