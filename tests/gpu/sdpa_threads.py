@@ -15,6 +15,8 @@ bf16, causal), with backward run as the trainer runs it (on the calling thread):
     forward on the main thread: the first call, then warm calls (median)
     forward on fresh threads: each new thread's first call, then its second
     backward on fresh threads that ran one forward first (forward+backward timed), against warm
+  and the same for the MLP's up-projection GEMM as a control (no cuDNN: a fresh thread should pay
+  little there)
 
 Prints one line per kernel and a JSON document (--output). On CPU it runs the same steps on a
 small shape (a smoke test of this script; the CPU kernels keep no per-thread state).
@@ -83,21 +85,11 @@ def in_fresh_thread(fn, device: torch.device):
     return box["value"]
 
 
-def measure(setting: str, shape: tuple, device: torch.device, dtype: torch.dtype, fresh: int, warm: int) -> dict:
-    use(setting)
-    q, k, v = (torch.randn(shape, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
-    try:
-        chosen = BACKEND_NAMES.get(torch._fused_sdp_choice(q, k, v, is_causal=True), "unknown")
-    except RuntimeError as e:
-        return {"setting": setting, "runnable": False, "reason": str(e).splitlines()[0]}
-
-    def forward():
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-
-    grad = torch.ones(shape, device=device, dtype=dtype)
-
+def measure_op(label: str, kernel: str, forward, device: torch.device, fresh: int, warm: int) -> dict:
+    """The first-call costs of `forward` (and its backward, run on the calling thread)."""
     def backward():
-        forward().backward(grad)
+        y = forward()
+        y.backward(torch.ones_like(y))
 
     main_first = timed_ms(forward, device)
     main_warm = statistics.median(timed_ms(forward, device) for _ in range(warm))
@@ -113,7 +105,7 @@ def measure(setting: str, shape: tuple, device: torch.device, dtype: torch.dtype
     # adds over a warm thread's is the backward's per-thread state.
     backward_fresh = [in_fresh_thread(lambda: (forward(), timed_ms(backward, device))[1], device) for _ in range(fresh)]
     return {
-        "setting": setting, "runnable": True, "kernel": chosen,
+        "setting": label, "runnable": True, "kernel": kernel,
         "forward_main_first_ms": main_first, "forward_warm_ms": main_warm,
         "forward_fresh_thread_first_ms": statistics.median(fresh_first),
         "forward_fresh_thread_second_ms": statistics.median(fresh_second),
@@ -121,6 +113,28 @@ def measure(setting: str, shape: tuple, device: torch.device, dtype: torch.dtype
         "fwd_bwd_warm_ms": backward_warm,
         "fwd_bwd_fresh_thread_ms": statistics.median(backward_fresh),
     }
+
+
+def measure(setting: str, shape: tuple, device: torch.device, dtype: torch.dtype, fresh: int, warm: int) -> dict:
+    use(setting)
+    q, k, v = (torch.randn(shape, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+    try:
+        chosen = BACKEND_NAMES.get(torch._fused_sdp_choice(q, k, v, is_causal=True), "unknown")
+    except RuntimeError as e:
+        return {"setting": setting, "runnable": False, "reason": str(e).splitlines()[0]}
+    return measure_op(setting, chosen,
+                      lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+                      device, fresh, warm)
+
+
+def measure_linear_control(shape: tuple, device: torch.device, dtype: torch.dtype, fresh: int, warm: int) -> dict:
+    """The same steps on the block's MLP up-projection (a GEMM, no cuDNN): what a fresh thread pays
+    that is not attention's (cuBLAS handles come from a pool that threads hand back)."""
+    batch, heads, positions, head_dim = shape
+    hidden = heads * head_dim
+    x = torch.randn(batch * positions, hidden, device=device, dtype=dtype, requires_grad=True)
+    w = torch.randn(4 * hidden, hidden, device=device, dtype=dtype, requires_grad=True)
+    return measure_op("control: linear", "gemm", lambda: torch.nn.functional.linear(x, w), device, fresh, warm)
 
 
 def line(r: dict) -> str:
@@ -153,6 +167,7 @@ def main() -> int:
     settings = ["auto"] + [k for k in KERNELS if device.type == "cuda" or k in ("flash", "math")]
     results = [measure(s, shape, device, dtype, args.fresh_threads, args.warm_calls) for s in settings]
     use("auto")
+    results.append(measure_linear_control(shape, device, dtype, args.fresh_threads, args.warm_calls))
     doc = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
            "torch": torch.__version__,
            "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,

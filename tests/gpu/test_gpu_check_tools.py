@@ -380,15 +380,16 @@ class SdpaThreadsTest(unittest.TestCase):
                       "--output", Path(tmp) / "s.json")
             self.assertEqual(out.returncode, 0, out.stderr)
             doc = json.loads((Path(tmp) / "s.json").read_text())
-        self.assertEqual([r["setting"] for r in doc["results"]], ["auto", "flash", "math"])
+        self.assertEqual([r["setting"] for r in doc["results"]], ["auto", "flash", "math", "control: linear"])
         for r in doc["results"]:
             self.assertTrue(r["runnable"], r)
             self.assertEqual(len(r["forward_fresh_thread_first_all_ms"]), 2)
             self.assertGreater(r["forward_warm_ms"], 0)
-        self.assertEqual([r["kernel"] for r in doc["results"][1:]], ["flash", "math"])
+        self.assertEqual([r["kernel"] for r in doc["results"][1:]], ["flash", "math", "gemm"])
         lines = out.stdout.splitlines()
-        self.assertEqual(len(lines), 3)
+        self.assertEqual(len(lines), 4)
         self.assertTrue(lines[2].startswith("math (kernel math): forward on a fresh thread"), lines[2])
+        self.assertTrue(lines[3].startswith("control: linear (kernel gemm): forward on a fresh thread"), lines[3])
 
     def test_fresh_threads_bind_the_device_by_index(self):
         # torch.cuda.set_device refuses a device without an index ("cuda"): the script gives it one.
