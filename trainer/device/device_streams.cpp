@@ -178,6 +178,25 @@ void bind_thread_to_device(c10::Device device) {
 #endif
 }
 
+std::shared_ptr<void> use_own_stream(c10::Device device) {
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+  if (device.is_cuda()) {
+    return std::make_shared<c10::cuda::CUDAStreamGuard>(c10::cuda::getStreamFromPool(false, device.index()));
+  }
+#else
+  (void)device;
+#endif
+  return nullptr;
+}
+
+void synchronize_current_stream(c10::Device device) {
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+  if (device.is_cuda()) c10::cuda::getCurrentCUDAStream(device.index()).synchronize();
+#else
+  (void)device;
+#endif
+}
+
 namespace {
 bool is_backward(ActionType type) {
   return type == ActionType::kBackward || type == ActionType::kBackwardInput ||

@@ -7,6 +7,7 @@
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <chrono>
 #include <exception>
@@ -140,24 +141,49 @@ double concurrent_wall_ms(int k, int rounds, c10::Device device, const std::func
   std::barrier start_line(k + 1), finish_line(k + 1);
   std::mutex error_mu;
   std::exception_ptr error;
+  std::atomic<bool> abandoned{false};  // a thread could not be started: the others skip their work
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(k));
-  for (int i = 0; i < k; ++i) {
-    threads.emplace_back([&, i] {
-      bind_thread_to_device(device);
-      c10::AutoGradMode grad_on(true);
-      c10::AutogradState::get_tls_state().set_multithreading_enabled(false);  // backward here
-      for (int r = 0; r <= rounds; ++r) {
-        start_line.arrive_and_wait();
+  auto keep_error = [&] {
+    std::lock_guard<std::mutex> lock(error_mu);
+    if (!error) error = std::current_exception();
+  };
+  try {
+    for (int i = 0; i < k; ++i) {
+      threads.emplace_back([&, i] {
+        // A thread that cannot set up still meets every barrier (and runs no work).
+        std::shared_ptr<void> own_stream;
+        bool ready = true;
         try {
-          work(i);
+          bind_thread_to_device(device);
+          own_stream = use_own_stream(device);  // a rank's kernels run on a stream of its own
         } catch (...) {
-          std::lock_guard<std::mutex> lock(error_mu);
-          if (!error) error = std::current_exception();
+          keep_error();
+          ready = false;
         }
-        finish_line.arrive_and_wait();
-      }
-    });
+        c10::AutoGradMode grad_on(true);
+        c10::AutogradState::get_tls_state().set_multithreading_enabled(false);  // backward here
+        for (int r = 0; r <= rounds; ++r) {
+          start_line.arrive_and_wait();
+          if (ready && !abandoned.load()) {
+            try {
+              work(i);
+              synchronize_current_stream(device);  // the round ends when this thread's GPU work did
+            } catch (...) {
+              keep_error();
+            }
+          }
+          finish_line.arrive_and_wait();
+        }
+      });
+    }
+  } catch (...) {  // a thread that could not start: the started ones must not wait for it
+    keep_error();
+    abandoned = true;
+    for (size_t missing = threads.size(); missing < static_cast<size_t>(k); ++missing) {
+      start_line.arrive_and_drop();
+      finish_line.arrive_and_drop();
+    }
   }
   std::vector<double> walls;
   for (int r = 0; r <= rounds; ++r) {

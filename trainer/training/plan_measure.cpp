@@ -45,14 +45,25 @@ struct PartTimes {
 
 class LayerRunner {
  public:
-  LayerRunner(const StageInterface& stage, const Batch& microbatch, c10::Device device, bool bf16)
-      : stage_(stage), microbatch_(microbatch), device_(device), bf16_(bf16) {}
+  // `own_stream_only`: wait for the calling thread's current stream alone between the parts, as
+  // several of these run at once, each on a stream of its own (concurrent_wall_ms): a device-wide
+  // wait would make each thread wait for the others' work. Otherwise the whole device.
+  LayerRunner(const StageInterface& stage, const Batch& microbatch, c10::Device device, bool bf16,
+              bool own_stream_only = false)
+      : stage_(stage), microbatch_(microbatch), device_(device), bf16_(bf16), own_stream_only_(own_stream_only) {}
 
   // One F, I (weight GEMMs deferred), W of `probe`; fills `memory` when given.
   PartTimes run(LayerProbe& probe, LayerMeasurement* memory = nullptr) const {
     const std::vector<c10::Device> devices{device_};
+    const auto wait_for_work = [this](const std::vector<c10::Device>& all) {
+      if (own_stream_only_) {
+        synchronize_current_stream(device_);
+      } else {
+        gpipe::synchronize_devices(all);
+      }
+    };
     PartTimes t;
-    synchronize_devices(devices);
+    wait_for_work(devices);
     const int64_t a0 = allocated_bytes(device_);
     reset_peak_allocated(devices);
     auto start = Clock::now();
@@ -61,7 +72,7 @@ class LayerRunner {
       AutocastScope autocast(device_, bf16_);
       y = probe.module->forward(probe.input);
     }
-    synchronize_devices(devices);
+    wait_for_work(devices);
     t.forward = ms_since(start);
     const int64_t a1 = allocated_bytes(device_), peak_f = peak_allocated_bytes(devices);
     reset_peak_allocated(devices);
@@ -80,7 +91,7 @@ class LayerRunner {
         y.backward(probe.output_grad);
       }
     }
-    synchronize_devices(devices);
+    wait_for_work(devices);
     t.input_grad = ms_since(start);
     const int64_t peak_i = peak_allocated_bytes(devices);
     const int64_t output_bytes = static_cast<int64_t>(y.nbytes());
@@ -90,7 +101,7 @@ class LayerRunner {
     reset_peak_allocated(devices);
     start = Clock::now();
     store.flush();
-    synchronize_devices(devices);
+    wait_for_work(devices);
     t.weight_grad = ms_since(start);
     const int64_t peak_w = peak_allocated_bytes(devices);
     if (memory != nullptr && a0 >= 0) {
@@ -108,6 +119,7 @@ class LayerRunner {
   const Batch& microbatch_;
   c10::Device device_;
   bool bf16_;
+  bool own_stream_only_;
 };
 
 LayerProbe make_probe(const ModelInterface& model, const StageInterface& stage, const PipelineConfig& config,
@@ -336,9 +348,12 @@ DeviceProfile measure_device_profile(const PipelineConfig& config, const Pipelin
       copies.push_back(std::move(p));
     }
     const int rounds = 5;
-    const double one = concurrent_wall_ms(1, rounds, device, [&](int i) { (void)runner.run(copies[static_cast<size_t>(i)]); });
+    // The same parts, each thread on its own stream and waiting for it alone.
+    const LayerRunner on_own_stream(stage, microbatch, device, bf16, /*own_stream_only=*/true);
+    const auto one_block = [&](int i) { (void)on_own_stream.run(copies[static_cast<size_t>(i)]); };
+    const double one = concurrent_wall_ms(1, rounds, device, one_block);
     for (int k = 1; k <= max_k; ++k) {
-      const double wall = k == 1 ? one : concurrent_wall_ms(k, rounds, device, [&](int i) { (void)runner.run(copies[static_cast<size_t>(i)]); });
+      const double wall = k == 1 ? one : concurrent_wall_ms(k, rounds, device, one_block);
       // More ranks never do less in all than fewer did (a dip is a noisy round, not the device).
       const double achieved = std::max(1e-3, k * one / std::max(1e-9, wall));
       profile.rank_concurrency.push_back(profile.rank_concurrency.empty()
@@ -355,7 +370,7 @@ DeviceProfile measure_device_profile(const PipelineConfig& config, const Pipelin
           AutocastScope autocast(device, bf16);
           (void)copies[0].module->forward(copies[0].input);
         } else {
-          (void)runner.run(copies[1]);
+          (void)on_own_stream.run(copies[1]);
         }
       });
       profile.pair_serial_share = std::clamp((together - whole) / std::max(1e-9, f), 0.0, 1.0);

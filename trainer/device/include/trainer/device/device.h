@@ -154,4 +154,11 @@ class AutocastScope {
 // Binds the calling thread to `device` (cudaSetDevice) so its kernels and streams go there.
 void bind_thread_to_device(c10::Device device);
 
+// Makes a stream of the device's pool (default priority) current on the calling thread until the
+// result dies, as a rank's own stream: kernels of threads that each hold one may run at once
+// (on the default stream they would run one after another). Null on CPU.
+[[nodiscard]] std::shared_ptr<void> use_own_stream(c10::Device device);
+// Waits for the calling thread's current stream on `device` only (no-op on CPU).
+void synchronize_current_stream(c10::Device device);
+
 }  // namespace gpipe

@@ -44,9 +44,12 @@ std::vector<double> measure_layer_ms(const ModelInterface& model, const StageInt
 // of ranks sharing a device). The threads are made once and kept for every round, as the async
 // executor keeps its rank threads: what a thread pays at its first call (cuDNN's attention graphs
 // are built per CPU thread) falls in the warm-up, not in every round. Each thread is bound to
-// `device`, has grad mode on, and runs backward on itself (autograd multithreading off, as the
-// executors do), so k threads launch k backwards at once as k ranks do. The first exception of a
-// thread is rethrown once every round has ended (a failing thread still meets every barrier).
+// `device`, launches on a stream of its own (a rank's own stream; on the default stream the
+// threads' kernels would run one after another), has grad mode on, and runs backward on itself
+// (autograd multithreading off, as the executors do), so k threads launch k backwards at once as
+// k ranks do; a round ends when every thread's stream is done, so `work` should synchronize its
+// own stream at most (never the whole device). The first exception of a thread is rethrown once
+// every round has ended (a failing thread still meets every barrier).
 double concurrent_wall_ms(int k, int rounds, c10::Device device, const std::function<void(int)>& work);
 
 }  // namespace gpipe
