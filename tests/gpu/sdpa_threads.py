@@ -3,7 +3,7 @@
 
 Why: on the H100 (docs/results/2026-11-27-gpu-h100.md) each pipeline rank's first forward of a
 step took 60-90 ms against 3-9 ms later, in an executor that started one thread per rank per step.
-PyTorch prefers cuDNN's attention on an H100 with cuDNN >= 9.15, and ATen keeps cuDNN's built
+PyTorch prefers cuDNN's attention on an H100 with a cuDNN newer than 9.15, and ATen keeps cuDNN's built
 attention graphs in thread_local caches (aten/src/ATen/native/cudnn/MHA.cpp), one for forward
 and one for backward: a thread's first call of each builds a graph. The trainer's executors run
 backward on the rank's own thread (autograd multithreading off, trainer/execution/action_runner.h),
@@ -11,7 +11,8 @@ so a rank thread's first backward builds one too. This measures exactly that, on
 attention shape (configs/gpt_350m_gpu.yaml: micro-batch 2, 16 heads, 1024 positions, head dim 64,
 bf16, causal), with backward run as the trainer runs it (on the calling thread):
 
-  for each kernel (model.attention: auto, and each named one that can run the shape)
+  for each kernel (model.attention: auto, and each named one; one that cannot run the shape gets a
+  "cannot run this shape" line with ATen's reason; on CPU only auto, flash and math are tried)
     forward on the main thread: the first call, then warm calls (median)
     forward on fresh threads: each new thread's first call, then its second
     backward on fresh threads that ran one forward first (forward+backward timed), against warm
@@ -19,7 +20,8 @@ bf16, causal), with backward run as the trainer runs it (on the calling thread):
   little there)
 
 Prints one line per kernel and a JSON document (--output). On CPU it runs the same steps on a
-small shape (a smoke test of this script; the CPU kernels keep no per-thread state).
+small shape (a smoke test of this script; the CPU kernels keep no per-thread state, and on a busy
+machine the shared intra-op pool makes its figures noise).
 
     python3 tests/gpu/sdpa_threads.py --output sdpa_threads.json
 """

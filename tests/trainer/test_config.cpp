@@ -126,6 +126,13 @@ TEST(Config, BadTypesNameKeyLineAndValue) {
   EXPECT_THAT(load_error("training:\n  exit_after_profile: maybe\n"), HasSubstr("true or false"));
   EXPECT_THAT(load_error("training:\n  seed: -3\n"), HasSubstr("training.seed"));
   EXPECT_THAT(load_error("parallel:\n  partition_layers: 12\n"), HasSubstr("a list of integers"));
+  // A list names the entry that is not what the field holds.
+  EXPECT_THAT(load_error("parallel:\n  partition_layers: [2, x, 2]\n"),
+              AllOf(HasSubstr("parallel.partition_layers: expected a list of integers"), HasSubstr("entry 2 is 'x'")));
+  EXPECT_THAT(load_error("parallel:\n  recompute_ratio: [0.5, [1]]\n"), HasSubstr("entry 2 is a list"));
+  EXPECT_THAT(load_error("parallel:\n  partition: [2, 2.5, 2, 2]\n"),
+              AllOf(HasSubstr("parallel.partition: expected uniform, explicit, parameters, time, or a list of integers"),
+                    HasSubstr("entry 2 is '2.5'")));
   EXPECT_THAT(load_error("model: 7\n"), HasSubstr("model: expected a map"));
   EXPECT_THAT(load_error("[1, 2]\n"), HasSubstr("expected a map with sections"));
   EXPECT_THAT(load_error("model: {name: gpt\n"), AllOf(HasSubstr("test.yaml:"), HasSubstr("not valid YAML")));
@@ -375,6 +382,18 @@ TEST(Config, ValidateCatchesValuesSetInCode) {
   c = PipelineConfig{};
   c.training.num_microbatches = 0;
   EXPECT_THROW(c.validate(), ConfigError);
+  // A CUDA-only attention kernel on a CPU run is refused before anything runs.
+  c = PipelineConfig{};
+  c.parallel.device = "cpu";
+  c.model.attention = "cudnn";
+  try {
+    c.validate();
+    ADD_FAILURE() << "cudnn attention on cpu was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("model.attention=cudnn is a CUDA kernel and parallel.device is cpu"));
+  }
+  c.parallel.device = "auto";  // may be a GPU: the run decides
+  EXPECT_NO_THROW(c.validate());
 }
 
 }  // namespace

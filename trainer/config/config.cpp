@@ -123,6 +123,7 @@ Field field(const char* section, const char* key, Access access, std::string all
 // partition: explicit with those partition_layers.
 Field partition_field(Field f) {
   f.takes_list = true;
+  f.type = "uniform, explicit, parameters, time, or a list of integers (layer counts per stage)";
   auto read_name = f.read;
   f.read = [read_name](PipelineConfig& c, const YAML::Node& n) {
     if (!n.IsSequence()) return read_name(c, n);
@@ -334,11 +335,21 @@ void read_field(PipelineConfig& c, const Field& f, const YAML::Node& node, const
   };
   try {
     f.read(c, node);
-  } catch (const YAML::Exception&) {
-    const std::string got = node.IsScalar()     ? "'" + node.Scalar() + "'"
-                            : node.IsSequence() ? "a list"
-                            : node.IsMap()      ? "a map"
-                                                : "nothing";
+  } catch (const YAML::Exception& e) {
+    std::string got = node.IsScalar()     ? "'" + node.Scalar() + "'"
+                      : node.IsSequence() ? "a list"
+                      : node.IsMap()      ? "a map"
+                                          : "nothing";
+    if (node.IsSequence()) {  // name the entry that did not convert (the error carries its mark)
+      size_t index = 0;
+      for (const YAML::Node& item : node) {
+        ++index;
+        if (item.Mark().pos != e.mark.pos || item.Mark().line != e.mark.line) continue;
+        got = "a list whose entry " + std::to_string(index) + " is " +
+              (item.IsScalar() ? "'" + item.Scalar() + "'" : item.IsSequence() ? "a list" : "a map");
+        break;
+      }
+    }
     throw ConfigError(location(node.Mark(), origin) + f.path() + ": expected " + f.type + ", got " + got);
   }
   if (std::string p = f.problem(c); !p.empty()) throw ConfigError(location(node.Mark(), origin) + f.path() + ": " + p);
@@ -354,6 +365,9 @@ YAML::Node parse_yaml(const std::string& text, const std::string& origin) {
 
 void check_cross_fields(const PipelineConfig& c) {
   const ParallelConfig& par = c.parallel;
+  if (par.device == "cpu" && (c.model.attention == "cudnn" || c.model.attention == "efficient"))
+    throw ConfigError("model.attention=" + c.model.attention + " is a CUDA kernel and parallel.device is cpu: use auto, "
+                      "flash or math");
   const int64_t stages = static_cast<int64_t>(par.model_parallel_size) * par.virtual_stages;
   const std::string stages_text = std::to_string(stages) + " stages (parallel.model_parallel_size " +
                                   std::to_string(par.model_parallel_size) + " x parallel.virtual_stages " +

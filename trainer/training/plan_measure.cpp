@@ -204,8 +204,9 @@ DeviceProfile measure_device_profile(const PipelineConfig& config, const Pipelin
 #endif
   // The profile times the kernel the run's attention will use (model.attention).
   if (const auto shape = model.attention_shape()) {
-    log << "attention: " << select_attention_backend(config.model.attention, *shape, device, bf16 ? at::kBFloat16 : at::kFloat)
-        << " (model.attention=" << config.model.attention << ")\n";
+    const std::string kernel =  // chosen before anything is printed: a refusal is one error line
+        select_attention_backend(config.model.attention, *shape, device, bf16 ? at::kBFloat16 : at::kFloat);
+    log << "attention: " << kernel << " (model.attention=" << config.model.attention << ")\n";
   }
   // The run's intra-op threads: each of the config's ranks gets its share of the cores on CPU.
   if (device.is_cpu() && std::getenv("OMP_NUM_THREADS") == nullptr) {
