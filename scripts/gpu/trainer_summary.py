@@ -36,7 +36,10 @@ def main() -> int:
             r["mfu"] = r["tokens_per_s"] * s["flops_per_token"] / (peak * gpus) if peak else None
             bubble = s.get("bubble_fraction")
             r["peak_memory_bytes"] = s.get("peak_memory_bytes")
-            r["extra"] = (f"{s.get('stages')} stages, {s.get('schedule')}, attention {s.get('attention', 'n/a')}, bubble "
+            first = s.get("step_time_ms_first")
+            # The first step pays each thread's one-time costs (cuDNN's attention graphs per thread).
+            r["extra"] = (f"first step {'n/a' if first is None else f'{first:.1f} ms'}; "
+                          f"{s.get('stages')} stages, {s.get('schedule')}, attention {s.get('attention', 'n/a')}, bubble "
                           f"{'n/a' if bubble is None else f'{bubble:.3f}'} ({s.get('bubble_clock', 'host')} clock), "
                           f"peak mem {s.get('peak_memory_bytes')}; cudaMalloc in the timed steps "
                           f"{r['timed_device_mallocs'] if r['timed_device_mallocs'] is not None else 'n/a'}, "

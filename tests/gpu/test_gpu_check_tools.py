@@ -420,7 +420,7 @@ class TrainerSummaryTest(unittest.TestCase):
         d = root / name
         d.mkdir(parents=True)
         (d / "summary.json").write_text(json.dumps({
-            "tokens_per_step": 1000, "stages": 4, "schedule": "1f1b", "attention": attention,
+            "tokens_per_step": 1000, "stages": 4, "schedule": "1f1b", "attention": attention, "step_time_ms_first": 999.0,
             "bubble_fraction": 0.2, "bubble_clock": "cuda_events", "peak_memory_bytes": 100,
             "flops_per_token": 1e6, "peak_flops_per_gpu": 1e12, "num_gpus": 1, "alloc_retries": 0}))
         steps = [{"step_time_ms": 999.0 if i < 2 else step_ms, "loss": 5.0 if i == 0 else loss, "device_mallocs": 3 if i == 0 else 0}
@@ -440,6 +440,7 @@ class TrainerSummaryTest(unittest.TestCase):
             self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
             self.assertIn("| d: trainer ours async_threaded | INFO | 10000 tokens/s", out.stdout)
             self.assertIn("attention cudnn", out.stdout)
+            self.assertIn("first step 999.0 ms;", out.stdout)
             self.assertIn("cudaMalloc in the timed steps 0", out.stdout)
             self.assertIn("| d: ratio ours async_threaded / ours naive | INFO | 0.500 (tokens/s) |", out.stdout)
             self.assertIn("| d: trainer PyTorch eager | INFO | 5000 tokens/s", out.stdout)
