@@ -233,6 +233,12 @@ struct Daemon::Impl {
     return static_cast<size_t>(std::count_if(connections.begin(), connections.end(), [](const Connection& c) { return !c.greeted; }));
   }
 
+  size_t observer_count() const {
+    return static_cast<size_t>(std::count_if(connections.begin(), connections.end(), [](const Connection& c) {
+      return c.greeted && c.role == Role::kObserver;
+    }));
+  }
+
   void refuse(int fd, const std::string& why) {
     try {
       io::send_message(fd, io::error_message(why), {}, kMaxReplyBytes);
@@ -292,9 +298,7 @@ struct Daemon::Impl {
       return "hello needs a 'name' of at most 64 characters";
     }
     const std::string name = m["name"].get<std::string>();
-    const size_t observers = static_cast<size_t>(std::count_if(connections.begin(), connections.end(), [](const Connection& o) {
-      return o.greeted && o.role == Role::kObserver;
-    }));
+    const size_t observers = observer_count();
     if (*role == Role::kObserver && observers >= kMaxObservers) {
       return fmt::format("orion-gpud serves at most {} observers at once (status requests): try again", kMaxObservers);
     }
@@ -412,9 +416,7 @@ struct Daemon::Impl {
       s["type"] = "status";
       s["gpu"] = options.gpu;
       s["version"] = kProtocolVersion;
-      s["observers"] = std::count_if(connections.begin(), connections.end(), [](const Connection& o) {
-        return o.greeted && o.role == Role::kObserver;
-      });
+      s["observers"] = observer_count();
       if (const pid_t departed = departed_pipeline_alive(); departed != 0) s["pipeline_refused_until_pid_exits"] = departed;
       try {
         io::send_message(c.fd, s, {}, kMaxReplyBytes);

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from config import ConfigError, gpt_shape, load_config
+from sdpa_kernels import BACKEND_NAMES, KERNELS, use_kernels
 
 # Dense bf16 tensor-core peaks (FLOP/s) by device-name fragment, from the vendors' data sheets
 # (SXM parts). OURGPIPE_PEAK_TFLOPS overrides; on CPU MFU is reported only with that override.
@@ -57,21 +58,15 @@ def autocast_for(dtype: str, device: torch.device):
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16), "bf16"
 
 
-ATTENTION_KERNELS = {"flash": "flash_sdp", "efficient": "mem_efficient_sdp", "cudnn": "cudnn_sdp", "math": "math_sdp"}
-# torch._fused_sdp_choice's answer (at::SDPBackend) by number.
-SDP_BACKEND_NAMES = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn", 4: "overrideable"}
-
-
 def use_attention(setting: str, shape, device: torch.device, dtype: torch.dtype) -> str:
     """model.attention, as gpipe_runner applies it (trainer/model/attention_backend.h): auto is
     PyTorch's default set of SDPA kernels, a name is that kernel alone. Returns the kernel SDPA
     picks for the GPT's attention; exits naming model.attention when that kernel cannot run it."""
-    if setting != "auto" and setting not in ATTENTION_KERNELS:
-        sys.exit(f"error: model.attention='{setting}': use auto, {', '.join(ATTENTION_KERNELS)}")
+    if setting != "auto" and setting not in KERNELS:
+        sys.exit(f"error: model.attention='{setting}': use auto, {', '.join(KERNELS)}")
     if device.type == "cpu" and setting in ("efficient", "cudnn"):
         sys.exit(f"error: model.attention={setting} is a CUDA kernel and this run is on the CPU: use auto, flash or math")
-    for name, switch in ATTENTION_KERNELS.items():
-        getattr(torch.backends.cuda, "enable_" + switch)(setting in ("auto", name))
+    use_kernels(setting)
     head_dim = shape.hidden_size // shape.num_heads
     q = torch.empty(1, shape.num_heads, shape.sequence_length, head_dim, device=device, dtype=dtype,
                     requires_grad=True)
@@ -79,7 +74,7 @@ def use_attention(setting: str, shape, device: torch.device, dtype: torch.dtype)
         choice = torch._fused_sdp_choice(q, q, q, dropout_p=shape.dropout, is_causal=True)
     except RuntimeError as e:
         sys.exit(f"error: model.attention={setting} cannot run this model's attention on {device} in {dtype}: {e}")
-    return SDP_BACKEND_NAMES.get(choice, f"unknown ({choice})")
+    return BACKEND_NAMES.get(choice, f"unknown ({choice})")
 
 
 def peak_flops(device: torch.device) -> float | None:

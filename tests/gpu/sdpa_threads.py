@@ -34,16 +34,12 @@ import sys
 import threading
 import time
 
+from pathlib import Path
+
 import torch
 
-KERNELS = {"flash": "flash_sdp", "efficient": "mem_efficient_sdp", "cudnn": "cudnn_sdp", "math": "math_sdp"}
-BACKEND_NAMES = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn", 4: "overrideable"}
-
-
-def use(setting: str) -> None:
-    for name, switch in KERNELS.items():
-        getattr(torch.backends.cuda, "enable_" + switch)(setting in ("auto", name))
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "peers"))
+from sdpa_kernels import BACKEND_NAMES, KERNELS, use_kernels  # noqa: E402
 
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
@@ -118,7 +114,7 @@ def measure_op(label: str, kernel: str, forward, device: torch.device, fresh: in
 
 
 def measure(setting: str, shape: tuple, device: torch.device, dtype: torch.dtype, fresh: int, warm: int) -> dict:
-    use(setting)
+    use_kernels(setting)
     q, k, v = (torch.randn(shape, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
     try:
         chosen = BACKEND_NAMES.get(torch._fused_sdp_choice(q, k, v, is_causal=True), "unknown")
@@ -168,7 +164,7 @@ def main() -> int:
         shape, dtype = (2, 4, 64, 16), torch.float32
     settings = ["auto"] + [k for k in KERNELS if device.type == "cuda" or k in ("flash", "math")]
     results = [measure(s, shape, device, dtype, args.fresh_threads, args.warm_calls) for s in settings]
-    use("auto")
+    use_kernels("auto")
     results.append(measure_linear_control(shape, device, dtype, args.fresh_threads, args.warm_calls))
     doc = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
            "torch": torch.__version__,

@@ -144,41 +144,44 @@ double concurrent_wall_ms(int k, int rounds, c10::Device device, const std::func
   std::atomic<bool> abandoned{false};  // a thread could not be started: the others skip their work
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(k));
-  auto keep_error = [&] {
+  auto keep = [&](std::exception_ptr e) {  // the first one is rethrown at the end
     std::lock_guard<std::mutex> lock(error_mu);
-    if (!error) error = std::current_exception();
+    if (!error) error = std::move(e);
+  };
+  // Runs f; an exception is kept instead of escaping the thread.
+  auto guarded = [&](const std::function<void()>& f) {
+    try {
+      f();
+      return true;
+    } catch (...) {
+      keep(std::current_exception());
+      return false;
+    }
+  };
+  auto thread_body = [&](int i) {
+    std::shared_ptr<void> own_stream;  // a rank's kernels run on a stream of its own
+    // A thread that cannot set up still meets every barrier (and runs no work).
+    const bool ready = guarded([&] {
+      bind_thread_to_device(device);
+      own_stream = use_own_stream(device);
+    });
+    c10::AutoGradMode grad_on(true);
+    c10::AutogradState::get_tls_state().set_multithreading_enabled(false);  // backward here
+    for (int r = 0; r <= rounds; ++r) {
+      start_line.arrive_and_wait();
+      if (ready && !abandoned.load()) {
+        guarded([&] {
+          work(i);
+          synchronize_current_stream(device);  // the round ends when this thread's GPU work did
+        });
+      }
+      finish_line.arrive_and_wait();
+    }
   };
   try {
-    for (int i = 0; i < k; ++i) {
-      threads.emplace_back([&, i] {
-        // A thread that cannot set up still meets every barrier (and runs no work).
-        std::shared_ptr<void> own_stream;
-        bool ready = true;
-        try {
-          bind_thread_to_device(device);
-          own_stream = use_own_stream(device);  // a rank's kernels run on a stream of its own
-        } catch (...) {
-          keep_error();
-          ready = false;
-        }
-        c10::AutoGradMode grad_on(true);
-        c10::AutogradState::get_tls_state().set_multithreading_enabled(false);  // backward here
-        for (int r = 0; r <= rounds; ++r) {
-          start_line.arrive_and_wait();
-          if (ready && !abandoned.load()) {
-            try {
-              work(i);
-              synchronize_current_stream(device);  // the round ends when this thread's GPU work did
-            } catch (...) {
-              keep_error();
-            }
-          }
-          finish_line.arrive_and_wait();
-        }
-      });
-    }
+    for (int i = 0; i < k; ++i) threads.emplace_back(thread_body, i);
   } catch (...) {  // a thread that could not start: the started ones must not wait for it
-    keep_error();
+    keep(std::current_exception());
     abandoned = true;
     for (size_t missing = threads.size(); missing < static_cast<size_t>(k); ++missing) {
       start_line.arrive_and_drop();
