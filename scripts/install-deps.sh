@@ -28,9 +28,23 @@ fi
 
 if [ "${OURGPIPE_NO_TORCH:-0}" != "1" ]; then
   if ! "$venv/bin/python" -c "import torch,sys,yaml,matplotlib,tensorboard,torch_tb_profiler; sys.exit(0 if torch.__version__.startswith('$TORCH_VERSION') else 1)" 2>/dev/null; then
+    # The CUDA wheel and its nvidia-* libraries take about 5 GiB installed, and pip holds the
+    # downloaded wheels (about 3 GiB) in a temp folder while it installs: check the room first, so
+    # a full disk is named here rather than as pip's OSError halfway through. No pip cache: it
+    # would keep a third copy.
+    need_kib=$((9 * 1024 * 1024))
+    mkdir -p "$(dirname "$venv")"
+    for d in "$(dirname "$venv")" "${TMPDIR:-/tmp}"; do
+      free_kib=$(df -Pk "$d" | awk 'NR==2 {print $4}')
+      if [ -n "$free_kib" ] && [ "$free_kib" -lt "$need_kib" ]; then
+        echo "[install-deps] error: $d has $((free_kib / 1024)) MiB free; installing PyTorch $TORCH_VERSION needs about 9 GiB there." >&2
+        echo "[install-deps] Free some space (old build folders, clones, ~/.cache/pip), or point OURGPIPE_VENV / TMPDIR at a larger disk, and rerun." >&2
+        exit 1
+      fi
+    done
     echo "[install-deps] installing PyTorch $TORCH_VERSION (LibTorch inside the wheel) into $venv"
     [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-    "$venv/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy pyyaml matplotlib tensorboard torch-tb-profiler
+    "$venv/bin/pip" install -q --no-cache-dir --disable-pip-version-check "torch==$TORCH_VERSION" numpy pyyaml matplotlib tensorboard torch-tb-profiler
   fi
 fi
 echo "[install-deps] ok"
