@@ -7,6 +7,7 @@ import os
 import sys
 from contextlib import nullcontext
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 
@@ -16,6 +17,13 @@ from sdpa_kernels import BACKEND_NAMES, KERNELS, use_kernels
 # Dense bf16 tensor-core peaks (FLOP/s) by device-name fragment, from the vendors' data sheets
 # (SXM parts). OURGPIPE_PEAK_TFLOPS overrides; on CPU MFU is reported only with that override.
 PEAK_BF16_FLOPS = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12, "L40S": 362e12}
+
+
+def fail(message: str) -> NoReturn:
+    """A setting the user can fix: one line on stderr and exit code 2, as gpipe_runner (and
+    argparse) answer a bad flag or field; 1 is left to failures while running."""
+    print(f"{Path(sys.argv[0]).name}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def common_parser(description: str) -> argparse.ArgumentParser:
@@ -31,27 +39,30 @@ def common_parser(description: str) -> argparse.ArgumentParser:
 
 
 def load_shape(args: argparse.Namespace):
+    """The config with --set applied and the GPT's shape; also checks the common flags."""
+    if args.steps < 1 or args.warmup < 0:
+        fail(f"--steps {args.steps} --warmup {args.warmup}: need --steps >= 1 and --warmup >= 0")
     try:
         cfg = load_config(args.config, args.set)
         return cfg, gpt_shape(cfg)
     except ConfigError as e:
-        sys.exit(f"error: {e}")
+        fail(str(e))
 
 
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        sys.exit("error: parallel.device=cuda but torch sees no CUDA device (use --set parallel.device=cpu)")
+        fail("parallel.device=cuda but torch sees no CUDA device (use --set parallel.device=cpu)")
     if name not in ("cpu", "cuda"):
-        sys.exit(f"error: parallel.device='{name}': use auto, cpu or cuda")
+        fail(f"parallel.device='{name}': use auto, cpu or cuda")
     return torch.device(name)
 
 
 def autocast_for(dtype: str, device: torch.device):
     """training.dtype: auto = bf16 autocast on GPU and fp32 on CPU (as gpipe_runner); bf16; fp32."""
     if dtype not in ("auto", "bf16", "fp32"):
-        sys.exit(f"error: training.dtype='{dtype}': use auto, bf16 or fp32")
+        fail(f"training.dtype='{dtype}': use auto, bf16 or fp32")
     use_bf16 = dtype == "bf16" or (dtype == "auto" and device.type == "cuda")
     if not use_bf16:
         return nullcontext(), "fp32"
@@ -63,9 +74,9 @@ def use_attention(setting: str, shape, device: torch.device, dtype: torch.dtype)
     PyTorch's default set of SDPA kernels, a name is that kernel alone. Returns the kernel SDPA
     picks for the GPT's attention; exits naming model.attention when that kernel cannot run it."""
     if setting != "auto" and setting not in KERNELS:
-        sys.exit(f"error: model.attention='{setting}': use auto, {', '.join(KERNELS)}")
+        fail(f"model.attention='{setting}': use auto, {', '.join(KERNELS)}")
     if device.type == "cpu" and setting in ("efficient", "cudnn"):
-        sys.exit(f"error: model.attention={setting} is a CUDA kernel and this run is on the CPU: use auto, flash or math")
+        fail(f"model.attention={setting} is a CUDA kernel and this run is on the CPU: use auto, flash or math")
     use_kernels(setting)
     head_dim = shape.hidden_size // shape.num_heads
     q = torch.empty(1, shape.num_heads, shape.sequence_length, head_dim, device=device, dtype=dtype,
@@ -73,7 +84,7 @@ def use_attention(setting: str, shape, device: torch.device, dtype: torch.dtype)
     try:
         choice = torch._fused_sdp_choice(q, q, q, dropout_p=shape.dropout, is_causal=True)
     except RuntimeError as e:
-        sys.exit(f"error: model.attention={setting} cannot run this model's attention on {device} in {dtype}: {e}")
+        fail(f"model.attention={setting} cannot run this model's attention on {device} in {dtype}: {e}")
     return BACKEND_NAMES.get(choice, f"unknown ({choice})")
 
 

@@ -27,7 +27,7 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe  # noqa: E402
 
-from bench_common import common_parser, emit, load_shape, use_attention  # noqa: E402
+from bench_common import common_parser, emit, fail, load_shape, use_attention  # noqa: E402
 from data import global_batch  # noqa: E402
 from gpt import create_layers, lm_loss, parameter_counts, training_flops_per_token, uniform_partition  # noqa: E402
 
@@ -106,11 +106,12 @@ def main() -> None:
     cfg, s = load_shape(args)
     args.schedule = args.schedule or cfg["parallel"]["schedule"]
     if args.schedule not in SCHEDULES:
-        sys.exit(f"error: schedule '{args.schedule}': the pipelining peer runs {sorted(SCHEDULES)} "
+        fail(f"schedule '{args.schedule}': the pipelining peer runs {sorted(SCHEDULES)} "
                  "(pass --schedule)")
-    if args.steps < 1 or args.warmup < 0:
-        sys.exit("error: --steps must be >= 1 and --warmup >= 0")
-    uniform_partition(s.num_layers, args.stages)  # fails early, naming the rule, if impossible
+    try:
+        uniform_partition(s.num_layers, args.stages)  # fails early, naming the rule, if impossible
+    except ValueError as e:
+        fail(f"--stages {args.stages}: {e}")
     use_attention(cfg["model"]["attention"], s, torch.device("cpu"), torch.float32)  # and this (each rank sets it again)
 
     with tempfile.TemporaryDirectory() as tmp:

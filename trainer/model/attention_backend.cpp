@@ -16,6 +16,8 @@ namespace gpipe {
 namespace {
 
 // ATen reports why a kernel cannot run as warnings while it chooses; collect them for the error.
+// Some of them are TORCH_WARN_ONCE (once per process): a second refusal in one process may carry
+// fewer reasons, which the runner never meets (it asks once, before the first step).
 class CollectedWarnings final : public c10::WarningHandler {
  public:
   void process(const c10::Warning& warning) override {

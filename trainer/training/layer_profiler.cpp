@@ -190,8 +190,8 @@ double concurrent_wall_ms(int k, int rounds, c10::Device device, const std::func
   }
   std::vector<double> walls;
   for (int r = 0; r <= rounds; ++r) {
+    start_line.arrive_and_wait();  // the clock starts when every thread is released, not before
     const auto start = std::chrono::steady_clock::now();
-    start_line.arrive_and_wait();
     finish_line.arrive_and_wait();
     if (r > 0) walls.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   }

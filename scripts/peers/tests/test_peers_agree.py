@@ -54,8 +54,22 @@ class PeersAgreeTest(unittest.TestCase):
     def test_bad_config_fails_with_the_key(self):
         out = subprocess.run([sys.executable, str(PEERS / "bench_eager.py"), "--config", str(self.config),
                               "--set", "model.hidden=3"], capture_output=True, text=True, timeout=60)
-        self.assertNotEqual(out.returncode, 0)
+        self.assertEqual(out.returncode, 2, out.stderr)  # a field to fix, as gpipe_runner
+        self.assertIn("bench_eager.py: error: ", out.stderr)
         self.assertIn("model.hidden", out.stderr)
+
+    def test_no_timed_steps_is_refused(self):
+        out = subprocess.run([sys.executable, str(PEERS / "bench_eager.py"), "--config", str(self.config),
+                              "--steps", "0"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 2, out.stderr)
+        self.assertIn("need --steps >= 1", out.stderr)
+
+    def test_more_stages_than_blocks_is_one_error_line(self):
+        out = subprocess.run([sys.executable, str(PEERS / "bench_pipelining.py"), "--config", str(self.config),
+                              "--stages", "40"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 2, out.stderr)
+        self.assertIn("bench_pipelining.py: error: --stages 40: 40 stages for", out.stderr)
+        self.assertNotIn("Traceback", out.stderr)
 
 
 if __name__ == "__main__":
