@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """One results.md detail line from an `orion-replay-gpu --simulate --json FILE` run.
 
-Prints, per run (no-shim, then each policy): HP p99 / alone and BE throughput / alone as measured,
-and the relative error of the simulator's HP p99 and BE throughput for that run. Exits 2 when the
+Prints, per run (no-shim, then each policy): HP p99 / alone (and its execution part's p99 / alone:
+from the request's first kernel starting on the GPU, so the difference is time spent queued, in
+the shim or behind other work), BE throughput / alone, the host's issue lag p99 (how late the
+replayer's launch calls returned: a shim that blocks the launching thread shows here), and the
+relative error of the simulator's HP p99 and BE throughput for that run. Exits 2 when the
 file lacks what the replayer writes (a run missing, a shim run not scheduling, ops not completed,
 no prediction), 0 otherwise: the numbers are a measurement, not a verdict.
 """
@@ -33,8 +36,10 @@ def summarise(data: dict, policies: list) -> str:
         if "relative_error" not in run:
             raise ValueError(f"run {label}: no simulator prediction (--simulate)")
         row, err = run["row"], run["relative_error"]
-        parts.append(f"{label} HP p99 {ratio(row['hp_p99_ms'], alone['hp_p99_ms'])} BE "
+        parts.append(f"{label} HP p99 {ratio(row['hp_p99_ms'], alone['hp_p99_ms'])} "
+                     f"(exec {ratio(row['hp_exec_p99_ms'], alone['hp_exec_p99_ms'])}) BE "
                      f"{ratio(row['be_requests_per_s'], alone['be_requests_per_s'])} "
+                     f"lag p99 {run['issue_lag_p99_us']:.0f} us "
                      f"(sim err p99 {err['hp_p99'] * 100:+.0f}%, BE {err['be_requests_per_s'] * 100:+.0f}%)")
     gpu = data["runs"][0]["gpu"]
     return f"{gpu['name']} {gpu['sm_count']} SMs: " + "; ".join(parts)

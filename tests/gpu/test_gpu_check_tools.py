@@ -281,14 +281,15 @@ class KernelOverlapTest(unittest.TestCase):
 
 def replay_json(shim_active=True, drop=None):
     """What `orion-replay-gpu --simulate --json` writes, reduced to what replay_summary.py reads."""
-    def run(label, p99, be, err):
+    def run(label, p99, exec_p99, be, lag, err):
         return {"label": label, "shim_active": label != "no-shim" and shim_active,
                 "gpu": {"name": "NVIDIA H100", "sm_count": 132},
                 "together": {"ops_completed": 10, "requests": [{"request": "r0"}]},
-                "row": {"hp_p99_ms": p99, "be_requests_per_s": be},
+                "row": {"hp_p99_ms": p99, "hp_exec_p99_ms": exec_p99, "be_requests_per_s": be},
+                "issue_lag_p99_us": lag,
                 "relative_error": {"hp_p99": err, "be_requests_per_s": -err}}
-    runs = [run("no-shim", 2.0, 40.0, 0.1), run("orion", 1.1, 30.0, -0.05)]
-    return {"alone": {"row": {"hp_p99_ms": 1.0, "be_requests_per_s": 50.0}},
+    runs = [run("no-shim", 2.0, 1.5, 40.0, 3.2, 0.1), run("orion", 1.1, 0.8, 30.0, 41.0, -0.05)]
+    return {"alone": {"row": {"hp_p99_ms": 1.0, "hp_exec_p99_ms": 0.5, "be_requests_per_s": 50.0}},
             "runs": [r for r in runs if r["label"] != drop]}
 
 
@@ -303,8 +304,8 @@ class ReplaySummaryTest(unittest.TestCase):
         out = self.summary(replay_json())
         self.assertEqual(out.returncode, 0, out.stdout)
         self.assertIn("NVIDIA H100 132 SMs", out.stdout)
-        self.assertIn("no-shim HP p99 2.00x BE 0.80x (sim err p99 +10%, BE -10%)", out.stdout)
-        self.assertIn("orion HP p99 1.10x BE 0.60x (sim err p99 -5%, BE +5%)", out.stdout)
+        self.assertIn("no-shim HP p99 2.00x (exec 3.00x) BE 0.80x lag p99 3 us (sim err p99 +10%, BE -10%)", out.stdout)
+        self.assertIn("orion HP p99 1.10x (exec 1.60x) BE 0.60x lag p99 41 us (sim err p99 -5%, BE +5%)", out.stdout)
 
     def test_missing_run_or_shim_not_scheduling_is_an_error(self):
         out = self.summary(replay_json(drop="orion"))
@@ -314,9 +315,6 @@ class ReplaySummaryTest(unittest.TestCase):
         self.assertEqual(out.returncode, 2)
         self.assertIn("not scheduling", out.stdout)
 
-
-if __name__ == "__main__":
-    unittest.main()
 
 
 class TraceDigestTest(unittest.TestCase):
@@ -450,3 +448,7 @@ class TrainerSummaryTest(unittest.TestCase):
             out = run(ROOT / "scripts/gpu/trainer_summary.py", root, "--warmup", "2")
             self.assertEqual(out.returncode, 1)
             self.assertIn("| d: trainer ours naive | FAIL | gpipe_runner wrote no", out.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
