@@ -397,6 +397,47 @@ class DistributedTest(unittest.TestCase):
             ranks.close()
             other.close()
 
+    def test_a_mismatch_among_three_ranks_reaches_every_rank(self):
+        # Ranks 0 and 1 agree, rank 2 does not: rank 1 must hear it from rank 0's verdict, not time
+        # out connecting Gloo to a rank 0 that left.
+        args = self.common(os.path.join(self.tmp, "mismatch3"), ["--steps", "1", "--peer-timeout", "20",
+                                                                  "--stages", "3"])
+        port = free_port()
+        agree = Ranks(3, args, port=port, ranks=[0, 1])
+        other = Ranks(3, args + ["--lr", "0.5"], port=port, ranks=[2])
+        try:
+            codes = {**agree.wait(timeout=60), **other.wait(timeout=60)}
+            for r, log in ((0, agree.log(0)), (1, agree.log(1)), (2, other.log(2))):
+                self.assertEqual(codes[r], 2, log[-2000:])
+                self.assertIn("rank 0 and rank 2 run different configurations", log)
+            self.assertNotIn("Gloo", agree.log(1))
+        finally:
+            agree.close()
+            other.close()
+
+    def test_two_processes_with_one_rank_are_refused(self):
+        # A job script that gives two processes RANK=1 (rank 2 never comes): the second one to
+        # claim rank 1 names the clash (exit 2) and posts it; rank 0 stops with it instead of
+        # waiting out the timeout for rank 2, and nobody hangs.
+        args = self.common(os.path.join(self.tmp, "dup"), ["--steps", "1", "--peer-timeout", "30",
+                                                            "--stages", "3"])
+        port = free_port()
+        groups = [Ranks(3, args, port=port, ranks=[0]), Ranks(3, args, port=port, ranks=[1]),
+                  Ranks(3, args, port=port, ranks=[1])]
+        try:
+            codes = [g.wait(timeout=25) for g in groups]
+            logs = [g.log(r) for g, r in zip(groups, (0, 1, 1))]
+            for code, log in zip(codes, logs):
+                self.assertIsNotNone(list(code.values())[0], "a process hung:\n" + log[-2000:])
+                self.assertNotEqual(list(code.values())[0], 0, log[-2000:])
+            losers = [log for code, log in zip(codes[1:], logs[1:]) if code[1] == 2 and
+                      "two processes were started as rank 1 of 3" in log]
+            self.assertEqual(len(losers), 1, "\n---\n".join(l[-1500:] for l in logs))
+            self.assertIn("two processes were started as rank 1 of 3", logs[0])
+        finally:
+            for g in groups:
+                g.close()
+
     def test_bad_launch_environment_is_a_usage_error(self):
         env = base_env()
         env.update({"RANK": "0"})  # WORLD_SIZE missing

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -21,6 +22,7 @@ namespace gpipe {
 namespace {
 
 using namespace std::chrono_literals;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
@@ -192,6 +194,32 @@ TEST(Launcher, BadOptionsAreWorldErrors) {
   } catch (const WorldError& e) {
     EXPECT_THAT(e.what(), HasSubstr("/nonexistent/gpipe_runner"));
   }
+}
+
+TEST(Launcher, UnderAnSrunStepOfSeveralTasksEachTaskMustBeANode) {
+  using Env = std::map<std::string, std::string>;
+  auto check = [](const LaunchOptions& o, const Env& env) {
+    check_launch_under_slurm(o, [&env](const char* n) -> const char* {
+      auto it = env.find(n);
+      return it == env.end() ? nullptr : it->second.c_str();
+    });
+  };
+  LaunchOptions o = options(4);
+  EXPECT_NO_THROW(check(o, {}));                                                   // no SLURM
+  EXPECT_NO_THROW(check(o, {{"SLURM_STEP_NUM_TASKS", "1"}, {"SLURM_PROCID", "0"}}));  // one task: a node of its own
+  // srun -n2 gpipe_runner --nproc-per-node 4: two 4-rank jobs on one port and output folder.
+  try {
+    check(o, {{"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_PROCID", "1"}});
+    ADD_FAILURE() << "no WorldError";
+  } catch (const WorldError& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("srun step of 2 tasks (this is task 1)"), HasSubstr("--nnodes 1"),
+                                HasSubstr("without --nproc-per-node")));
+  }
+  // One task per node, each told its node: fine; the same --node-rank on every task is not.
+  o.nnodes = 2;
+  o.node_rank = 1;
+  EXPECT_NO_THROW(check(o, {{"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_PROCID", "1"}}));
+  EXPECT_THROW(check(o, {{"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_PROCID", "0"}}), WorldError);
 }
 
 TEST(Launcher, StripRemovesOnlyTheLauncherFlags) {

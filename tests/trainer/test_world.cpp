@@ -202,6 +202,32 @@ TEST(World, SlurmMasterComesFromTheEnvironmentFirst) {
               AllOf(HasSubstr("MASTER_ADDR is not set"), HasSubstr("SLURM_JOB_NODELIST")));
 }
 
+TEST(World, SlurmStepLayoutWinsOverTheJobs) {
+  // srun -N1 -n2 inside a job of 4 tasks per node on gpu[07-08], placed on gpu08 (srun -r1).
+  const Env step = with(with(kSlurm, "SLURM_STEP_TASKS_PER_NODE", "2"), "SLURM_STEP_NODELIST", "gpu08");
+  EXPECT_EQ(world_of(with(step, "SLURM_PROCID", "1")).local_world_size, 2);
+  EXPECT_EQ(world_of(with(step, "SLURM_PROCID", "1")).master_addr, "gpu08");
+  EXPECT_THAT(error_of(with(step, "SLURM_STEP_TASKS_PER_NODE", "two")), HasSubstr("SLURM_STEP_TASKS_PER_NODE='two'"));
+}
+
+TEST(World, SlurmPortFollowsTheJobAndStepWhenMasterPortIsUnset) {
+  const Env job = with(kSlurm, "SLURM_JOB_ID", "123456");
+  EXPECT_EQ(world_of(job).master_port, 15000 + 123456 % 15000);
+  const int step0 = world_of(with(job, "SLURM_STEP_ID", "0")).master_port;
+  const int step1 = world_of(with(job, "SLURM_STEP_ID", "1")).master_port;
+  EXPECT_EQ(step0, world_of(job).master_port);
+  EXPECT_NE(step1, step0);  // two steps of one job on one node get two ports
+  EXPECT_NE(world_of(with(job, "SLURM_JOB_ID", "123457")).master_port, step0);
+  EXPECT_EQ(world_of(with(job, "SLURM_STEP_ID", "4294967294")).master_port, 15000 + (123456 + 7919 * (4294967294ULL % 15000)) % 15000);
+  for (const char* id : {"0", "99999999", "4294967295"}) {
+    const int port = world_of(with(job, "SLURM_JOB_ID", id)).master_port;
+    EXPECT_GE(port, 15000);
+    EXPECT_LT(port, 30000);
+  }
+  EXPECT_EQ(world_of(with(job, "MASTER_PORT", "1234")).master_port, 1234);  // an exported port wins
+  EXPECT_THAT(error_of(with(kSlurm, "SLURM_JOB_ID", "j1")), HasSubstr("SLURM_JOB_ID='j1'"));
+}
+
 TEST(World, SlurmValuesAreValidatedLikeTorchrunOnes) {
   EXPECT_THAT(error_of(with(kSlurm, "SLURM_PROCID", "8")),
               AllOf(HasSubstr("SLURM_PROCID=8"), HasSubstr("SLURM_NTASKS=8")));

@@ -7,6 +7,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <map>
 #include <numeric>
@@ -169,9 +171,30 @@ std::unique_ptr<Distributed> Distributed::connect(const WorldInfo& world, const 
   }
   auto& store = *impl->store;
   const std::string me = std::to_string(world.rank);
+  // Why this rank gives up, posted where the others look ("abort") before it throws: they report
+  // it instead of a lost store or a Gloo connect that times out.
+  auto give_up = [&](const std::string& why) {
+    try {
+      store.compareSet("abort", {}, bytes(why));
+    } catch (const std::exception&) {
+      // the store is gone already: each rank reports its own view
+    }
+    if (world.rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));  // let the others read it
+  };
+  // Each rank claims its number once: a second process with the same RANK (a script exporting
+  // RANK, two steps sharing a port) would count as a join and overwrite the first one's hash.
+  const std::string claim = fmt::format("{}:{}", this_host_name(), ::getpid());
+  const std::string holder = text(store.compareSet("joined/" + me, {}, bytes(claim)));
+  if (holder != claim) {
+    const std::string why = fmt::format(
+        "two processes were started as rank {} of {} ({} and {}, host:pid): each process needs its own rank; check "
+        "that RANK / SLURM_PROCID is not exported by the job script and that two jobs do not share MASTER_ADDR:"
+        "MASTER_PORT ({})", world.rank, world.world_size, holder, claim, impl->store_address);
+    give_up(why);
+    throw ConfigError(why);
+  }
   store.add("hb/" + me, 1);
   store.set("config_hash/" + me, bytes(config_hash));
-  store.set("joined/" + me, bytes("1"));
   store.add("joined", 1);
   // Same config everywhere: a rank started with another file or --set would train a different
   // model silently. Each rank compares with rank 0 as soon as it has joined (rank 0 posted its
@@ -214,14 +237,43 @@ std::unique_ptr<Distributed> Distributed::connect(const WorldInfo& world, const 
           "start, or launched with another MASTER_ADDR/MASTER_PORT or WORLD_SIZE; under SLURM run the job "
           "with srun)", world.world_size - count, world.world_size, impl->store_address, seconds(options.timeout),
           count > 1 ? "s" : "", missing);
-      store.compareSet("abort", {}, bytes(why));
-      if (world.rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));  // let the others read it
+      give_up(why);
       throw RendezvousError(why);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  // Rank 0 compares every hash and posts the verdict; the others wait for it before connecting
+  // Gloo, so with 3 or more ranks a rank that matches rank 0 hears about the one that does not
+  // instead of timing out in the Gloo connect.
   if (world.rank == 0) {
-    for (int k = 1; k < world.world_size; ++k) check_hash(k);
+    try {
+      for (int k = 1; k < world.world_size; ++k) check_hash(k);
+    } catch (const ConfigError& e) {
+      give_up(e.what());
+      throw;
+    }
+    store.set("hashes_agree", bytes("1"));
+  } else {
+    while (true) {
+      bool agreed = false;
+      try {
+        if (store.check({"abort"})) throw ConfigError(text(store.get("abort")));
+        agreed = store.check({"hashes_agree"});
+      } catch (const ConfigError&) {
+        throw;
+      } catch (const std::exception& e) {
+        throw RendezvousError(fmt::format("rank {} lost the rendezvous store at {} (rank 0 hosts it) while rank 0 "
+                                          "compared the configurations: rank 0 gave up or died (see its log): {}",
+                                          world.rank, impl->store_address, error_text(e)));
+      }
+      if (agreed) break;
+      if (Clock::now() > deadline) {
+        throw RendezvousError(fmt::format("rank {} waited {} for rank 0 to compare the ranks' configurations at {}: "
+                                          "rank 0 is stuck or died (see its log)", world.rank,
+                                          seconds(options.timeout), impl->store_address));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
   try {
     impl->gloo = make_gloo_backend(c10::make_intrusive<c10d::PrefixStore>("gloo", impl->store), world.rank,

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 
@@ -317,6 +319,25 @@ int launch_workers(const LaunchOptions& options, const std::vector<std::string>&
     }
   }
   return supervise(children, relay, options.grace);
+}
+
+void check_launch_under_slurm(const LaunchOptions& options, const GetEnv& getenv) {
+  const char* tasks_text = getenv("SLURM_STEP_NUM_TASKS");
+  if (tasks_text == nullptr || *tasks_text == '\0') return;
+  const int tasks = std::atoi(tasks_text);
+  if (tasks <= 1) return;
+  const char* procid = getenv("SLURM_PROCID");
+  const bool one_task_per_node =
+      options.nnodes == tasks && (procid == nullptr || *procid == '\0' || std::atoi(procid) == options.node_rank);
+  if (one_task_per_node) return;
+  throw WorldError(fmt::format(
+      "--nproc-per-node {} inside an srun step of {} tasks (this is task {}) with --nnodes {} --node-rank {}: every "
+      "task would start its own {}-rank job on the same port and output folder. Either let srun start every rank "
+      "(srun --ntasks-per-node=<GPUs per node> gpipe_runner ... without --nproc-per-node; scripts/submit_gpipe_*.sh "
+      "do this), or run one task per node and give each its node: srun --ntasks-per-node=1 bash -c 'gpipe_runner "
+      "--nproc-per-node N --nnodes $SLURM_NNODES --node-rank $SLURM_NODEID --master-addr <first node> ...'",
+      options.nproc_per_node, tasks, procid != nullptr ? procid : "?", options.nnodes, options.node_rank,
+      options.nnodes * options.nproc_per_node));
 }
 
 std::vector<std::string> strip_launcher_flags(const std::vector<std::string>& argv) {

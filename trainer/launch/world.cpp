@@ -96,7 +96,7 @@ WorldInfo from_torch_env(const GetEnv& getenv) {
 }
 
 // "4(x2),3" -> {4, 4, 3}: SLURM's compressed tasks-per-node list, one entry per node.
-std::vector<int> expand_tasks_per_node(const std::string& text) {
+std::vector<int> expand_tasks_per_node(const std::string& name, const std::string& text) {
   std::vector<int> per_node;
   size_t pos = 0;
   while (pos <= text.size()) {
@@ -104,14 +104,14 @@ std::vector<int> expand_tasks_per_node(const std::string& text) {
     const std::string item = text.substr(pos, comma - pos);
     const size_t paren = item.find('(');
     const auto count = parse_int(item.substr(0, paren));
-    if (!count) throw WorldError("SLURM_TASKS_PER_NODE='" + text + "' is not a SLURM task count list");
+    if (!count) throw WorldError(name + "='" + text + "' is not a SLURM task count list");
     int repeat = 1;
     if (paren != std::string::npos) {
       const std::string inner = item.substr(paren);  // "(x2)"
       const auto r = inner.size() > 3 && inner.rfind("(x", 0) == 0 && inner.back() == ')'
                          ? parse_int(std::string_view(inner).substr(2, inner.size() - 3))
                          : std::nullopt;
-      if (!r || *r < 1) throw WorldError("SLURM_TASKS_PER_NODE='" + text + "' is not a SLURM task count list");
+      if (!r || *r < 1) throw WorldError(name + "='" + text + "' is not a SLURM task count list");
       repeat = *r;
     }
     per_node.insert(per_node.end(), repeat, *count);
@@ -121,16 +121,22 @@ std::vector<int> expand_tasks_per_node(const std::string& text) {
 }
 
 int slurm_local_world_size(const GetEnv& getenv) {
-  if (auto v = lookup(getenv, "SLURM_NTASKS_PER_NODE"); v && parse_int(*v))
-    return int_at_least("SLURM_NTASKS_PER_NODE", *v, 1);
-  if (auto v = lookup(getenv, "SLURM_TASKS_PER_NODE")) {
-    const std::vector<int> per_node = expand_tasks_per_node(*v);
+  // The step's own layout first: srun can lay a step out differently from the allocation
+  // (srun -N1 -n2 inside a 4-tasks-per-node job), and the job-level variables describe the latter.
+  const char* const per_node_list =
+      lookup(getenv, "SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
+  if (!lookup(getenv, "SLURM_STEP_TASKS_PER_NODE")) {
+    if (auto v = lookup(getenv, "SLURM_NTASKS_PER_NODE"); v && parse_int(*v))
+      return int_at_least("SLURM_NTASKS_PER_NODE", *v, 1);
+  }
+  if (auto v = lookup(getenv, per_node_list)) {
+    const std::vector<int> per_node = expand_tasks_per_node(per_node_list, *v);
     // Heterogeneous allocations ("4(x2),3") differ per node: pick this node's entry when SLURM says
     // which node this is, else the first.
     size_t node = 0;
     if (auto id = lookup(getenv, "SLURM_NODEID")) node = static_cast<size_t>(int_at_least("SLURM_NODEID", *id, 0));
     const int count = per_node[node < per_node.size() ? node : 0];
-    if (count < 1) throw WorldError("SLURM_TASKS_PER_NODE='" + *v + "' gives this node no tasks");
+    if (count < 1) throw WorldError(std::string(per_node_list) + "='" + *v + "' gives this node no tasks");
     return count;
   }
   return 1;
@@ -145,8 +151,12 @@ WorldInfo from_slurm_env(const GetEnv& getenv) {
   w.local_world_size = slurm_local_world_size(getenv);
   check_ranks(w, {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE/SLURM_TASKS_PER_NODE"});
 
+  // Rank 0 runs on the first node of the step, which is not the job's first node when the step
+  // uses part of the allocation (srun -N2 -r2): the step's list first.
   if (auto addr = lookup(getenv, "MASTER_ADDR")) {
     w.master_addr = *addr;
+  } else if (auto step_list = lookup(getenv, "SLURM_STEP_NODELIST")) {
+    w.master_addr = first_host_of_nodelist(*step_list);
   } else if (auto list = lookup(getenv, "SLURM_JOB_NODELIST")) {
     w.master_addr = first_host_of_nodelist(*list);
   } else if (auto old_list = lookup(getenv, "SLURM_NODELIST")) {
@@ -156,7 +166,23 @@ WorldInfo from_slurm_env(const GetEnv& getenv) {
         "MASTER_ADDR is not set and neither SLURM_JOB_NODELIST nor SLURM_NODELIST names the nodes; "
         "export MASTER_ADDR=<first node> in the job script");
   }
-  if (auto port = lookup(getenv, "MASTER_PORT")) w.master_port = port_from("MASTER_PORT", *port);
+  if (auto port = lookup(getenv, "MASTER_PORT")) {
+    w.master_port = port_from("MASTER_PORT", *port);
+  } else if (auto job = lookup(getenv, "SLURM_JOB_ID")) {
+    // Two jobs (or two steps of one job) sharing a node must not both take 29500: every rank of
+    // a step derives the same port from the job and step ids, in the range scripts/slurm/common.sh uses.
+    auto number = [](const std::string& text) -> std::optional<unsigned long long> {
+      unsigned long long v = 0;
+      auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+      if (ec != std::errc() || ptr != text.data() + text.size()) return std::nullopt;
+      return v;
+    };
+    const auto job_id = number(*job);
+    if (!job_id) throw WorldError("SLURM_JOB_ID='" + *job + "' is not an integer");
+    const auto step = lookup(getenv, "SLURM_STEP_ID");
+    const unsigned long long step_id = step ? number(*step).value_or(0) : 0;
+    w.master_port = static_cast<int>(15000 + (*job_id % 15000 + 7919 * (step_id % 15000)) % 15000);
+  }
   return w;
 }
 

@@ -86,6 +86,7 @@ int run(int argc, char** argv) {
       throw gpipe::CliError("--nproc-per-node inside a launched worker (RANK is set): launch with torchrun or "
                             "with --nproc-per-node, not both");
     }
+    gpipe::check_launch_under_slurm(*options.launch);
     std::vector<std::string> args(argv, argv + argc);
     args = gpipe::strip_launcher_flags(args);
     args.front() = gpipe::self_executable_path();

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "trainer/launch/world.h"
+
 namespace gpipe {
 
 struct LaunchOptions {
@@ -26,6 +28,13 @@ struct LaunchOptions {
 // number when it was killed by a signal). Returns only once every child is reaped. Throws WorldError for
 // bad options (nproc < 1, node_rank >= nnodes, ...) or when the workers cannot be started.
 int launch_workers(const LaunchOptions& options, const std::vector<std::string>& argv);
+
+// Refuses a launch that srun started as several tasks of one step (SLURM_STEP_NUM_TASKS > 1) unless
+// each task is one node of it (--nnodes = the step's tasks, --node-rank = SLURM_PROCID): otherwise
+// every task would start its own whole job on the same port and output folder. Throws WorldError
+// saying how to run it (srun starting every rank itself, or one task per node). `getenv` as in world.h.
+void check_launch_under_slurm(const LaunchOptions& options,
+                              const GetEnv& getenv = [](const char* n) { return std::getenv(n); });
 
 // Removes the launcher's own flags from a gpipe_runner command line so the children do not launch again:
 // --nproc-per-node, --nnodes, --node-rank, --master-addr, --master-port ("--flag value" and "--flag=value").

@@ -31,6 +31,11 @@ struct WorldInfo {
 // Returns the variable's value or nullptr when unset; tests pass a fake.
 using GetEnv = std::function<const char*(const char*)>;
 
+// torchrun's variables win when both are set. Under SLURM (SLURM_PROCID and SLURM_NTASKS): the local
+// size from the step's SLURM_STEP_TASKS_PER_NODE, else SLURM_NTASKS_PER_NODE / SLURM_TASKS_PER_NODE;
+// MASTER_ADDR, else the first host of SLURM_STEP_NODELIST, SLURM_JOB_NODELIST or SLURM_NODELIST;
+// MASTER_PORT, else 15000 + (job id + 7919 x step id) mod 15000, the same on every rank of a step
+// and different for two jobs or steps sharing a node.
 // Throws WorldError naming the variable (and its value) when the environment is incomplete or invalid.
 WorldInfo world_from_environment(const GetEnv& getenv = [](const char* n) { return std::getenv(n); });
 
