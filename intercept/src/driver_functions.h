@@ -51,6 +51,9 @@ CUresult missing();
 // Before a release_all call: everything the shim holds reaches the driver (errors of that work
 // stay pending for the call that synchronises with it). Counted per function.
 void release_held_work(DriverFunctionId id);
+// After a call that ended a context (cuCtxDestroy, cuDevicePrimaryCtxReset, ...; the generator's
+// CONTEXT_ENDING): its modules are gone, so the shim forgets what it knew of their functions.
+void context_ended();
 }  // namespace generated
 
 // Release-class calls so far: all of them, and those that found held work to release.

@@ -44,6 +44,17 @@ ORION_EXPORT CUresult CUDAAPI cuEventCreate(CUevent* out, unsigned int flags) {
   return rc;
 }
 
+// An event opened from another process's handle is interprocess whatever flags were asked for:
+// its records must never be held (the other process waits on whatever record the driver has).
+ORION_EXPORT CUresult CUDAAPI cuIpcOpenEventHandle(CUevent* out, CUipcEventHandle handle) {
+  ORION_REQUIRE_REAL(cuIpcOpenEventHandle);
+  const CUresult rc = real::cuIpcOpenEventHandle(out, handle);
+  if (rc == CUDA_SUCCESS && out != nullptr) {
+    if (Shim* shim = orion::active_shim()) shim->event_created(*out, CU_EVENT_INTERPROCESS);
+  }
+  return rc;
+}
+
 // Both ABIs (the pre-4000 one has the same semantics).
 #define ORION_STREAM_DESTROY(sym)                                                              \
   ORION_EXPORT CUresult CUDAAPI sym(CUstream s) {                                              \

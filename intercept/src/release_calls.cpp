@@ -36,6 +36,12 @@ void release_held_work(DriverFunctionId id) {
   shim->work_outside_dispatcher();
 }
 
+void context_ended() {
+  // A forgotten function is catalogued again from the driver at its next launch: forgetting too
+  // much (a primary-context release that was not the last) costs a lookup, never correctness.
+  if (Shim* shim = active_shim()) shim->forget_functions();
+}
+
 }  // namespace generated
 
 ReleaseCallCounts release_call_counts() {

@@ -405,6 +405,12 @@ void walk_graph(CUgraph graph, int depth, GraphFacts& out) {
       case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
       case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
       case CU_GRAPH_NODE_TYPE_CONDITIONAL: out.event_nodes = true; break;  // bodies not walked
+      // Signals and waits another party sees (external semaphores: Vulkan, another process;
+      // stream memory operations: a flag a host or peer polls): never held, as the direct calls
+      // (cuSignalExternalSemaphoresAsync, cuStreamWriteValue*) are not.
+      case CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL:
+      case CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT:
+      case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: out.event_nodes = true; break;
       case CU_GRAPH_NODE_TYPE_GRAPH:
         if (!real::cuGraphChildGraphNodeGetGraph || real::cuGraphChildGraphNodeGetGraph(nodes[i], &child) != CUDA_SUCCESS) {
           out.event_nodes = true;

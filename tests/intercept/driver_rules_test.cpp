@@ -18,7 +18,10 @@ namespace {
 
 using namespace icpt_test;
 
-class DriverRules : public Scheduling {};
+class DriverRules : public Scheduling {
+ protected:
+  void expect_held_with_its_own_layout(CUfunction g);
+};
 
 // Finding 1: work of device 0 submitted from a thread of device 1 runs under device 0's context,
 // and the thread gets its own context back.
@@ -365,6 +368,32 @@ TEST_F(DriverRules, AGraphThatRecordsAnEventIsNotDeferredPastALaterWait) {
   EXPECT_EQ(cuStreamDestroy(hp2), CUDA_SUCCESS);
 }
 
+// A graph that signals an external semaphore (a Vulkan renderer or another process waits on it)
+// is never held, as cuSignalExternalSemaphoresAsync itself is not: its queued stream work reaches
+// the driver first, then the launch, at once.
+TEST_F(DriverRules, AGraphThatSignalsAnExternalSemaphoreIsNotHeld) {
+  CUgraph graph = nullptr;
+  CUgraphNode node = nullptr;
+  ASSERT_EQ(cuGraphCreate(&graph, 0), CUDA_SUCCESS);
+  CUDA_EXT_SEM_SIGNAL_NODE_PARAMS signal{};
+  ASSERT_EQ(cuGraphAddExternalSemaphoresSignalNode(&node, graph, nullptr, 0, &signal), CUDA_SUCCESS);
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(cuGraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphLaunch(exec, be_), CUDA_SUCCESS);
+  const auto log = calls();
+  const long graph_at = log_index(log, "cuGraphLaunch", h(exec), false);
+  ASSERT_GE(graph_at, 0) << "the graph that signals an external semaphore was held back";
+  if (scheduled_) {
+    EXPECT_LT(find_launch(log, k_be_), graph_at) << "the graph overtook its stream's queued kernel";
+  }
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_TRUE(wait_idle());
+  EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphDestroy(graph), CUDA_SUCCESS);
+}
+
 TEST_F(DriverRules, AGraphThatWaitsOnAnEventRunsAfterItsQueuedRecord) {
   CUevent e = nullptr;
   ASSERT_EQ(cuEventCreate(&e, 0), CUDA_SUCCESS);
@@ -421,6 +450,26 @@ TEST_F(DriverRules, InvalidValueAtIndexZeroIsNotAKernelWithoutParameters) {
   EXPECT_EQ(cuLibraryUnload(reinterpret_cast<CUlibrary>(lib)), CUDA_SUCCESS);
 }
 
+// `g` (an (int, double) kernel whose handle value another kernel had before) launched on the
+// best-effort stream while high priority holds it: held, then copied with g's own layout.
+void DriverRules::expect_held_with_its_own_layout(CUfunction g) {
+  hold_high_priority();
+  ASSERT_EQ(launch(g, be_, 77, 1.25), CUDA_SUCCESS);
+  expect_deferred(g);
+  fake_cuda_set_stream_busy(hp_, 0);
+  ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  const auto log = calls();
+  const long k = find_launch(log, g);
+  ASSERT_GE(k, 0);
+  ASSERT_EQ(log[k].param_bytes, 16u) << "copied with the old function's parameter layout";
+  int a = 0;
+  double b = 0;
+  std::memcpy(&a, log[k].params, sizeof a);
+  std::memcpy(&b, log[k].params + 8, sizeof b);
+  EXPECT_EQ(a, 77);
+  EXPECT_EQ(b, 1.25);
+}
+
 // Finding 9: unloading a module first submits queued launches of its functions, and forgets what
 // the shim knew about them: a function of a later module that gets the same handle value is
 // catalogued afresh (name, communication, parameter layout).
@@ -449,26 +498,40 @@ TEST_F(DriverRules, ModuleUnloadDrainsItsLaunchesAndForgetsItsFunctions) {
   ASSERT_TRUE(g1 == old_f || g2 == old_f) << "the fake did not reuse the handle";
   CUfunction g = g1 == old_f ? g1 : g2;
   fake_cuda_reset();
-  hold_high_priority();
-  ASSERT_EQ(launch(g, be_, 77, 1.25), CUDA_SUCCESS);
-  expect_deferred(g);  // not the old NCCL kernel's communication class
-  fake_cuda_set_stream_busy(hp_, 0);
-  ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
-  log = calls();
-  const long k = find_launch(log, g);
-  ASSERT_GE(k, 0);
-  ASSERT_EQ(log[k].param_bytes, 16u) << "copied with the old function's parameter layout";
-  int a = 0;
-  double b = 0;
-  std::memcpy(&a, log[k].params, sizeof a);
-  std::memcpy(&b, log[k].params + 8, sizeof b);
-  EXPECT_EQ(a, 77);
-  EXPECT_EQ(b, 1.25);
+  expect_held_with_its_own_layout(g);  // and not the old NCCL kernel's communication class
   if (scheduled_) {
     auto set_class = shim_fn<orion_set_stream_class_fn>("orion_set_stream_class");
     ASSERT_NE(set_class, nullptr);
     EXPECT_EQ(set_class(be_, "best_effort"), 0);
   }
+}
+
+// Destroying a context unloads its modules, as cuModuleUnload does, so the shim must forget their
+// functions too: a kernel of a later module that gets a reused handle value is held with the
+// old kernel's parameter layout otherwise (too few bytes copied; the driver reads past them).
+// cuCtxDestroy, cuCtxDetach, cuDevicePrimaryCtxRelease/Reset and cuGreenCtxDestroy all do this
+// (gen_driver_api.py's CONTEXT_ENDING); the fake models cuCtxDestroy's unload.
+TEST_F(DriverRules, ContextDestroyForgetsItsFunctions) {
+  CUcontext primary = nullptr, c2 = nullptr;
+  ASSERT_EQ(cuCtxGetCurrent(&primary), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxCreate(&c2, nullptr, 0, 0), CUDA_SUCCESS);
+  const uint64_t mod = fake_cuda_make_module();
+  const size_t one_int[] = {sizeof(int)};
+  CUfunction old_f = fake_cuda_make_function_in(mod, "kernel_of_a_destroyed_context", 1, one_int);
+  int x = 3;
+  void* args[] = {&x};
+  CUstream s2 = nullptr;  // a stream of the context (the driver refuses another context's)
+  ASSERT_EQ(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(cuLaunchKernel(old_f, 1, 1, 1, 1, 1, 1, 0, s2, args, nullptr), CUDA_SUCCESS);  // catalogued
+  CUcontext popped = nullptr;
+  ASSERT_EQ(cuCtxPopCurrent(&popped), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxDestroy(c2), CUDA_SUCCESS);
+  const uint64_t mod2 = fake_cuda_make_module();
+  const size_t sizes[] = {sizeof(int), sizeof(double)};
+  CUfunction g = fake_cuda_make_function_in(mod2, "kernel_with_a_reused_handle", 2, sizes);
+  ASSERT_EQ(g, old_f) << "the fake did not reuse the handle of the destroyed context's function";
+  fake_cuda_reset();
+  expect_held_with_its_own_layout(g);
 }
 
 // Finding 9: a graph executable destroyed (or updated) while its launch is queued: the launch

@@ -244,6 +244,37 @@ TEST_F(ReleaseRules, ARecordOfAnInterprocessEventIsNeverHeld) {
   EXPECT_EQ(cuEventDestroy(plain), CUDA_SUCCESS);
 }
 
+// The same for an event opened from another process's handle: the shim never saw it created
+// with CU_EVENT_INTERPROCESS, but it is interprocess (the exporting process waits on its records).
+TEST_F(ReleaseRules, ARecordOfAnEventOpenedFromAnIpcHandleIsNeverHeld) {
+  CUevent exported = nullptr, opened = nullptr;
+  ASSERT_EQ(cuEventCreate(&exported, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  CUipcEventHandle handle{};
+  ASSERT_EQ(cuIpcGetEventHandle(&handle, exported), CUDA_SUCCESS);
+  ASSERT_EQ(cuIpcOpenEventHandle(&opened, handle), CUDA_SUCCESS);
+  ASSERT_NE(opened, exported);
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(opened, be_), CUDA_SUCCESS);
+  const auto log = calls();
+  const long kernel = find_launch(log, k_be_);
+  const long record = find_call(log, [&](const fake_cuda_call& c) {
+    return std::strcmp(c.name, "cuEventRecord") == 0 && c.event == h(opened);
+  });
+  ASSERT_GE(record, 0) << "the record of an event opened from an IPC handle was held back";
+  ASSERT_GE(kernel, 0) << "the work before the record did not reach the driver before it";
+  EXPECT_LT(kernel, record);
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy(opened), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy(exported), CUDA_SUCCESS);
+  // What the driver refuses: a handle of an event made without CU_EVENT_INTERPROCESS.
+  CUevent plain = nullptr;
+  ASSERT_EQ(cuEventCreate(&plain, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  EXPECT_EQ(cuIpcGetEventHandle(&handle, plain), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuEventDestroy(plain), CUDA_SUCCESS);
+}
+
 // Finding 5: a CUDA graph captured around NCCL kernels spins until its peers arrive, like the
 // kernels themselves; a replay held on a best-effort stream made the peers wait up to the
 // starvation bound. A graph with a communication kernel node makes its stream a communication

@@ -191,10 +191,10 @@ FAKE_EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice* d) {
   return CUDA_SUCCESS;
 }
 // cuCtxCreate: a new context of the device, pushed as the calling thread's current one.
-// cuCtxDestroy: its streams and events go (work on them fails from now on, a query of its events
-// answers CUDA_ERROR_INVALID_HANDLE), it is popped if current on the calling thread, and a thread
-// that still has it current gets CUDA_ERROR_CONTEXT_IS_DESTROYED. Primary contexts cannot be
-// destroyed this way.
+// cuCtxDestroy: its streams, events and functions go (work on them fails from now on, a query of
+// its events answers CUDA_ERROR_INVALID_HANDLE, its function handles are handed out again), it is
+// popped if current on the calling thread, and a thread that still has it current gets
+// CUDA_ERROR_CONTEXT_IS_DESTROYED. Primary contexts cannot be destroyed this way.
 FAKE_EXPORT CUresult CUDAAPI cuCtxCreate_v4(CUcontext* out, CUctxCreateParams*, unsigned int, CUdevice dev) {
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (dev < 0 || dev >= kDevices) return CUDA_ERROR_INVALID_DEVICE;
@@ -235,6 +235,16 @@ FAKE_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext hctx) {
     }
   }
   std::erase_if(s.events, [&](const auto& e) { return e.second.ctx == ctx; });
+  // Its modules are unloaded with it: their functions' handles are invalid and handed out again.
+  for (auto f = s.functions.begin(); f != s.functions.end();) {
+    if (f->second->ctx == ctx) {
+      s.free_function_handles.push_back(f->first);
+      s.unloaded.push_back(f->second);
+      f = s.functions.erase(f);
+    } else {
+      ++f;
+    }
+  }
   auto& stack = ctx_stack();
   if (!stack.empty() && stack.back() == ctx) {
     stack.pop_back();

@@ -98,6 +98,11 @@ FAKE_EXPORT CUresult CUDAAPI cuGraphAddEventWaitNode(CUgraphNode* n, CUgraph g, 
                                                      CUevent e) {
   return add_node("cuGraphAddEventWaitNode", n, g, CU_GRAPH_NODE_TYPE_WAIT_EVENT, reinterpret_cast<uint64_t>(e), 0);
 }
+FAKE_EXPORT CUresult CUDAAPI cuGraphAddExternalSemaphoresSignalNode(CUgraphNode* n, CUgraph g, const CUgraphNode*,
+                                                                    size_t, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return add_node("cuGraphAddExternalSemaphoresSignalNode", n, g, CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL, 0, 0);
+}
 FAKE_EXPORT CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode* n, CUgraph g, const CUgraphNode*, size_t,
                                                       CUgraph child) {
   return add_node("cuGraphAddChildGraphNode", n, g, CU_GRAPH_NODE_TYPE_GRAPH, 0, reinterpret_cast<uint64_t>(child));

@@ -53,6 +53,7 @@ struct Event {
   uint64_t epoch = 0;
   uint64_t ctx = 0;
   uint64_t record_seq = 0;  // which record the event holds now (0: never recorded)
+  unsigned flags = 0;       // cuEventCreate's; an event opened from an IPC handle is INTERPROCESS
 };
 // A node of a graph built with the explicit graph API (fake_cuda_graphs.cpp); the graphs a capture
 // makes have none. Event record / wait nodes name their event, child-graph nodes their graph,

@@ -179,15 +179,53 @@ FAKE_EXPORT CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) {
   return ctx_sync("cuCtxSynchronize_v2", ctx);
 }
 
-FAKE_EXPORT CUresult CUDAAPI cuEventCreate(CUevent* out, unsigned int) {
+FAKE_EXPORT CUresult CUDAAPI cuEventCreate(CUevent* out, unsigned int flags) {
   State& s = st();
   std::lock_guard lock(s.mu);
   if (current_ctx() == 0) return CUDA_ERROR_INVALID_CONTEXT;
   uint64_t h = (s.next_handle += 0x100);
   s.events[h] = Event{};
   s.events[h].ctx = current_ctx();
+  s.events[h].flags = flags;
   *out = reinterpret_cast<CUevent>(h);
   return CUDA_SUCCESS;  // not logged: the shim creates pool events too
+}
+// Interprocess events: a handle can be taken only of an event made with CU_EVENT_INTERPROCESS and
+// CU_EVENT_DISABLE_TIMING (as the driver requires); opening one gives this process a new CUevent
+// (another process's event, as far as the caller knows) that is interprocess itself. The handle's
+// bytes carry a tag and the exported event.
+namespace {
+constexpr uint64_t kIpcEventTag = 0x1bc0e7e17ULL;
+}  // namespace
+FAKE_EXPORT CUresult CUDAAPI cuIpcGetEventHandle(CUipcEventHandle* handle, CUevent e) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  fake_cuda_call& c = begin(s, "cuIpcGetEventHandle");
+  c.event = reinterpret_cast<uint64_t>(e);
+  auto it = s.events.find(c.event);
+  if (handle == nullptr || it == s.events.end()) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
+  const unsigned need = CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING;
+  if ((it->second.flags & need) != need) return finish(s, c, CUDA_ERROR_INVALID_VALUE);
+  std::memset(handle, 0, sizeof *handle);
+  std::memcpy(handle->reserved, &kIpcEventTag, sizeof kIpcEventTag);
+  std::memcpy(handle->reserved + sizeof kIpcEventTag, &c.event, sizeof c.event);
+  return finish(s, c);
+}
+FAKE_EXPORT CUresult CUDAAPI cuIpcOpenEventHandle(CUevent* out, CUipcEventHandle handle) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  fake_cuda_call& c = begin(s, "cuIpcOpenEventHandle");
+  uint64_t tag = 0;
+  std::memcpy(&tag, handle.reserved, sizeof tag);
+  if (out == nullptr || tag != kIpcEventTag) return finish(s, c, CUDA_ERROR_INVALID_VALUE);
+  if (current_ctx() == 0) return finish(s, c, CUDA_ERROR_INVALID_CONTEXT);
+  const uint64_t h = (s.next_handle += 0x100);
+  s.events[h] = Event{};
+  s.events[h].ctx = current_ctx();
+  s.events[h].flags = CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING;
+  c.event = h;
+  *out = reinterpret_cast<CUevent>(h);
+  return finish(s, c);
 }
 namespace {
 CUresult destroy_event(const char* name, CUevent e) {
