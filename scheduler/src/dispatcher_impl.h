@@ -109,8 +109,8 @@ struct Dispatcher::Impl final : CompletionListener {
   // (or holding anything while a deferred error waits to be returned somewhere).
   bool legacy_waits_on(const StreamState& s) const;
   int drain_legacy_sync();
-  // A query's view of s (s.mu not held): queued work, and its deferred error (taken).
-  QueryState query(StreamState& s);
+  // A query's view of s (s.mu not held): queued work and, with take_error, its deferred error (taken).
+  QueryState query(StreamState& s, bool take_error = true);
   QueryState query_stream(StreamId id);
   QueryState query_event(EventId event);
   QueryState query_legacy_sync();

@@ -112,12 +112,13 @@ int Dispatcher::Impl::drain_legacy_sync() {
   return drain_streams([this](const StreamState& s) { return legacy_waits_on(s); });
 }
 
-QueryState Dispatcher::Impl::query(StreamState& s) {
+QueryState Dispatcher::Impl::query(StreamState& s, bool take_error) {
   // Under the stream's mutex: an op being submitted right now (already off the queue, its error
   // not yet recorded) is seen either as queued or with its error.
   std::lock_guard lock(s.mu);
   QueryState out;
   out.queued = !s.queue.empty();
+  if (!take_error) return out;
   out.error = std::exchange(s.sticky_error, 0);
   if (out.error != 0) sticky_errors.fetch_sub(1, std::memory_order_acq_rel);
   return out;
@@ -147,7 +148,9 @@ QueryState Dispatcher::Impl::query_legacy_sync() {
   if (holds_nothing()) return out;
   for (StreamState* s : all_streams()) {
     if (!legacy_waits_on(*s)) continue;
-    const QueryState one = query(*s);
+    // One error per call: the others stay with their streams for the next synchronising call
+    // (taking them all and returning the first lost the rest).
+    const QueryState one = query(*s, /*take_error=*/out.error == 0);
     out.queued |= one.queued;
     if (out.error == 0) out.error = one.error;
   }

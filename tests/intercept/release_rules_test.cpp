@@ -217,6 +217,28 @@ TEST_F(ReleaseRules, EveryDeferredErrorIsReportedOnce) {
   EXPECT_EQ(cuStreamDestroy(be2), CUDA_SUCCESS);
 }
 
+// The same through a legacy-stream query (cuStreamQuery(0) asks every blocking stream): it took
+// every stream's deferred error and returned the first.
+TEST_F(ReleaseRules, ALegacyQueryReportsEachDeferredErrorOnce) {
+  if (!scheduled_) GTEST_SKIP() << "pass-through defers nothing: there is no deferred error to report";
+  CUstream be2 = nullptr;  // blocking, like be_: the legacy stream waits on both
+  ASSERT_EQ(cuStreamCreateWithPriority(&be2, 0, 0), CUDA_SUCCESS);
+  hold_high_priority();
+  fake_cuda_fail_next("cuMemsetD8Async", CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(cuMemsetD8Async(kDev, 1, 64, be_), CUDA_SUCCESS);
+  fake_cuda_fail_next("cuMemsetD16Async", CUDA_ERROR_ILLEGAL_ADDRESS);
+  ASSERT_EQ(cuMemsetD16Async(kDev, 1, 64, be2), CUDA_SUCCESS);
+  fake_cuda_set_stream_busy(hp_, 0);
+  ASSERT_TRUE(wait_idle()) << "the held memsets never reached the driver";
+  const CUresult a = cuStreamQuery(nullptr);
+  const CUresult b = cuStreamQuery(nullptr);
+  EXPECT_TRUE(a == CUDA_ERROR_INVALID_VALUE || a == CUDA_ERROR_ILLEGAL_ADDRESS) << a;
+  EXPECT_TRUE(b == CUDA_ERROR_INVALID_VALUE || b == CUDA_ERROR_ILLEGAL_ADDRESS) << "the second deferred error was lost: " << b;
+  EXPECT_NE(a, b);
+  EXPECT_EQ(cuStreamQuery(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy(be2), CUDA_SUCCESS);
+}
+
 // Finding 2: another process waits on an interprocess event (PyTorch's CUDA IPC tensor sharing
 // records one); it binds to whatever record the driver has, so a held record is a lost record.
 // A record of such an event reaches the driver, behind its stream's earlier work, before the
