@@ -176,6 +176,26 @@ TEST(CheckpointTest, ManifestRoundTripsAndNeedsEveryStage) {
   expect_checkpoint_error([&] { read_manifest(folder, kHash, 2); }, {"one file per stage"});
 }
 
+// A stage written by another node into a checkpoint_dir that is not shared is not here: no
+// manifest (a resume would find a "complete" checkpoint it cannot read), and the error says why.
+TEST(CheckpointTest, AManifestListingAStageFileThatIsNotHereIsNotWritten) {
+  testing::TempDir dir;
+  Trainee trainee;
+  const std::string folder = checkpoint_folder(dir.path(), 3);
+  Manifest manifest;
+  manifest.position = {3, 0, 3};
+  manifest.config_hash = kHash;
+  manifest.num_stages = 2;
+  manifest.world_size = 2;
+  manifest.stages.push_back(
+      write_stage_checkpoint(folder, 0, *trainee.net, trainee.optimizer, at::kCPU, manifest.position, kHash));
+  manifest.stages.push_back({1, "stage_1.pt", 1234, 0});  // the other node's entry, its file elsewhere
+  expect_checkpoint_error([&] { write_manifest(folder, manifest); },
+                          {"stage 1's file", "stage_1.pt", "missing", "training.checkpoint_dir"});
+  EXPECT_FALSE(std::filesystem::exists(folder + "/manifest.json"));
+  EXPECT_EQ(latest_checkpoint(dir.path()), std::nullopt);
+}
+
 TEST(CheckpointTest, TruncatedStageFileIsRefused) {
   testing::TempDir dir;
   Trainee trainee;

@@ -375,6 +375,27 @@ TEST(Config, RecomputeRatioIsOneForAllPerRankOrPerStage) {
   }
 }
 
+// Two nodes without a shared filesystem can hold different files under one path: the ranks'
+// fingerprint covers what the named files say, not only their paths.
+TEST(Config, RunFingerprintCoversTheScheduleAndTokenizerFilesContents) {
+  PipelineConfig c;
+  const std::string bare = run_fingerprint_text(c);
+  EXPECT_EQ(bare, c.to_yaml());  // nothing named: the YAML alone
+  TempFile schedule("schedule.csv", "0F0,0B0\n");
+  c.parallel.schedule_file = schedule.path;
+  const std::string first = run_fingerprint_text(c);
+  EXPECT_NE(first.find("0F0,0B0"), std::string::npos);
+  std::ofstream(schedule.path) << "0B0,0F0\n";  // same path, another node's file
+  EXPECT_NE(run_fingerprint_text(c), first);
+  TempFile model("tok.model", "spm-bytes-a");
+  c.dataset.tokenizer_model = model.path;
+  const std::string with_model = run_fingerprint_text(c);
+  std::ofstream(model.path) << "spm-bytes-b";
+  EXPECT_NE(run_fingerprint_text(c), with_model);
+  c.parallel.schedule_file = schedule.path + ".missing";  // unreadable: its path still counts
+  EXPECT_NE(run_fingerprint_text(c).find(".missing"), std::string::npos);
+}
+
 TEST(Config, ValidateCatchesValuesSetInCode) {
   PipelineConfig c;
   c.parallel.schedule = "dualpipev";  // needs virtual_stages 2

@@ -174,6 +174,22 @@ std::string describe_differences(const std::string& theirs, const std::string& o
 }  // namespace
 
 void write_manifest(const std::string& folder, const Manifest& manifest) {
+  // Each process writes its own stages; the manifest is written last, by one process. A stage
+  // file that is not here (or not whole) would make a manifest that no resume can use: on a
+  // cluster this is a checkpoint folder each node has its own copy of.
+  for (const auto& s : manifest.stages) {
+    const std::filesystem::path file = std::filesystem::path(folder) / s.file;
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(file, ec);
+    if (ec || size != s.bytes) {
+      const std::string stage = std::to_string(s.stage);
+      fail("stage " + stage + "'s file " + file.string() + " (" + std::to_string(s.bytes) +
+           " bytes, written by the process that runs stage " + stage + ") is " +
+           (ec ? std::string("missing") : std::to_string(size) + " bytes") +
+           " here: training.checkpoint_dir must be one folder every process sees (a filesystem shared by all "
+           "nodes: NFS, Lustre, GPFS), not a node-local path; the manifest was not written");
+    }
+  }
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& s : manifest.stages) {
     stages.push_back({{"stage", s.stage}, {"file", s.file}, {"bytes", s.bytes}, {"crc32", hex32(s.crc32)}});

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <cmath>
 #include <functional>
+#include <iterator>
 #include <numeric>
 #include <sstream>
 
@@ -606,6 +607,18 @@ void PipelineConfig::validate() const {
   for (const Field& f : field_table())
     if (std::string p = f.problem(*this); !p.empty()) throw ConfigError(f.path() + ": " + p);
   check_cross_fields(*this);
+}
+
+std::string run_fingerprint_text(const PipelineConfig& config) {
+  std::string text = config.to_yaml();
+  for (const auto& [field, path] : {std::pair<const char*, const std::string&>{"parallel.schedule_file", config.parallel.schedule_file},
+                                    {"dataset.tokenizer_model", config.dataset.tokenizer_model}}) {
+    if (path.empty()) continue;
+    std::ifstream in(path, std::ios::binary);
+    text += std::string("\n# ") + field + " (" + path + ") contents\n";
+    if (in) text.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  return text;
 }
 
 std::vector<std::string> config_differences(const PipelineConfig& a, const PipelineConfig& b) {

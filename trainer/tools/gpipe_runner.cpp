@@ -103,7 +103,7 @@ int run(int argc, char** argv) {
     gpipe::engine_log_info("joining: " + world.describe());
     gpipe::DistributedOptions dist_options;
     dist_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.parallel.peer_timeout_s * 1000));
-    g_dist = gpipe::Distributed::connect(world, gpipe::config_hash(config.to_yaml()), dist_options);
+    g_dist = gpipe::Distributed::connect(world, gpipe::config_hash(gpipe::run_fingerprint_text(config)), dist_options);
     gpipe::engine_log_info("all " + std::to_string(world.world_size) + " ranks joined; config hashes agree");
   }
   gpipe::engine_log_info("config: " + (options.config_path.empty() ? std::string("(built-in defaults)") : options.config_path));

@@ -59,7 +59,9 @@ StageCheckpointFile write_stage_checkpoint(const std::string& folder, int stage,
                                            torch::optim::Optimizer& optimizer, c10::Device device,
                                            const TrainingPosition& position, const std::string& config_hash);
 
-// Writes <folder>/manifest.json atomically; call once every stage file exists.
+// Writes <folder>/manifest.json atomically; call once every stage file exists. Throws
+// CheckpointError (and writes nothing) when a listed stage file is missing or not of its recorded
+// size: another node's file in a checkpoint_dir that is not shared.
 void write_manifest(const std::string& folder, const Manifest& manifest);
 
 // Reads <folder>/manifest.json and checks it: parsable, complete, every stage file with its recorded

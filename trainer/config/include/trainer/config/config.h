@@ -173,6 +173,12 @@ struct PipelineConfig {
   bool operator==(const PipelineConfig&) const = default;
 };
 
+// What every process of a multi-process run must agree on: the YAML, plus the contents of the
+// files it names that shape training and that each process reads itself (parallel.schedule_file,
+// dataset.tokenizer_model): on a cluster without a shared filesystem two nodes can hold different
+// files under one path. A file that cannot be read adds its path only (the run's own check names it).
+std::string run_fingerprint_text(const PipelineConfig& config);
+
 // The fields whose values differ between `a` and `b`, each as "section.key: <a's> vs <b's>"
 // (values as to_yaml() writes them), in to_yaml()'s order.
 std::vector<std::string> config_differences(const PipelineConfig& a, const PipelineConfig& b);
