@@ -4,14 +4,11 @@
 // what one GPU can prove of that code; the NCCL pipeline transport (a communicator per pair of
 // ranks in different processes) needs two GPUs: check (e2) of scripts/gpu_check.sh.
 // CUDA-only ("Cuda" in the name: ctest's gpu.engine_tests.cuda runs it on the GPU machine).
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <ATen/ATen.h>
 
+#include "free_port.h"
 #include "trainer/device/device.h"
 #include "trainer/distributed/distributed.h"
 #include "trainer/launch/world.h"
@@ -19,21 +16,7 @@
 namespace gpipe {
 namespace {
 
-// A TCP port nobody listens on now (the store binds it right after).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    if (fd >= 0) ::close(fd);
-    return 0;
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+using testing::free_port;
 
 TEST(DistributedCuda, OneRankNcclGroupSumsInPlaceAndStarted) {
   if (!cuda_usable()) GTEST_SKIP() << "needs a CUDA GPU (none visible, or a build without LibTorch-CUDA)";

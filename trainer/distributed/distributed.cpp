@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <numeric>
@@ -371,18 +372,37 @@ void Distributed::barrier() {
   impl_->wait_collective(impl_->gloo->barrier(), "barrier");
 }
 
-std::string Distributed::Impl::wait_for_key(const std::string& key, const std::string& what) {
+std::string Distributed::Impl::wait_for_key(const std::string& key, const std::string& what,
+                                            std::optional<int> writer) {
   // Polled, not a blocking get: a blocking get can be neither interrupted when the monitor learns
   // that the rank who should write `key` is gone, nor shared (TCPStore holds its client lock).
-  const auto deadline = Clock::now() + options.timeout;
+  const auto start = Clock::now();
+  auto deadline = start + options.timeout;
+  // A writer that beats but never writes (its main thread stuck) is not waited for forever.
+  const auto hard_deadline = start + 10 * options.timeout;
+  const std::string beat_key = writer ? "hb/" + std::to_string(*writer) : std::string();
+  int64_t last_beat = -1;
+  auto next_look = start;
   try {
     while (!store->check({key})) {
       {
         std::lock_guard<std::mutex> lock(mu);
         if (failure) throw std::runtime_error(*failure);
       }
+      if (writer && Clock::now() > next_look) {
+        // The writer's monitor thread beats while its main thread works: still alive, wait on.
+        const int64_t beat = store->add(beat_key, 0);
+        if (last_beat >= 0 && beat != last_beat) deadline = std::min(Clock::now() + options.timeout, hard_deadline);
+        last_beat = beat;
+        next_look = Clock::now() + options.heartbeat;
+      }
       if (Clock::now() > deadline) {
-        throw std::runtime_error(fmt::format("{} did not arrive within {}", what, seconds(options.timeout)));
+        throw std::runtime_error(fmt::format(
+            "{} did not arrive within {}{}", what, seconds(options.timeout),
+            !writer ? std::string()
+            : Clock::now() >= hard_deadline
+                ? fmt::format(" (10 x parallel.peer_timeout_s in all: rank {} is alive but does not get there)", *writer)
+                : fmt::format(" after rank {}'s heartbeat stopped", *writer)));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
@@ -402,7 +422,7 @@ std::string Distributed::broadcast_from_rank0(const std::string& name, const std
     impl_->store->set(key, bytes(value));
     return value;
   }
-  return impl_->wait_for_key(key, "rank 0's " + name);
+  return impl_->wait_for_key(key, "rank 0's " + name, 0);
 }
 
 std::vector<std::string> Distributed::gather_to_rank0(const std::string& name, const std::string& value) {
@@ -411,7 +431,7 @@ std::vector<std::string> Distributed::gather_to_rank0(const std::string& name, c
   std::vector<std::string> all;
   if (rank() != 0) return all;
   for (int k = 0; k < world_size(); ++k) {
-    all.push_back(impl_->wait_for_key(prefix + std::to_string(k), fmt::format("rank {}'s {}", k, name)));
+    all.push_back(impl_->wait_for_key(prefix + std::to_string(k), fmt::format("rank {}'s {}", k, name), k));
   }
   return all;
 }

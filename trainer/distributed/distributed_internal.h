@@ -41,7 +41,10 @@ struct Distributed::Impl {
   void monitor_loop();
   // The value another rank writes under `key` (`what` names it in errors); ends early when the
   // monitor records a failure, and after options.timeout.
-  std::string wait_for_key(const std::string& key, const std::string& what);
+  // Waits for `key` (polled), up to the timeout; with `writer` (the rank that sets it), the wait
+  // goes on while that rank's heartbeat advances (up to 10 x the timeout): a live rank that is
+  // slow (a checkpoint on a shared filesystem) is waited for, a silent one given up on.
+  std::string wait_for_key(const std::string& key, const std::string& what, std::optional<int> writer = std::nullopt);
   // Waits for a collective, ending early when the monitor records a failure; throws naming why.
   void wait_collective(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);
   // Why a collective failed: another rank's announcement, or the ranks whose heartbeat stopped.
