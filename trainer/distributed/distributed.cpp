@@ -82,6 +82,15 @@ void Distributed::Impl::fail(const std::string& reason) {
       engine_log_warn("aborting a transport failed: " + error_text(e));
     }
   }
+  for (auto& weak : nccl_groups) {
+    if (auto group = weak.lock()) {
+      try {
+        group->abort();
+      } catch (const std::exception& e) {
+        engine_log_warn("aborting an NCCL process group failed: " + error_text(e));
+      }
+    }
+  }
 }
 
 void Distributed::Impl::monitor_loop() {
@@ -146,6 +155,13 @@ std::unique_ptr<Distributed> Distributed::connect(const WorldInfo& world, const 
   // c10d logs every socket a dying peer closes as a warning with a C++ backtrace; our errors name
   // the lost rank in one line instead.
   FLAGS_caffe2_log_level = 2;
+  // NCCL process groups are made non-blocking (new_group): their communicator set-up is then
+  // bounded by TORCH_NCCL_NONBLOCKING_TIMEOUT, 30 minutes unless set; ours is peer_timeout_s.
+  // Set here, on the main thread, before any thread of ours or c10d's reads the environment.
+  if (const char* set = std::getenv("TORCH_NCCL_NONBLOCKING_TIMEOUT"); set == nullptr || *set == '\0') {
+    const auto seconds_ = std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::seconds>(options.timeout).count());
+    ::setenv("TORCH_NCCL_NONBLOCKING_TIMEOUT", std::to_string(seconds_).c_str(), 1);
+  }
   auto impl = std::make_unique<Impl>();
   impl->world = world;
   impl->options = options;

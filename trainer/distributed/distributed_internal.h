@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 #include <thread>
 
 #include "trainer/distributed/distributed.h"
@@ -33,17 +34,19 @@ struct Distributed::Impl {
   std::condition_variable cv;
   bool stop = false;
   std::set<Transport*> watched;
+  // NCCL process groups (replicated stages' gradients): aborted with the transports, so that a
+  // collective or device synchronisation waiting on a lost member ends (weak: a group may go first).
+  std::vector<c10::weak_intrusive_ptr<c10d::Backend>> nccl_groups;
   std::optional<std::string> failure;  // first reason seen
   bool announced = false;
 
   // Records `reason` (first wins) and aborts every watched transport.
   void fail(const std::string& reason);
   void monitor_loop();
-  // The value another rank writes under `key` (`what` names it in errors); ends early when the
-  // monitor records a failure, and after options.timeout.
-  // Waits for `key` (polled), up to the timeout; with `writer` (the rank that sets it), the wait
-  // goes on while that rank's heartbeat advances (up to 10 x the timeout): a live rank that is
-  // slow (a checkpoint on a shared filesystem) is waited for, a silent one given up on.
+  // The value another rank writes under `key` (`what` names it in errors), polled; ends early when
+  // the monitor records a failure, and after options.timeout. With `writer` (the rank that sets
+  // it) the wait goes on while that rank's heartbeat advances (up to 10 x the timeout): a live
+  // rank that is slow (a checkpoint on a shared filesystem) is waited for, a silent one is not.
   std::string wait_for_key(const std::string& key, const std::string& what, std::optional<int> writer = std::nullopt);
   // Waits for a collective, ending early when the monitor records a failure; throws naming why.
   void wait_collective(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);

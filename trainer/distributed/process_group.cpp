@@ -121,7 +121,16 @@ std::unique_ptr<ProcessGroup> Distributed::new_group(const std::string& name, st
 #ifdef OURGPIPE_HAVE_NCCL
       auto options = c10d::ProcessGroupNCCL::Options::create();
       options->timeout = impl_->options.timeout;
+#ifdef NCCL_HAS_CONFIG
+      // Non-blocking communicator: its creation (at the first all-reduce, inside backward) is
+      // polled and bounded (Distributed::connect sets TORCH_NCCL_NONBLOCKING_TIMEOUT), where a
+      // blocking one waits for a member that never comes for ever.
+      options->config.blocking = 0;
+#endif
       backend_ptr = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, group_rank, size, options);
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      impl_->nccl_groups.push_back(c10::weak_intrusive_ptr<c10d::Backend>(backend_ptr));
+      if (impl_->failure) backend_ptr->abort();
 #else
       throw ConfigError("process group " + name + " needs NCCL (CUDA stages) but this build has none: configure on a "
                         "machine with the CUDA toolkit and LibTorch-CUDA");
