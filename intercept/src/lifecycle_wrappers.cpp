@@ -44,6 +44,20 @@ ORION_EXPORT CUresult CUDAAPI cuEventCreate(CUevent* out, unsigned int flags) {
   return rc;
 }
 
+// A green context's stream: classed by its priority like cuStreamCreateWithPriority's (the driver
+// requires CU_STREAM_NON_BLOCKING). The shim's own partition streams are made through real::.
+ORION_EXPORT CUresult CUDAAPI cuGreenCtxStreamCreate(CUstream* out, CUgreenCtx g, unsigned int flags,
+                                                     int priority) {
+  ORION_REQUIRE_REAL(cuGreenCtxStreamCreate);
+  CUresult rc = real::cuGreenCtxStreamCreate(out, g, flags, priority);
+  if (rc == CUDA_SUCCESS && out != nullptr) {
+    if (Shim* shim = orion::active_shim()) {
+      shim->stream_created(*out, flags, shim->class_for_priority(priority));
+    }
+  }
+  return rc;
+}
+
 // An event opened from another process's handle is interprocess whatever flags were asked for:
 // its records must never be held (the other process waits on whatever record the driver has).
 ORION_EXPORT CUresult CUDAAPI cuIpcOpenEventHandle(CUevent* out, CUipcEventHandle handle) {

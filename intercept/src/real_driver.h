@@ -59,8 +59,7 @@ std::span<const EntryInfo> entry_table();
   X(cuDevSmResourceSplitByCount, PFN_cuDevSmResourceSplitByCount_v12040)            \
   X(cuDevResourceGenerateDesc, PFN_cuDevResourceGenerateDesc_v12040)                \
   X(cuGreenCtxCreate, PFN_cuGreenCtxCreate_v12040)                                  \
-  X(cuCtxFromGreenCtx, PFN_cuCtxFromGreenCtx_v12040)                                \
-  X(cuGreenCtxStreamCreate, PFN_cuGreenCtxStreamCreate_v12050)
+  X(cuCtxFromGreenCtx, PFN_cuCtxFromGreenCtx_v12040)
 
 namespace real {
 #define ORION_ENTRY(base, sym, pfn, lo, hi, pt) inline pfn sym = nullptr;

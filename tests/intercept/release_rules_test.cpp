@@ -297,6 +297,37 @@ TEST_F(ReleaseRules, ARecordOfAnEventOpenedFromAnIpcHandleIsNeverHeld) {
   EXPECT_EQ(cuEventDestroy(plain), CUDA_SUCCESS);
 }
 
+// A stream the program makes in a green context of its own is classed by its priority, as
+// cuStreamCreateWithPriority's are: at priority 0 it is best effort (held while high priority
+// runs); unrecorded, it was unmanaged and never held.
+TEST_F(ReleaseRules, AGreenContextStreamIsClassedByItsPriority) {
+  const size_t no_params[1] = {0};
+  auto k = reinterpret_cast<CUfunction>(fake_cuda_make_kernel(fake_cuda_make_module(), "green_kernel", 0, no_params));
+  CUdevResource all{}, part{}, rest{};
+  ASSERT_EQ(cuDeviceGetDevResource(0, &all, CU_DEV_RESOURCE_TYPE_SM), CUDA_SUCCESS);
+  unsigned groups = 1;
+  ASSERT_EQ(cuDevSmResourceSplitByCount(&part, &groups, &all, &rest, 0, 16), CUDA_SUCCESS);
+  CUdevResourceDesc desc = nullptr;
+  ASSERT_EQ(cuDevResourceGenerateDesc(&desc, &part, 1), CUDA_SUCCESS);
+  CUgreenCtx green = nullptr;
+  ASSERT_EQ(cuGreenCtxCreate(&green, desc, 0, CU_GREEN_CTX_DEFAULT_STREAM), CUDA_SUCCESS);
+  CUcontext green_ctx = nullptr;
+  ASSERT_EQ(cuCtxFromGreenCtx(&green_ctx, green), CUDA_SUCCESS);
+  CUstream gs = nullptr;
+  ASSERT_EQ(cuGreenCtxStreamCreate(&gs, green, CU_STREAM_NON_BLOCKING, 0), CUDA_SUCCESS);
+  hold_high_priority();
+  ASSERT_EQ(cuCtxPushCurrent(green_ctx), CUDA_SUCCESS);
+  ASSERT_EQ(cuLaunchKernel(k, 1, 1, 1, 32, 1, 1, 0, gs, nullptr, nullptr), CUDA_SUCCESS);
+  expect_deferred(k);
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_EQ(cuStreamSynchronize(gs), CUDA_SUCCESS);
+  EXPECT_EQ(count_launches(calls(), k), 1u);
+  EXPECT_EQ(cuStreamDestroy(gs), CUDA_SUCCESS);
+  CUcontext popped = nullptr;
+  ASSERT_EQ(cuCtxPopCurrent(&popped), CUDA_SUCCESS);
+  EXPECT_EQ(cuGreenCtxDestroy(green), CUDA_SUCCESS);
+}
+
 // Finding 5: a CUDA graph captured around NCCL kernels spins until its peers arrive, like the
 // kernels themselves; a replay held on a best-effort stream made the peers wait up to the
 // starvation bound. A graph with a communication kernel node makes its stream a communication
