@@ -24,7 +24,8 @@ Decision admit(const WindowView& window, const GrantView& grant, int64_t now_ns,
   }
   // The daemon notices a stale pipeline within a tick; the client need not wait for it.
   // Written as comparisons against `now - stale` so that a page value of INT64_MIN cannot overflow.
-  if (window.heartbeat_ns <= 0 || window.heartbeat_ns < now_ns - config.stale_after_ns) {
+  if (window.heartbeat_ns <= 0 || window.heartbeat_ns < now_ns - config.stale_after_ns ||
+      window.heartbeat_ns > now_ns + config.stale_after_ns) {  // ahead of now: not this clock's, not live
     return {Verdict::kRun, "pipeline heartbeat stale: free"};
   }
   if (window.windows_published == 0 || now_ns < window.open_ns || now_ns >= window.close_ns) {

@@ -42,6 +42,9 @@ std::filesystem::path socket_path(const std::filesystem::path& dir, const std::s
 namespace {
 
 constexpr size_t kMaxWaitingConnections = 16;
+// Connections of refused uids waiting to read their refusal: capped apart, so that another user
+// reconnecting in a loop cannot fill the allowed peers' waiting slots.
+constexpr size_t kMaxRefusedConnections = 4;
 // Observers (status only) are capped apart from the GPU's clients, so monitors cannot take a
 // client's place, nor clients an operator's `orion-gpud status`.
 constexpr size_t kMaxObservers = 8;
@@ -126,6 +129,7 @@ struct Daemon::Impl {
   DaemonOptions options;
   int lock_fd = -1;
   int listen_fd = -1;
+  WindowView last_window;  // the last consistent read of the pipeline page (a torn read keeps it)
   // One pipeline page for the daemon's life, reset for each pipeline that attaches. A page can be
   // reused only once no process can still write it: a pipeline that left its connection (closed
   // it, said bye, exec'd) while its process lives on may still hold a writable mapping, so the
@@ -163,8 +167,16 @@ struct Daemon::Impl {
 
   // Bubbles filled: each best-effort client's admitted launches and their estimated kernel time
   // (from its usage page), and their sum over the idle time the pipeline has offered.
+  // The pipeline page now, or the last consistent read when this one is torn (a publication in
+  // progress, or a writer that keeps the page odd): a torn read must not look like a pipeline gone.
+  WindowView current_window() {
+    const WindowView now = read_window(pipeline());
+    if (!now.torn) last_window = now;
+    return last_window;
+  }
+
   void add_usage(nlohmann::json& status, const WindowView& window) {
-    int64_t admitted_ns = 0;
+    double admitted_ns = 0;  // the clients' own counters, any int64 each: summed in double
     for (nlohmann::json& j : status["clients"]) {
       if (j["role"] != to_string(Role::kBestEffort)) continue;
       const int id = j["id"].get<int>();
@@ -173,13 +185,13 @@ struct Daemon::Impl {
         const UsageView u = read_usage(*static_cast<const UsagePage*>(c.usage.data()));
         j["launches_admitted"] = u.launches_admitted;
         j["admitted_kernel_ms"] = static_cast<double>(u.admitted_kernel_ns) / 1e6;
-        admitted_ns += u.admitted_kernel_ns;
+        admitted_ns += static_cast<double>(u.admitted_kernel_ns);
       }
     }
     if (status["pipeline"].is_object()) {
       status["pipeline"]["window_ms_published"] = static_cast<double>(window.window_ns_published) / 1e6;
       status["pipeline"]["filled_share"] =
-          window.window_ns_published > 0 ? static_cast<double>(admitted_ns) / static_cast<double>(window.window_ns_published)
+          window.window_ns_published > 0 ? admitted_ns / static_cast<double>(window.window_ns_published)
                                          : 0.0;
     }
   }
@@ -214,6 +226,7 @@ struct Daemon::Impl {
       }
       if (c.role == Role::kPipeline) {
         reset_pipeline_page(pipeline());  // empty until the next one (no grant is gated meanwhile)
+        last_window = WindowView{};
         // Only a welcomed pipeline received the page, so only it may still write it.
         if (c.greeted && process_alive(c.pidfd, c.pid)) {
           forget_departed_pipeline();
@@ -229,9 +242,13 @@ struct Daemon::Impl {
   }
 
   // Connections that have not been welcomed yet (the one being greeted among them).
-  size_t waiting_connections() const {
-    return static_cast<size_t>(std::count_if(connections.begin(), connections.end(), [](const Connection& c) { return !c.greeted; }));
+  // Not greeted yet: allowed peers before their hello (`refused` false), or refused ones (true).
+  size_t waiting_connections(bool refused) const {
+    return static_cast<size_t>(std::count_if(connections.begin(), connections.end(), [refused](const Connection& c) {
+      return !c.greeted && c.refusal.empty() != refused;
+    }));
   }
+  size_t waiting_connections() const { return waiting_connections(false) + waiting_connections(true); }
 
   size_t observer_count() const {
     return static_cast<size_t>(std::count_if(connections.begin(), connections.end(), [](const Connection& c) {
@@ -255,15 +272,12 @@ struct Daemon::Impl {
       }
       return;
     }
-    // Connections that have not said hello (or were refused) are capped apart from clients, so a
-    // flood of silent or refused peers cannot use up the daemon's descriptors.
-    if (waiting_connections() >= kMaxWaitingConnections) {
-      close(fd);
-      return;
-    }
+    // Connections that have not said hello are capped apart from clients, and refused ones apart
+    // from allowed ones, so a flood of silent or refused peers can neither use up the daemon's
+    // descriptors nor keep an allowed client from being heard.
     uid_t uid = 0;
     const pid_t pid = peer_pid_uid(fd, &uid);
-    if (pid <= 0) {
+    if (pid <= 0 || waiting_connections(!allowed(uid)) >= (allowed(uid) ? kMaxWaitingConnections : kMaxRefusedConnections)) {
       close(fd);
       return;
     }
@@ -291,8 +305,14 @@ struct Daemon::Impl {
     if (!role) {
       return fmt::format("unknown role '{}' (pipeline, best_effort or observer)", m["role"].get<std::string>());
     }
-    if (!m.contains("pid") || !m["pid"].is_number_integer() || m["pid"].get<int64_t>() != c.pid) {
-      return fmt::format("hello must carry the sender's pid ({}, from the socket)", c.pid);
+    // The pid the sender sees of itself. It may differ from the socket's (SO_PEERCRED translates
+    // it into the daemon's PID namespace: a client in a container, Enroot/Pyxis under SLURM); the
+    // socket's is the one the daemon trusts and watches (pidfd), this one is only logged.
+    if (!m.contains("pid") || !m["pid"].is_number_integer() || m["pid"].get<int64_t>() <= 0) {
+      return "hello must carry the sender's pid (a positive integer)";
+    }
+    if (m["pid"].get<int64_t>() != c.pid) {
+      spdlog::info("orion-gpud: pid {} calls itself {} (another PID namespace)", c.pid, m["pid"].get<int64_t>());
     }
     if (!m.contains("name") || !m["name"].is_string() || m["name"].get<std::string>().size() > 64) {
       return "hello needs a 'name' of at most 64 characters";
@@ -338,6 +358,7 @@ struct Daemon::Impl {
     try {
       if (c.role == Role::kPipeline) {
         reset_pipeline_page(pipeline());  // whatever the same process wrote after it left
+        last_window = WindowView{};
         pipeline().pipeline_pid.store(c.pid, std::memory_order_release);
         fds.push_back(pipeline_page.fd());
       } else {
@@ -347,6 +368,7 @@ struct Daemon::Impl {
         c.grant.seal_writes_by_others();
         c.usage = SharedPage("orion-gpud-usage");
         init_usage_page(*static_cast<UsagePage*>(c.usage.data()));
+        c.usage.forbid_more_seals();
         to_close.push_back(pipeline_page.open_read_only());
         to_close.push_back(c.grant.open_read_only());
         fds = to_close;
@@ -410,7 +432,7 @@ struct Daemon::Impl {
       return;
     }
     if (type == "status") {
-      const WindowView window = read_window(pipeline());
+      const WindowView window = current_window();
       nlohmann::json s = book.status(window, now);
       add_usage(s, window);
       s["type"] = "status";
@@ -444,7 +466,7 @@ struct Daemon::Impl {
         drop(i, "no hello in time");
       }
     }
-    const WindowView window = read_window(pipeline());
+    const WindowView window = current_window();
     book.tick(window, now);
     for (Connection& c : connections) {
       if (c.greeted && c.role == Role::kBestEffort) {
@@ -488,6 +510,7 @@ Daemon::Daemon(DaemonOptions options) {
   impl_->bound_socket = socket_;
   impl_->pipeline_page = SharedPage("orion-gpud-pipeline");
   init_pipeline_page(impl_->pipeline());
+  impl_->pipeline_page.forbid_more_seals();
 }
 
 Daemon::~Daemon() {

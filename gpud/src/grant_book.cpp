@@ -53,8 +53,12 @@ void GrantBook::remove(int id, const std::string& why) {
 }
 
 void GrantBook::tick(const WindowView& pipeline, int64_t now_ns) {
+  // A heartbeat ahead of now (a pipeline on another clock, CLOCK_REALTIME by mistake, or a forged
+  // one) would count as live for ever and gate best-effort work indefinitely: only
+  // [now - stale, now + stale] counts.
   const bool pipeline_live = pipeline_id_ && pipeline.heartbeat_ns > 0 &&
-                             pipeline.heartbeat_ns >= now_ns - config_.stale_after_ns;
+                             pipeline.heartbeat_ns >= now_ns - config_.stale_after_ns &&
+                             pipeline.heartbeat_ns <= now_ns + config_.stale_after_ns;
   for (auto& [id, c] : clients_) {
     if (c.role != Role::kBestEffort) continue;
     const GrantMode mode = pipeline_live ? GrantMode::kGated : GrantMode::kFree;
@@ -86,9 +90,10 @@ nlohmann::json GrantBook::status(const WindowView& pipeline, int64_t now_ns) con
   nlohmann::json p = nullptr;
   if (pipeline_id_) {
     p = {{"windows_published", pipeline.windows_published},
-         {"heartbeat_age_ms", pipeline.heartbeat_ns ? static_cast<double>(now_ns - pipeline.heartbeat_ns) / 1e6 : -1.0},
-         {"window_ms", {static_cast<double>(pipeline.open_ns - now_ns) / 1e6,
-                        static_cast<double>(pipeline.close_ns - now_ns) / 1e6}}};
+         // In double: the page's values are the pipeline's to write, any int64 (no signed overflow).
+         {"heartbeat_age_ms", pipeline.heartbeat_ns ? (static_cast<double>(now_ns) - static_cast<double>(pipeline.heartbeat_ns)) / 1e6 : -1.0},
+         {"window_ms", {(static_cast<double>(pipeline.open_ns) - static_cast<double>(now_ns)) / 1e6,
+                        (static_cast<double>(pipeline.close_ns) - static_cast<double>(now_ns)) / 1e6}}};
   }
   return {{"clients", clients}, {"pipeline", p}, {"grants_revoked", revoked_}, {"recent_departures", recent_departures_}};
 }

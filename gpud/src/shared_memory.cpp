@@ -41,6 +41,12 @@ void SharedPage::seal_writes_by_others() {
   }
 }
 
+void SharedPage::forbid_more_seals() {
+  if (fcntl(fd_, F_ADD_SEALS, F_SEAL_SEAL) != 0) {
+    throw DaemonError(fmt::format("sealing the shared page's seals: {}", std::strerror(errno)));
+  }
+}
+
 SharedPage::~SharedPage() {
   if (data_ != nullptr) munmap(data_, kBytes);
   if (fd_ >= 0) close(fd_);

@@ -10,12 +10,17 @@ class SharedPage {
  public:
   SharedPage() = default;
   // Creates a memfd of one page, sealed at that size and mode 0400 (a read-only descriptor cannot
-  // be reopened read-write through /proc, except by root), mapped read-write here. Throws
-  // DaemonError.
+  // be reopened read-write through /proc, except by root or by a process of the page's own uid,
+  // which can fchmod it first: a client of the daemon's uid is not kept from writing the pipeline
+  // page; see gpud/README.md), mapped read-write here. Throws DaemonError.
   explicit SharedPage(const char* name);
   // No writes through any other descriptor or mapping from now on, root's included (this
   // process's mapping stays writable): for pages only the daemon writes (grants).
   void seal_writes_by_others();
+  // For a page whose read-write descriptor goes to a client (the pipeline page, a usage page): no
+  // seal can be added any more, so the client cannot add F_SEAL_FUTURE_WRITE and lock the next
+  // pipeline (or client) out of a writable mapping.
+  void forbid_more_seals();
   ~SharedPage();
   SharedPage(SharedPage&& other) noexcept;
   SharedPage& operator=(SharedPage&& other) noexcept;

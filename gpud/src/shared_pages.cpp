@@ -79,35 +79,27 @@ void publish_window(PipelinePage& page, int64_t open_ns, int64_t close_ns) {
 void heartbeat(PipelinePage& page, int64_t now_ns) { page.heartbeat_ns.store(now_ns, std::memory_order_release); }
 
 namespace {
-// A publication is a few stores long. A writer that keeps publishing moves the sequence on; one
-// killed between its stores leaves the same odd value there for good. Once the same odd value
-// has stood for 50 ms (far longer than a descheduled live writer needs for a few stores), the
-// reader treats the page as empty rather than spin (no window, no heartbeat: the pipeline is
-// gone; a grant: revoked, its lease expired).
-class StuckWriter {
+// A publication is a few stores long. One reader call spins for at most kReadBudgetNs on an odd
+// (being written) sequence, then gives up: a writer killed between its stores leaves the value
+// odd for good, and one that keeps it odd but moving (1, 3, 5, ...: broken or hostile) must not
+// stall the daemon's loop or a best-effort launch either. Giving up costs little: the daemon
+// keeps its last good snapshot (WindowView::torn), a best-effort launch sees no window.
+class ReadBudget {
  public:
-  bool gave_up(uint64_t odd_seq) {
-    const int64_t now = monotonic_ns();
-    if (odd_seq != last_) {
-      last_ = odd_seq;
-      since_ns_ = now;
-    }
-    return now - since_ns_ >= kStuckNs;
-  }
+  bool spent() const { return monotonic_ns() - start_ns_ >= kReadBudgetNs; }
 
  private:
-  static constexpr int64_t kStuckNs = 50'000'000;
-  uint64_t last_ = 0;
-  int64_t since_ns_ = 0;
+  static constexpr int64_t kReadBudgetNs = 50'000;
+  int64_t start_ns_ = monotonic_ns();
 };
 }  // namespace
 
 WindowView read_window(const PipelinePage& page) {
-  for (StuckWriter writer;;) {
+  for (ReadBudget budget;;) {
     WindowView v;
     const uint64_t before = page.seq.load(std::memory_order_acquire);
     if (before & 1) {
-      if (writer.gave_up(before)) return WindowView{};
+      if (budget.spent()) return WindowView{.torn = true};
       continue;
     }
     v.open_ns = page.window_open_ns.load(std::memory_order_relaxed);
@@ -115,7 +107,10 @@ WindowView read_window(const PipelinePage& page) {
     v.windows_published = page.windows_published.load(std::memory_order_relaxed);
     v.window_ns_published = page.window_ns_published.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (page.seq.load(std::memory_order_relaxed) != before) continue;
+    if (page.seq.load(std::memory_order_relaxed) != before) {
+      if (budget.spent()) return WindowView{.torn = true};
+      continue;
+    }
     v.heartbeat_ns = page.heartbeat_ns.load(std::memory_order_acquire);
     return v;
   }
@@ -123,7 +118,10 @@ WindowView read_window(const PipelinePage& page) {
 
 void reset_pipeline_page(PipelinePage& page) {
   // Only the daemon calls this, once the page's writer is gone: make the sequence even again
-  // (a writer killed mid-publication left it odd) and clear what the pipeline published.
+  // (a writer killed mid-publication left it odd), clear what the pipeline published, and write
+  // the header again (a pipeline that scribbled over it would fail every later client's check).
+  page.magic = kPageMagic;
+  page.version = kProtocolVersion;
   const uint64_t s = page.seq.load(std::memory_order_relaxed);
   page.seq.store((s | 1) + 2, std::memory_order_relaxed);  // odd: being written
   std::atomic_thread_fence(std::memory_order_release);
@@ -140,10 +138,10 @@ GrantView read_grant(const GrantPage& page) {
   // One writer (the daemon) bumps the epoch last: reread until the epoch is the same around the
   // fields, so mode, lease and budget belong together.
   GrantView g;
-  for (StuckWriter writer;;) {
+  for (ReadBudget budget;;) {
     const uint64_t before = page.epoch.load(std::memory_order_acquire);
     if (before & 1) {
-      if (writer.gave_up(before)) return GrantView{};  // the daemon died mid-write: the fallback decides
+      if (budget.spent()) return GrantView{};  // revoked, lease expired: the fallback decides
       continue;
     }
     g.mode = static_cast<GrantMode>(page.mode.load(std::memory_order_relaxed));
@@ -154,6 +152,7 @@ GrantView read_grant(const GrantPage& page) {
       g.epoch = before / 2;
       return g;
     }
+    if (budget.spent()) return GrantView{};
   }
 }
 

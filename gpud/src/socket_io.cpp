@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 
@@ -51,9 +52,14 @@ Incoming receive_message(int fd, int64_t timeout_ns, size_t max_bytes) {
   if (timeout_ns >= 0) {
     pollfd p{fd, POLLIN, 0};
     int rc;
+    // One deadline for the whole wait: a signal (SIGPROF, SIGCHLD) restarting poll must not
+    // restart the full timeout each time, or frequent signals make the wait unbounded.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(timeout_ns);
     do {
-      const int64_t ms = std::min<int64_t>(timeout_ns / 1'000'000 + 1, 24 * 3600 * 1000);  // no overflow
-      rc = poll(&p, 1, static_cast<int>(ms));
+      const int64_t left_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  deadline - std::chrono::steady_clock::now()).count();
+      const int64_t ms = std::clamp<int64_t>(left_ns / 1'000'000 + 1, 0, 24 * 3600 * 1000);  // no overflow
+      rc = poll(&p, 1, left_ns <= 0 ? 0 : static_cast<int>(ms));
     } while (rc < 0 && errno == EINTR);
     if (rc == 0) {
       in.what = Received::kTimeout;

@@ -4,6 +4,8 @@
 // The GPU's UUID comes from `nvidia-smi -L` (one daemon per GPU per node; scripts/slurm starts one
 // per GPU of a node). The runtime folder is $ORION_GPUD_DIR, else $XDG_RUNTIME_DIR/orion-gpud,
 // else /tmp/orion-gpud-<uid>.
+#include <sys/prctl.h>
+
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -42,6 +44,9 @@ int main(int argc, char** argv) {
 
   try {
     if (*serve) {
+      // Not dumpable: a process of the same uid cannot open the daemon's descriptors through
+      // /proc/<pid>/fd (the pipeline page read-write, every client's usage page) or ptrace it.
+      ::prctl(PR_SET_DUMPABLE, 0);
       gpud::DaemonOptions o;
       o.gpu = gpu;
       o.dir = dir;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <thread>
 
@@ -79,6 +80,11 @@ TEST_F(AdmissionTest, AStaleOrAbsentPipelineFreesBestEffortWork) {
   EXPECT_STREQ(d.reason, "pipeline heartbeat stale: free");
   window.heartbeat_ns = 0;
   EXPECT_EQ(admit(window, grant, now, -1, 5 * kMs, config).verdict, Verdict::kRun);
+  // A heartbeat from the future (another clock) is not a live pipeline either.
+  window.heartbeat_ns = now + 201 * kMs;
+  EXPECT_STREQ(admit(window, grant, now, -1, 5 * kMs, config).reason, "pipeline heartbeat stale: free");
+  window.heartbeat_ns = INT64_MAX;
+  EXPECT_EQ(admit(window, grant, now, -1, 5 * kMs, config).verdict, Verdict::kRun);
 }
 
 TEST_F(AdmissionTest, FreeAndRevokedGrantsOverrideTheWindow) {
@@ -147,6 +153,7 @@ TEST(SharedPagesTest, APageLeftMidWriteReadsAsEmptyAndTheDaemonResetsIt) {
   heartbeat(*page, 50);
   page->seq.fetch_add(1);  // killed mid-publication
   const WindowView w = read_window(*page);
+  EXPECT_TRUE(w.torn);
   EXPECT_EQ(w.windows_published, 0u);
   EXPECT_EQ(w.heartbeat_ns, 0);
   reset_pipeline_page(*page);
@@ -161,6 +168,36 @@ TEST(SharedPagesTest, APageLeftMidWriteReadsAsEmptyAndTheDaemonResetsIt) {
   const GrantView g = read_grant(*grant);
   EXPECT_EQ(g.mode, GrantMode::kRevoked);
   EXPECT_EQ(g.lease_expiry_ns, 0);
+}
+
+// A writer that keeps the sequence odd but moving (1, 3, 5, ...: broken or hostile) used to keep
+// a reader spinning for ever (the give-up clock restarted with each new odd value): every read
+// now ends within its budget, torn, and the daemon's loop and best-effort launches go on.
+TEST(SharedPagesTest, AWriterThatKeepsThePageOddCannotStallAReader) {
+  auto page = std::make_unique<PipelinePage>();
+  init_pipeline_page(*page);
+  auto grant = std::make_unique<GrantPage>();
+  init_grant_page(*grant);
+  std::atomic<bool> stop{false};
+  std::thread hostile([&] {
+    uint64_t odd = 1;
+    while (!stop.load()) {
+      page->seq.store(odd);
+      grant->epoch.store(odd);
+      odd += 2;
+    }
+  });
+  while ((page->seq.load() & 1) == 0 || (grant->epoch.load() & 1) == 0) std::this_thread::yield();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_TRUE(read_window(*page).torn);
+    EXPECT_EQ(read_grant(*grant).mode, GrantMode::kRevoked);
+  }
+  const auto took = std::chrono::steady_clock::now() - start;
+  stop = true;
+  hostile.join();
+  // 40 reads of at most 50 us each: far under a second even on a loaded machine (was: never).
+  EXPECT_LT(took, std::chrono::seconds(1));
 }
 
 TEST(GrantBookTest, LeasesRenewEveryTickAndModesFollowThePipelinesHeartbeat) {
@@ -192,6 +229,19 @@ TEST(GrantBookTest, LeasesRenewEveryTickAndModesFollowThePipelinesHeartbeat) {
   book.tick(pipeline, t);
   EXPECT_EQ(book.grant(be).mode, GrantMode::kFree);
   EXPECT_EQ(book.add(Role::kPipeline, 202, "next", t), p + 1);  // a new pipeline may attach
+
+  // A heartbeat far ahead of the daemon's clock (CLOCK_REALTIME by mistake, or forged) is not
+  // live: it would otherwise gate best-effort work for ever. Extreme page values do not overflow.
+  pipeline.heartbeat_ns = t + 1'000'000 * kMs;
+  book.tick(pipeline, t);
+  EXPECT_EQ(book.grant(be).mode, GrantMode::kFree);
+  pipeline.heartbeat_ns = t;
+  book.tick(pipeline, t);
+  EXPECT_EQ(book.grant(be).mode, GrantMode::kGated);
+  pipeline.heartbeat_ns = INT64_MAX;
+  pipeline.open_ns = INT64_MIN;
+  pipeline.close_ns = INT64_MAX;
+  EXPECT_LT(book.status(pipeline, t)["pipeline"]["heartbeat_age_ms"].get<double>(), 0.0);
 
   book.remove(be, "exited");
   EXPECT_EQ(book.grant(be).mode, GrantMode::kRevoked);

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <functional>
 #include <future>
@@ -175,8 +176,12 @@ TEST(GpudDaemon, BestEffortClientsGetReadOnlyPages) {
   const std::string welcome = raw.reply(&fds);
   ASSERT_NE(welcome.find("\"welcome\""), std::string::npos) << welcome;
   ASSERT_EQ(fds.size(), 3u) << "the pipeline page, the grant, the client's own usage page";
-  // fds[2], the usage page, is the client's to write (its admitted launches); only it.
+  // fds[2], the usage page, is the client's to write (its admitted launches); only it. It cannot
+  // seal the page (F_SEAL_SEAL is set), which would lock the daemon's next client out.
   EXPECT_EQ(fcntl(fds[2], F_GETFL) & O_ACCMODE, O_RDWR);
+  EXPECT_NE(fcntl(fds[2], F_GET_SEALS) & F_SEAL_SEAL, 0);
+  EXPECT_EQ(fcntl(fds[2], F_ADD_SEALS, F_SEAL_FUTURE_WRITE), -1);
+  EXPECT_EQ(errno, EPERM);
   close(fds[2]);
   fds.pop_back();
   // fds[1], the grant, is sealed against writes: a read-write reopen through /proc (which root
@@ -202,13 +207,61 @@ TEST(GpudDaemon, BestEffortClientsGetReadOnlyPages) {
   }
 }
 
+// The pipeline gets the page's read-write descriptor; with it, it could add F_SEAL_FUTURE_WRITE
+// and every later pipeline's writable mapping would fail (EPERM) until the daemon restarts. The
+// page's seals are sealed, so it cannot; and a header it scribbled over is rewritten when it
+// leaves.
+TEST(GpudDaemon, APipelineCannotLockTheNextPipelineOutOfItsPage) {
+  TempDir dir;
+  DaemonThread d(test_options(dir.path));
+  {
+    Raw raw(dir.path);
+    raw.send(hello("pipeline"));
+    std::vector<int> fds;
+    const std::string welcome = raw.reply(&fds);
+    ASSERT_NE(welcome.find("\"welcome\""), std::string::npos) << welcome;
+    ASSERT_FALSE(fds.empty());
+    const int fd = fds[0];  // the pipeline page, read-write
+    ASSERT_EQ(fcntl(fd, F_GETFL) & O_ACCMODE, O_RDWR);
+    EXPECT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE), -1);
+    EXPECT_EQ(errno, EPERM);
+    void* page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ASSERT_NE(page, MAP_FAILED);
+    static_cast<PipelinePage*>(page)->magic = 0;  // scribbled over
+    munmap(page, 4096);
+    for (int f : fds) close(f);
+  }  // the connection closes: the pipeline left
+  ASSERT_TRUE(eventually([&] {
+    try {
+      Client next = Client::connect(dir.path, kGpu, Role::kPipeline, "gpipe_runner");
+      publish_window(next.pipeline_writable(), 1, 2);
+      return read_window(next.pipeline()).windows_published == 1;
+    } catch (const std::exception&) {
+      return false;  // until the daemon saw the first one go
+    }
+  }));
+}
+
+// A client in another PID namespace (a container) knows itself by another pid than the socket
+// says: welcomed, and watched by the socket's pid.
+TEST(GpudDaemon, AClientInAnotherPidNamespaceIsWelcomed) {
+  TempDir dir;
+  DaemonThread d(test_options(dir.path));
+  Raw raw(dir.path);
+  raw.send(hello("best_effort", 7));  // what getpid() says inside a container
+  std::vector<int> fds;
+  const std::string reply = raw.reply(&fds);
+  for (int fd : fds) close(fd);
+  EXPECT_NE(reply.find("\"welcome\""), std::string::npos) << reply;
+}
+
 TEST(GpudDaemon, EveryBadHelloIsRefusedWithItsReasonAndTheDaemonCarriesOn) {
   TempDir dir;
   DaemonThread d(test_options(dir.path));
   const std::vector<std::pair<std::string, std::string>> cases = {
       {hello("pipeline", getpid(), 99), "protocol version 99, this orion-gpud speaks " + std::to_string(kProtocolVersion)},
       {hello("spectator"), "unknown role 'spectator' (pipeline, best_effort or observer)"},
-      {hello("pipeline", getpid() + 1), "the sender's pid"},
+      {hello("pipeline", -5), "the sender's pid (a positive integer)"},
       {nlohmann::json{{"type", "hello"}, {"version", kProtocolVersion}, {"role", "pipeline"}, {"pid", getpid()}, {"name", 7}}.dump(),
        "a 'name' of at most 64 characters"},
       {"{not json", "not a JSON object"},
@@ -444,6 +497,47 @@ TEST(GpudClient, ADaemonThatAcceptsButNeverAnswersIsAnErrorWithinTheBound) {
   expect_no_reply_within_300ms(dir.path, connect_with_300ms_bound(dir.path, [&] { hung.close_listener(); }));
 }
 
+// A client whose thread is interrupted by a signal every 20 ms (a profiler's SIGPROF, SIGCHLD
+// churn) still gives up on a hung daemon within its bound: each poll restarted after EINTR used
+// to wait the whole bound again, so the wait never ended.
+TEST(GpudClient, FrequentSignalsDoNotStretchTheBound) {
+  TempDir dir;
+  FakeDaemon hung(dir.path, /*accepting=*/true);
+  struct sigaction action {};
+  action.sa_handler = [](int) {};
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = 0;  // no SA_RESTART: poll returns EINTR
+  struct sigaction previous {};
+  ASSERT_EQ(sigaction(SIGALRM, &action, &previous), 0);
+  const int64_t start = monotonic_ns();
+  auto attempt = std::async(std::launch::async, [&dir] {
+    // A timer that signals this thread only (SIGEV_THREAD_ID), every 20 ms.
+    sigevent ev{};
+    ev.sigev_notify = SIGEV_THREAD_ID;
+    ev.sigev_signo = SIGALRM;
+    ev._sigev_un._tid = static_cast<pid_t>(syscall(SYS_gettid));
+    timer_t timer{};
+    if (timer_create(CLOCK_MONOTONIC, &ev, &timer) != 0) return std::string("timer_create failed");
+    itimerspec every{{0, 20'000'000}, {0, 20'000'000}};
+    timer_settime(timer, 0, &every, nullptr);
+    std::string what = "connected";
+    try {
+      Client::connect(dir.path, kGpu, Role::kBestEffort, "signalled", 300 * kMs);
+    } catch (const ProtocolError& e) {
+      what = e.what();
+    }
+    timer_delete(timer);
+    return what;
+  });
+  if (attempt.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    ADD_FAILURE() << "Client::connect under frequent signals hung";
+    hung.close_listener();
+  }
+  const std::string what = attempt.get();
+  sigaction(SIGALRM, &previous, nullptr);
+  expect_no_reply_within_300ms(dir.path, {what, monotonic_ns() - start});
+}
+
 TEST(GpudClient, ADaemonThatAcceptsNothingIsAnErrorWithinTheBound) {
   TempDir dir;
   FakeDaemon hung(dir.path, /*accepting=*/false, /*backlog=*/0);
@@ -548,6 +642,47 @@ TEST(GpudDaemon, AnotherUidIsRefusedEvenWhenTheSocketIsOpen) {
   Process intruder({GPUD_TEST_CLIENT, "--dir", dir.path.string(), "--gpu", kGpu, "--as-uid", "65534"});
   const std::string said = intruder.line();
   EXPECT_NE(said.find("refused: orion-gpud refused: uid 65534 is not allowed"), std::string::npos) << said;
+}
+
+// Another user reconnecting in a loop (here: 16 silent connections of uid 65534, the waiting cap)
+// used to fill the waiting slots, so that an allowed client was closed at accept; refused peers
+// now have a small cap of their own.
+TEST(GpudDaemon, RefusedPeersCannotCrowdOutAnAllowedClient) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make a process of another uid";
+  TempDir dir;
+  DaemonOptions o = test_options(dir.path);
+  o.allowed_uids = {4242};  // opens the socket (0666): SO_PEERCRED decides
+  DaemonThread d(o);
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t crowd = fork();
+  ASSERT_GE(crowd, 0);
+  if (crowd == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
+    std::vector<int> held;
+    for (int i = 0; i < 16; ++i) {
+      const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+      const sockaddr_un addr = address_of(dir.path);
+      if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) held.push_back(fd);
+    }
+    (void)!write(ready[1], "r", 1);
+    pause();  // silent until killed
+    _exit(0);
+  }
+  close(ready[1]);
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1) << "the other uid's process did not start";
+  close(ready[0]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the daemon accepted them
+  std::string error;
+  try {
+    Client c = Client::connect(dir.path, kGpu, Role::kBestEffort, "allowed", 500 * kMs);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  kill(crowd, SIGKILL);
+  waitpid(crowd, nullptr, 0);
+  EXPECT_EQ(error, "") << "an allowed client was crowded out by refused peers";
 }
 
 // `orion-gpud status` (the binary) asks as an observer: the clients it prints are the GPU's only.

@@ -96,6 +96,9 @@ struct WindowView {
   uint64_t windows_published = 0;
   int64_t heartbeat_ns = 0;
   int64_t window_ns_published = 0;
+  // No consistent snapshot within the read's budget (the writer was mid-publication): the fields
+  // are empty; the daemon keeps its previous snapshot, a best-effort launch sees no window.
+  bool torn = false;
 };
 struct GrantView {
   GrantMode mode = GrantMode::kRevoked;
@@ -114,10 +117,10 @@ UsageView read_usage(const UsagePage& page);
 // The pipeline's side: one window [open, close) (open may lie in the future), and its liveness.
 void publish_window(PipelinePage& page, int64_t open_ns, int64_t close_ns);
 void heartbeat(PipelinePage& page, int64_t now_ns);
-// Consistent snapshots (the window's two ends from the same publication).
-// A page whose writer died mid-publication reads as empty (no window, no heartbeat; a grant:
-// revoked with an expired lease) once the same odd sequence has stood for 50 ms; a
-// live writer moves it on, so a busy page is never mistaken for a dead one.
+// Consistent snapshots (the window's two ends from the same publication). Each call spins at
+// most 50 us on a page being written: past that a window reads as torn (empty fields, `torn`
+// set) and a grant as revoked with an expired lease, so neither a writer killed mid-publication
+// nor one that keeps the page odd stalls the reader.
 WindowView read_window(const PipelinePage& page);
 GrantView read_grant(const GrantPage& page);
 void write_grant(GrantPage& page, const GrantView& grant);
