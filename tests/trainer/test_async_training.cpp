@@ -17,6 +17,7 @@
 #include "temp_dir.h"
 #include "trainer/config/config.h"
 #include "trainer/execution/stage_runtime.h"
+#include "trainer/schedule/schedule_csv.h"
 #include "trainer/training/trainer.h"
 
 namespace gpipe {
@@ -183,6 +184,34 @@ TEST(AsyncTraining, WindowedRunLogsEveryStepCheckpointsAndResumes) {
     EXPECT_NEAR(resumed[k].second, full[k + 3].second, 1e-6);
   }
   testing::remove_tree(c.training.output_dir);
+}
+
+// A schedule file says only the order: with sync_mode asp it gets the weight versions a
+// generated schedule gets (it used to stay bsp, silently), and trains as the generated one does.
+TEST(AsyncTraining, AScheduleFileRunsAsAspLikeTheGeneratedSchedule) {
+  PipelineConfig generated = asp_config("file_gen");
+  TrainingConfig training = generated.training;
+  const Schedule reference = build_schedule(generated.parallel, training);
+  ASSERT_EQ(reference.sync_mode, SyncMode::kAsp);
+  testing::TempDir folder;
+  const std::string path = folder.path() + "/1f1b.csv";
+  {
+    std::ofstream out(path);
+    out << schedule_to_csv(build_schedule(asp_config("file_bsp").parallel, training), ScheduleCsvFormat::kComputeOnly);
+  }
+  PipelineConfig from_file = asp_config("file_run");
+  from_file.parallel.schedule_file = path;
+  const Schedule read = build_schedule(from_file.parallel, training);
+  EXPECT_EQ(read.sync_mode, SyncMode::kAsp) << "the file's schedule stayed bsp";
+  for (const auto& rank : read.per_rank) {
+    for (const Action& a : rank) {
+      if (a.type == ActionType::kForward || a.type == ActionType::kBackward) {
+        EXPECT_GE(a.weight_version, 0) << "an F or B without its weight version";
+      }
+    }
+  }
+  generated.training.max_steps = from_file.training.max_steps = 3;
+  EXPECT_EQ(train(generated), train(from_file));
 }
 
 TEST(AsyncTraining, ImpossibleAspConfigsAreNamed) {

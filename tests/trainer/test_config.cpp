@@ -102,7 +102,9 @@ TEST(Config, YamlRoundTripsEveryField) {
   c.parallel.partition = "explicit";
   c.parallel.partition_layers = {12, 13, 13, 11};
   c.parallel.recompute_ratio = {0.0, 0.5, 0.25, 1.0};
+  c.model.dropout = 0;  // recomputation with dropout is refused (RecomputationWithDropoutIsRefused)
   ASSERT_NO_THROW(c.validate());
+  c.model.dropout = 0.125;  // not validated again: the round trip keeps the value
   const std::string yaml = c.to_yaml();
   const PipelineConfig back = PipelineConfig::from_yaml_string(yaml);
   EXPECT_EQ(back, c) << yaml;
@@ -372,6 +374,53 @@ TEST(Config, RecomputeRatioIsOneForAllPerRankOrPerStage) {
     c.apply_override("parallel.virtual_stages=2");
     c.apply_override(std::string("parallel.recompute_ratio=") + ok);
     EXPECT_NO_THROW(c.validate()) << ok;
+  }
+}
+
+// Recomputation replays no random state, so with dropout its gradients would belong to other
+// masks: refused, naming both fields.
+TEST(Config, RecomputationWithDropoutIsRefused) {
+  PipelineConfig c;
+  c.apply_override("parallel.recompute_ratio=[0.5]");
+  EXPECT_NO_THROW(c.validate());
+  c.apply_override("model.dropout=0.1");
+  try {
+    c.validate();
+    ADD_FAILURE() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("parallel.recompute_ratio"), HasSubstr("model.dropout is 0.1"),
+                                HasSubstr("new dropout masks")));
+  }
+  c.apply_override("parallel.recompute_ratio=[0]");
+  EXPECT_NO_THROW(c.validate());
+}
+
+// asp windows of several steps run steps x micro-batches in one schedule: interleaved schedules
+// need that to split into whole rounds for every window length, and a file cannot give it.
+TEST(Config, AspWindowsNeedShapesEveryWindowLengthCanRun) {
+  PipelineConfig c;
+  c.apply_override("parallel.schedule=interleaved_1f1b");
+  c.apply_override("parallel.virtual_stages=2");
+  c.apply_override("parallel.sync_mode=asp");
+  c.apply_override("training.num_microbatches=7");
+  c.apply_override("dataset.batch_size=14");
+  EXPECT_NO_THROW(c.validate());  // one step per window: 7 micro-batches split into one round
+  c.apply_override("parallel.asp_window_steps=2");
+  try {
+    c.validate();
+    ADD_FAILURE() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("asp_window_steps 2"), HasSubstr("multiple of parallel.model_parallel_size")));
+  }
+  c.apply_override("training.num_microbatches=8");
+  c.apply_override("dataset.batch_size=16");
+  EXPECT_NO_THROW(c.validate());
+  c.apply_override("parallel.schedule_file=some.csv");
+  try {
+    c.validate();
+    ADD_FAILURE() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("only a generated schedule"));
   }
 }
 

@@ -279,6 +279,12 @@ TEST(ScheduleCsv, ErrorsNameFileRowColumnAndCell) {
   EXPECT_THAT(read_error("0F0,0UNSHARD1,0B0\n"), AllOf(HasSubstr("'0UNSHARD1'"), HasSubstr("no micro-batch")));
   EXPECT_THAT(read_error("0F0,\"0B0\"\n"), AllOf(HasSubstr("column 2"), HasSubstr("quoted")));
   EXPECT_THAT(read_error("0F0,0F99999999999\n"), HasSubstr("too large"));
+  // A typo'd index that fits an int: named at its cell, before the validator would size tables
+  // for 10^9 micro-batches (it used to exhaust memory, or print 22 MB of issues).
+  EXPECT_THAT(read_error("0F0,0B0,0F999999999,0B999999999\n"),
+              AllOf(HasSubstr("bad.csv, row 1 (rank 0), column 3 ('0F999999999') names micro-batch 999999999"),
+                    HasSubstr("only 4 action(s)"),
+                    HasSubstr("typo")));
   EXPECT_THAT(read_error("0F0,(0B0;0SEND_B0)OVERLAP_F_B\n"), HasSubstr("compute actions"));
   EXPECT_THAT(read_error("0F0,(0B0;0F1)OVERLAP\n"), HasSubstr("only (<action>;<action>)OVERLAP_F_B"));
   EXPECT_THAT(read_error(""), HasSubstr("no rows"));
@@ -302,6 +308,11 @@ TEST(ScheduleCsv, LoadedSchedulesAreValidatedWithIssuesTracedToCells) {
   EXPECT_THAT(read_error("0B0,0F0\n"),
               AllOf(HasSubstr("does not validate"), HasSubstr("bad.csv, row 1 (rank 0), column 1 ('0B0')"),
                     HasSubstr("needs 0F0")));
+  // Many issues: the first 20, then how many more.
+  std::string backwards;
+  for (int m = 0; m < 30; ++m) backwards += (m ? "," : "") + std::string("0B") + std::to_string(m);
+  for (int m = 0; m < 30; ++m) backwards += ",0F" + std::to_string(m);
+  EXPECT_THAT(read_error(backwards + "\n"), HasSubstr("... and "));
   // Missing micro-batch 1 of stage 1.
   EXPECT_THAT(read_error("0F0,0F1,0B0,0B1\n1F0,1B0\n"), HasSubstr("missing forward F of stage 1 micro-batch 1"));
   // With communication, receives in the wrong order: a mismatch on rank 1.

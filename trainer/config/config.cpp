@@ -399,6 +399,17 @@ void check_cross_fields(const PipelineConfig& c) {
     throw ConfigError("parallel.asp_window_steps is " + std::to_string(par.asp_window_steps) + " but parallel.sync_mode is " +
                       par.sync_mode + ": only asp runs steps without draining between them (bsp's update needs every "
                       "micro-batch's gradient first); set sync_mode: asp or asp_window_steps: 1");
+  if (!par.schedule_file.empty() && par.sync_mode == "asp" && par.asp_window_steps != 1)
+    throw ConfigError("parallel.asp_window_steps is " + std::to_string(par.asp_window_steps) + " with parallel.schedule_file: "
+                      "a window of several steps runs one schedule of steps x num_microbatches micro-batches, which "
+                      "only a generated schedule (parallel.schedule) can give; use asp_window_steps: 1 with the file");
+  bool recomputes = false;
+  for (double r : par.recompute_ratio) recomputes |= r > 0;
+  if (recomputes && c.model.dropout > 0)
+    throw ConfigError("parallel.recompute_ratio recomputes blocks and model.dropout is " + YAML::Node(c.model.dropout).as<std::string>() +
+                      ": the recomputation would draw new dropout masks (the random state is not replayed), so the "
+                      "gradients would not be those of the loss; use model.dropout: 0 with recomputation, or "
+                      "recompute_ratio: 0");
   // The schedule's micro-batches: one replica's share.
   const int replica_microbatches = c.training.num_microbatches / par.data_parallel_size;
   const std::string microbatches_field = par.data_parallel_size == 1
@@ -413,6 +424,16 @@ void check_cross_fields(const PipelineConfig& c) {
     // torch's rule for the interleaved ones: the micro-batches go in max(1, m / p) equal rounds.
     const int m = replica_microbatches;
     const int rounds = std::max(1, m / par.model_parallel_size);
+    if (par.schedule != "looped_bfs" && par.sync_mode == "asp" && par.asp_window_steps != 1 &&
+        m % par.model_parallel_size != 0)
+      // A window of k steps runs k x m micro-batches, and windows close early (checkpoints, epoch
+      // ends, the profiled step), so every k x m must split into whole rounds: only a multiple of
+      // the ranks guarantees it.
+      throw ConfigError("parallel.schedule " + par.schedule + " with sync_mode asp and asp_window_steps " +
+                        std::to_string(par.asp_window_steps) + " needs " + microbatches_field + " (" +
+                        std::to_string(m) + ") to be a multiple of parallel.model_parallel_size (" +
+                        std::to_string(par.model_parallel_size) + "): a window's steps x micro-batches must split "
+                        "into equal rounds whatever its length; or use asp_window_steps: 1");
     if (par.schedule != "looped_bfs" && m % rounds != 0)
       throw ConfigError("parallel.schedule " + par.schedule + " needs " + microbatches_field + " (" + std::to_string(m) +
                         ") to split into max(1, num_microbatches / model_parallel_size) = " + std::to_string(rounds) +

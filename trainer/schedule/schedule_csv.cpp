@@ -295,6 +295,8 @@ Schedule schedule_from_csv(const std::string& text, const std::string& source) {
   std::map<int, std::pair<int, Where>> first_place;  // stage -> (rank, where first named)
   std::map<int, std::string> first_cell;
   int max_mb = -1;
+  std::string max_mb_at;  // where the highest micro-batch index was named
+  size_t actions = 0;
   for (int r = 0; r < s.num_ranks; ++r) {
     const std::vector<std::string> cells = split_cells(rows[static_cast<size_t>(r)]);
     for (size_t c = 0; c < cells.size(); ++c) {
@@ -308,7 +310,11 @@ Schedule schedule_from_csv(const std::string& text, const std::string& source) {
                         it->second.second.text() + " ('" + first_cell[ca.stage] + "') already put it on rank " +
                         std::to_string(it->second.first) + ": each stage lives on one rank (its row)");
         if (!ca.action) continue;
-        max_mb = std::max(max_mb, ca.action->microbatch);
+        ++actions;
+        if (ca.action->microbatch > max_mb) {
+          max_mb = ca.action->microbatch;
+          max_mb_at = at.text() + " ('" + trim(cells[c]) + "')";
+        }
         s.per_rank[static_cast<size_t>(r)].push_back(*ca.action);
         origin[static_cast<size_t>(r)].push_back({at.column, trim(cells[c])});
       }
@@ -318,6 +324,13 @@ Schedule schedule_from_csv(const std::string& text, const std::string& source) {
     throw ScheduleCsvError(source + ": names no stage in its " + std::to_string(s.num_ranks) +
                            " row(s); expected cells like 0F0,0B0");
   if (max_mb < 0) throw ScheduleCsvError(source + ": has no compute or communication action (only UNSHARD/RESHARD/REDUCE_GRAD)");
+  // Every micro-batch needs at least one action of its own, so an index at or past the number of
+  // actions is a typo (0F99999), not a schedule: said here, before the validator sizes its
+  // tables by the micro-batch count (a huge index used to exhaust memory).
+  if (static_cast<size_t>(max_mb) >= actions)
+    throw ScheduleCsvError(max_mb_at + " names micro-batch " + std::to_string(max_mb) + ", but the file has only " +
+                           std::to_string(actions) + " action(s), too few for " + std::to_string(max_mb + 1) +
+                           " micro-batches: a typo in the index?");
 
   // Placement: stages 0..S-1 all named, the same number on every rank.
   const int num_stages = first_place.rbegin()->first + 1;
@@ -345,7 +358,9 @@ Schedule schedule_from_csv(const std::string& text, const std::string& source) {
     std::string message = source + ": the schedule (" + std::to_string(s.num_ranks) + " ranks, " +
                           std::to_string(num_stages) + " stages, " + std::to_string(s.num_microbatches) +
                           " micro-batches) does not validate:";
-    for (const ValidationIssue& issue : result.issues) {
+    constexpr size_t kIssuesShown = 20;  // a broken file can have thousands: the first ones say it
+    for (size_t i = 0; i < result.issues.size() && i < kIssuesShown; ++i) {
+      const ValidationIssue& issue = result.issues[i];
       message += "\n  ";
       if (issue.rank >= 0 && issue.step >= 0 && issue.rank < s.num_ranks &&
           issue.step < static_cast<int>(origin[static_cast<size_t>(issue.rank)].size())) {
@@ -354,6 +369,8 @@ Schedule schedule_from_csv(const std::string& text, const std::string& source) {
       }
       message += issue.message;
     }
+    if (result.issues.size() > kIssuesShown)
+      message += "\n  ... and " + std::to_string(result.issues.size() - kIssuesShown) + " more";
     throw ScheduleCsvError(message + "\n" + render_grid(s, result));
   }
   return s;

@@ -42,11 +42,23 @@ Schedule generate_or_read_schedule(const ParallelConfig& parallel, const Trainin
   training.num_microbatches /= std::max(1, parallel.data_parallel_size);
   if (!parallel.schedule_file.empty()) {
     // Read, checked against the config's shape, lowered if compute-only, and validated.
+    Schedule from_file;
     try {
-      return schedule_from_file(parallel, training);
+      from_file = schedule_from_file(parallel, training);
     } catch (const ScheduleCsvError& e) {
       throw ConfigError(std::string("parallel.schedule_file: ") + e.what());
     }
+    if (parse_sync_mode(parallel.sync_mode) == SyncMode::kAsp) {
+      // As for a generated schedule: each B updates its stage, each F records the weight version
+      // it used (the file said only the order; without this asp silently trained as bsp).
+      try {
+        from_file = with_weight_versions(from_file, parallel.weight_stashing);
+      } catch (const std::invalid_argument& e) {
+        throw ConfigError(fmt::format("parallel.sync_mode=asp with parallel.schedule_file {}: {}", parallel.schedule_file,
+                                      e.what()));
+      }
+    }
+    return from_file;
   }
   ScheduleKind kind;
   try {
