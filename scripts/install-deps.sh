@@ -29,19 +29,28 @@ fi
 if [ "${OURGPIPE_NO_TORCH:-0}" != "1" ]; then
   if ! "$venv/bin/python" -c "import torch,sys,yaml,matplotlib,tensorboard,torch_tb_profiler; sys.exit(0 if torch.__version__.startswith('$TORCH_VERSION') else 1)" 2>/dev/null; then
     # The CUDA wheel and its nvidia-* libraries take about 5 GiB installed, and pip holds the
-    # downloaded wheels (about 3 GiB) in a temp folder while it installs: check the room first, so
-    # a full disk is named here rather than as pip's OSError halfway through. No pip cache: it
-    # would keep a third copy.
-    need_kib=$((9 * 1024 * 1024))
-    mkdir -p "$(dirname "$venv")"
-    for d in "$(dirname "$venv")" "${TMPDIR:-/tmp}"; do
-      free_kib=$(df -Pk "$d" | awk 'NR==2 {print $4}')
-      if [ -n "$free_kib" ] && [ "$free_kib" -lt "$need_kib" ]; then
-        echo "[install-deps] error: $d has $((free_kib / 1024)) MiB free; installing PyTorch $TORCH_VERSION needs about 9 GiB there." >&2
-        echo "[install-deps] Free some space (old build folders, clones, ~/.cache/pip), or point OURGPIPE_VENV / TMPDIR at a larger disk, and rerun." >&2
-        exit 1
+    # downloaded wheels (about 3 GiB) in a temp folder while it installs: check the room first (only
+    # when torch itself is to be installed), so a full disk is named here rather than as pip's
+    # OSError halfway through. No pip cache: it would keep a third copy.
+    if ! "$venv/bin/python" -c "import torch,sys; sys.exit(0 if torch.__version__.startswith('$TORCH_VERSION') else 1)" 2>/dev/null; then
+      mkdir -p "$(dirname "$venv")"
+      tmp=${TMPDIR:-/tmp}
+      free_kib() { df -Pk "$1" 2>/dev/null | awk 'NR==2 {print $4}' || true; }
+      need() {  # folder, GiB: fails naming the folder when it has less
+        local free; free=$(free_kib "$1")
+        if [ -n "$free" ] && [ "$free" -lt $(($2 * 1024 * 1024)) ]; then
+          echo "[install-deps] error: $1 has $((free / 1024)) MiB free; installing PyTorch $TORCH_VERSION needs about $2 GiB there." >&2
+          echo "[install-deps] Free some space (old build folders, clones, ~/.cache/pip), or point OURGPIPE_VENV / TMPDIR at a larger disk, and rerun." >&2
+          exit 1
+        fi
+      }
+      if [ ! -d "$tmp" ] || [ "$(stat -c %d "$tmp")" = "$(stat -c %d "$(dirname "$venv")")" ]; then
+        need "$(dirname "$venv")" 9   # one disk holds both (or pip picks another temp folder)
+      else
+        need "$(dirname "$venv")" 6
+        need "$tmp" 4
       fi
-    done
+    fi
     echo "[install-deps] installing PyTorch $TORCH_VERSION (LibTorch inside the wheel) into $venv"
     [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
     "$venv/bin/pip" install -q --no-cache-dir --disable-pip-version-check "torch==$TORCH_VERSION" numpy pyyaml matplotlib tensorboard torch-tb-profiler

@@ -22,6 +22,9 @@ Decision admit(const WindowView& window, const GrantView& grant, int64_t now_ns,
     case GrantMode::kGated:
       break;
   }
+  // A window being published (read torn): no window this time, not "no pipeline". The daemon's
+  // kept snapshot goes stale (and the grant free) if the writer never finishes.
+  if (window.torn) return {Verdict::kHold, "window being published"};
   // The daemon notices a stale pipeline within a tick; the client need not wait for it.
   // Written as comparisons against `now - stale` so that a page value of INT64_MIN cannot overflow.
   if (window.heartbeat_ns <= 0 || window.heartbeat_ns < now_ns - config.stale_after_ns ||

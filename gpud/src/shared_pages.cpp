@@ -83,7 +83,7 @@ namespace {
 // (being written) sequence, then gives up: a writer killed between its stores leaves the value
 // odd for good, and one that keeps it odd but moving (1, 3, 5, ...: broken or hostile) must not
 // stall the daemon's loop or a best-effort launch either. Giving up costs little: the daemon
-// keeps its last good snapshot (WindowView::torn), a best-effort launch sees no window.
+// keeps its last good snapshot (WindowView::torn), a best-effort launch holds for that call.
 class ReadBudget {
  public:
   bool spent() const { return monotonic_ns() - start_ns_ >= kReadBudgetNs; }

@@ -432,7 +432,9 @@ class DistributedTest(unittest.TestCase):
                 self.assertNotEqual(list(code.values())[0], 0, log[-2000:])
             losers = [log for code, log in zip(codes[1:], logs[1:]) if code[1] == 2 and
                       "two processes were started as rank 1 of 3" in log]
-            self.assertEqual(len(losers), 1, "\n---\n".join(l[-1500:] for l in logs))
+            # The second claimant names the clash; the first may report it too (it read the
+            # posted verdict) or that rank 0 left, depending on timing.
+            self.assertGreaterEqual(len(losers), 1, "\n---\n".join(l[-1500:] for l in logs))
             self.assertIn("two processes were started as rank 1 of 3", logs[0])
         finally:
             for g in groups:

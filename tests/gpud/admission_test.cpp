@@ -87,6 +87,16 @@ TEST_F(AdmissionTest, AStaleOrAbsentPipelineFreesBestEffortWork) {
   EXPECT_EQ(admit(window, grant, now, -1, 5 * kMs, config).verdict, Verdict::kRun);
 }
 
+// A torn read (the pipeline mid-publication) has no heartbeat in it, but it is not a pipeline
+// gone: the launch waits for the next read instead of running free.
+TEST_F(AdmissionTest, ATornWindowHoldsRatherThanFreesTheLaunch) {
+  WindowView torn{};
+  torn.torn = true;
+  const Decision d = admit(torn, grant, now, 1 * kUs, 0, config);
+  EXPECT_EQ(d.verdict, Verdict::kHold);
+  EXPECT_STREQ(d.reason, "window being published");
+}
+
 TEST_F(AdmissionTest, FreeAndRevokedGrantsOverrideTheWindow) {
   window.open_ns = now + 10 * kMs;  // closed now
   grant.mode = GrantMode::kFree;

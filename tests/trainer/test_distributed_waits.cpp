@@ -31,7 +31,7 @@ WorldInfo rank_of_two(int rank, int port) {
 
 DistributedOptions short_waits() {
   DistributedOptions o;
-  o.timeout = std::chrono::milliseconds(1500);
+  o.timeout = std::chrono::milliseconds(3000);  // the join and Gloo connect too: room on a loaded CI machine
   o.heartbeat = std::chrono::milliseconds(100);
   return o;
 }
@@ -44,7 +44,7 @@ TEST(DistributedWaits, AGatherWaitsForALiveRankPastTheTimeout) {
   std::thread rank1([&] {
     try {
       auto d = Distributed::connect(rank_of_two(1, port), "same", short_waits());
-      std::this_thread::sleep_for(std::chrono::milliseconds(3500));  // over twice the timeout, beating
+      std::this_thread::sleep_for(std::chrono::milliseconds(7000));  // over twice the timeout, beating
       d->gather_to_rank0("slow", "from rank 1");
       d->finish();
     } catch (...) {

@@ -220,6 +220,10 @@ TEST(Launcher, UnderAnSrunStepOfSeveralTasksEachTaskMustBeANode) {
   o.node_rank = 1;
   EXPECT_NO_THROW(check(o, {{"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_PROCID", "1"}}));
   EXPECT_THROW(check(o, {{"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_PROCID", "0"}}), WorldError);
+  // Two tasks calling themselves nodes while the step has one node: they would share its GPUs.
+  EXPECT_THROW(check(o, {{"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_STEP_NUM_NODES", "1"}, {"SLURM_PROCID", "1"}}),
+               WorldError);
+  EXPECT_NO_THROW(check(o, {{"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_STEP_NUM_NODES", "2"}, {"SLURM_PROCID", "1"}}));
 }
 
 TEST(Launcher, StripRemovesOnlyTheLauncherFlags) {

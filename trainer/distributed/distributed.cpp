@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <sstream>
 
@@ -71,24 +72,30 @@ c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10
 void Distributed::Impl::fail(const std::string& reason) {
   // From here on the peers' sockets close one by one; c10d would log each with a backtrace.
   FLAGS_caffe2_log_level = 2;  // errors only
-  // Under the lock, so that unwatch() (before a transport is destroyed) waits for us; no
-  // transport's abort() takes this lock.
-  std::lock_guard<std::mutex> lock(mu);
-  if (!failure) failure = reason;
-  for (Transport* t : watched) {
-    try {
-      t->abort(*failure);
-    } catch (const std::exception& e) {
-      engine_log_warn("aborting a transport failed: " + error_text(e));
+  std::vector<c10::intrusive_ptr<c10d::Backend>> groups;
+  {
+    // Under the lock, so that unwatch() (before a transport is destroyed) waits for us; no
+    // transport's abort() takes this lock.
+    std::lock_guard<std::mutex> lock(mu);
+    if (!failure) failure = reason;
+    for (Transport* t : watched) {
+      try {
+        t->abort(*failure);
+      } catch (const std::exception& e) {
+        engine_log_warn("aborting a transport failed: " + error_text(e));
+      }
+    }
+    for (auto& weak : nccl_groups) {
+      if (auto group = weak.lock()) groups.push_back(std::move(group));
     }
   }
-  for (auto& weak : nccl_groups) {
-    if (auto group = weak.lock()) {
-      try {
-        group->abort();
-      } catch (const std::exception& e) {
-        engine_log_warn("aborting an NCCL process group failed: " + error_text(e));
-      }
+  // Outside the lock: ProcessGroupNCCL::abort waits (up to its timeout) for its communicators to
+  // abort, and every wait of ours polls under `mu`.
+  for (auto& group : groups) {
+    try {
+      group->abort();
+    } catch (const std::exception& e) {
+      engine_log_warn("aborting an NCCL process group failed: " + error_text(e));
     }
   }
 }
@@ -158,10 +165,13 @@ std::unique_ptr<Distributed> Distributed::connect(const WorldInfo& world, const 
   // NCCL process groups are made non-blocking (new_group): their communicator set-up is then
   // bounded by TORCH_NCCL_NONBLOCKING_TIMEOUT, 30 minutes unless set; ours is peer_timeout_s.
   // Set here, on the main thread, before any thread of ours or c10d's reads the environment.
-  if (const char* set = std::getenv("TORCH_NCCL_NONBLOCKING_TIMEOUT"); set == nullptr || *set == '\0') {
-    const auto seconds_ = std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::seconds>(options.timeout).count());
-    ::setenv("TORCH_NCCL_NONBLOCKING_TIMEOUT", std::to_string(seconds_).c_str(), 1);
-  }
+  static std::once_flag nccl_timeout_set;  // one process, one connect (tests make two at once)
+  std::call_once(nccl_timeout_set, [&] {
+    if (const char* set = std::getenv("TORCH_NCCL_NONBLOCKING_TIMEOUT"); set == nullptr || *set == '\0') {
+      const auto secs = std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::seconds>(options.timeout).count());
+      ::setenv("TORCH_NCCL_NONBLOCKING_TIMEOUT", std::to_string(secs).c_str(), 1);
+    }
+  });
   auto impl = std::make_unique<Impl>();
   impl->world = world;
   impl->options = options;
@@ -190,8 +200,11 @@ std::unique_ptr<Distributed> Distributed::connect(const WorldInfo& world, const 
   const std::string me = std::to_string(world.rank);
   // Why this rank gives up, posted where the others look ("abort") before it throws: they report
   // it instead of a lost store or a Gloo connect that times out.
-  auto give_up = [&](const std::string& why) {
+  // `config`: a verdict about the ranks' configuration (exit 2 on every rank), posted as such so
+  // that a rank still waiting for the others to join reports it as one too.
+  auto give_up = [&](const std::string& why, bool config = false) {
     try {
+      if (config) store.set("abort_is_config", bytes("1"));
       store.compareSet("abort", {}, bytes(why));
     } catch (const std::exception&) {
       // the store is gone already: each rank reports its own view
@@ -207,7 +220,7 @@ std::unique_ptr<Distributed> Distributed::connect(const WorldInfo& world, const 
         "two processes were started as rank {} of {} ({} and {}, host:pid): each process needs its own rank; check "
         "that RANK / SLURM_PROCID is not exported by the job script and that two jobs do not share MASTER_ADDR:"
         "MASTER_PORT ({})", world.rank, world.world_size, holder, claim, impl->store_address);
-    give_up(why);
+    give_up(why, /*config=*/true);
     throw ConfigError(why);
   }
   store.add("hb/" + me, 1);
@@ -222,7 +235,8 @@ std::unique_ptr<Distributed> Distributed::connect(const WorldInfo& world, const 
     const int a = std::min(world.rank, k), b = std::max(world.rank, k);
     throw ConfigError(fmt::format(
         "rank {} and rank {} run different configurations (config hash {} vs {}): give every rank the same "
-        "--config file and the same --set overrides", a, b, a == world.rank ? config_hash : other,
+        "--config file and the same --set overrides, and every node the same parallel.schedule_file and "
+        "dataset.tokenizer_model contents", a, b, a == world.rank ? config_hash : other,
         a == world.rank ? other : config_hash));
   };
   if (world.rank != 0) check_hash(0);
@@ -230,9 +244,15 @@ std::unique_ptr<Distributed> Distributed::connect(const WorldInfo& world, const 
   // The first rank to give up posts why; the others report that rather than a lost store.
   auto joined = [&]() -> int64_t {
     try {
-      if (store.check({"abort"})) throw RendezvousError(text(store.get("abort")));
+      if (store.check({"abort"})) {
+        const std::string why = text(store.get("abort"));
+        if (store.check({"abort_is_config"})) throw ConfigError(why);
+        throw RendezvousError(why);
+      }
       return store.add("joined", 0);
     } catch (const RendezvousError&) {
+      throw;
+    } catch (const ConfigError&) {
       throw;
     } catch (const std::exception& e) {
       throw RendezvousError(fmt::format("rank {} lost the rendezvous store at {} (rank 0 hosts it) while waiting for "
@@ -266,7 +286,7 @@ std::unique_ptr<Distributed> Distributed::connect(const WorldInfo& world, const 
     try {
       for (int k = 1; k < world.world_size; ++k) check_hash(k);
     } catch (const ConfigError& e) {
-      give_up(e.what());
+      give_up(e.what(), /*config=*/true);
       throw;
     }
     store.set("hashes_agree", bytes("1"));

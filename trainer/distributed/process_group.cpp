@@ -121,6 +121,9 @@ std::unique_ptr<ProcessGroup> Distributed::new_group(const std::string& name, st
 #ifdef OURGPIPE_HAVE_NCCL
       auto options = c10d::ProcessGroupNCCL::Options::create();
       options->timeout = impl_->options.timeout;
+#ifndef NCCL_HAS_CONFIG
+#warning "this NCCL has no ncclConfig_t: replicated stages' NCCL groups stay blocking (a lost member is not bounded)"
+#endif
 #ifdef NCCL_HAS_CONFIG
       // Non-blocking communicator: its creation (at the first all-reduce, inside backward) is
       // polled and bounded (Distributed::connect sets TORCH_NCCL_NONBLOCKING_TIMEOUT), where a
@@ -128,9 +131,14 @@ std::unique_ptr<ProcessGroup> Distributed::new_group(const std::string& name, st
       options->config.blocking = 0;
 #endif
       backend_ptr = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, group_rank, size, options);
-      std::lock_guard<std::mutex> lock(impl_->mu);
-      impl_->nccl_groups.push_back(c10::weak_intrusive_ptr<c10d::Backend>(backend_ptr));
-      if (impl_->failure) backend_ptr->abort();
+      bool failed = false;
+      {
+        std::lock_guard<std::mutex> lock(impl_->mu);
+        std::erase_if(impl_->nccl_groups, [](const auto& weak) { return weak.expired(); });
+        impl_->nccl_groups.push_back(c10::weak_intrusive_ptr<c10d::Backend>(backend_ptr));
+        failed = impl_->failure.has_value();
+      }
+      if (failed) backend_ptr->abort();  // outside the lock, as Impl::fail does
 #else
       throw ConfigError("process group " + name + " needs NCCL (CUDA stages) but this build has none: configure on a "
                         "machine with the CUDA toolkit and LibTorch-CUDA");

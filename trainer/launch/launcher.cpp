@@ -327,15 +327,19 @@ void check_launch_under_slurm(const LaunchOptions& options, const GetEnv& getenv
   const int tasks = std::atoi(tasks_text);
   if (tasks <= 1) return;
   const char* procid = getenv("SLURM_PROCID");
+  const char* nodes_text = getenv("SLURM_STEP_NUM_NODES");
+  // Each task a node of its own: as many tasks as nodes in the step, and this task's --node-rank
+  // its task number (with one task per node, SLURM_PROCID counts the step's nodes).
   const bool one_task_per_node =
-      options.nnodes == tasks && (procid == nullptr || *procid == '\0' || std::atoi(procid) == options.node_rank);
+      options.nnodes == tasks && (nodes_text == nullptr || *nodes_text == '\0' || std::atoi(nodes_text) == tasks) &&
+      (procid == nullptr || *procid == '\0' || std::atoi(procid) == options.node_rank);
   if (one_task_per_node) return;
   throw WorldError(fmt::format(
       "--nproc-per-node {} inside an srun step of {} tasks (this is task {}) with --nnodes {} --node-rank {}: every "
       "task would start its own {}-rank job on the same port and output folder. Either let srun start every rank "
       "(srun --ntasks-per-node=<GPUs per node> gpipe_runner ... without --nproc-per-node; scripts/submit_gpipe_*.sh "
       "do this), or run one task per node and give each its node: srun --ntasks-per-node=1 bash -c 'gpipe_runner "
-      "--nproc-per-node N --nnodes $SLURM_NNODES --node-rank $SLURM_NODEID --master-addr <first node> ...'",
+      "--nproc-per-node N --nnodes $SLURM_STEP_NUM_NODES --node-rank $SLURM_PROCID --master-addr <first node> ...'",
       options.nproc_per_node, tasks, procid != nullptr ? procid : "?", options.nnodes, options.node_rank,
       options.nnodes * options.nproc_per_node));
 }

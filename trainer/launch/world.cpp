@@ -149,7 +149,9 @@ WorldInfo from_slurm_env(const GetEnv& getenv) {
   w.world_size = int_at_least("SLURM_NTASKS", *lookup(getenv, "SLURM_NTASKS"), 1);
   if (auto v = lookup(getenv, "SLURM_LOCALID")) w.local_rank = int_at_least("SLURM_LOCALID", *v, 0);
   w.local_world_size = slurm_local_world_size(getenv);
-  check_ranks(w, {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE/SLURM_TASKS_PER_NODE"});
+  check_ranks(w, {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+                  lookup(getenv, "SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE"
+                                                              : "SLURM_NTASKS_PER_NODE/SLURM_TASKS_PER_NODE"});
 
   // Rank 0 runs on the first node of the step, which is not the job's first node when the step
   // uses part of the allocation (srun -N2 -r2): the step's list first.
@@ -163,7 +165,7 @@ WorldInfo from_slurm_env(const GetEnv& getenv) {
     w.master_addr = first_host_of_nodelist(*old_list);
   } else if (w.world_size > 1) {
     throw WorldError(
-        "MASTER_ADDR is not set and neither SLURM_JOB_NODELIST nor SLURM_NODELIST names the nodes; "
+        "MASTER_ADDR is not set and none of SLURM_STEP_NODELIST, SLURM_JOB_NODELIST, SLURM_NODELIST names the nodes; "
         "export MASTER_ADDR=<first node> in the job script");
   }
   if (auto port = lookup(getenv, "MASTER_PORT")) {

@@ -97,7 +97,7 @@ struct WindowView {
   int64_t heartbeat_ns = 0;
   int64_t window_ns_published = 0;
   // No consistent snapshot within the read's budget (the writer was mid-publication): the fields
-  // are empty; the daemon keeps its previous snapshot, a best-effort launch sees no window.
+  // are empty; the daemon keeps its previous snapshot, a best-effort launch holds (admit).
   bool torn = false;
 };
 struct GrantView {
