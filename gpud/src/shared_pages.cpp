@@ -84,13 +84,19 @@ namespace {
 // odd for good, and one that keeps it odd but moving (1, 3, 5, ...: broken or hostile) must not
 // stall the daemon's loop or a best-effort launch either. Giving up costs little: the daemon
 // keeps its last good snapshot (WindowView::torn), a best-effort launch holds for that call.
+// The clock starts at the first retry: a read that finds the page still (every best-effort launch
+// reads the window) pays no clock call.
 class ReadBudget {
  public:
-  bool spent() const { return monotonic_ns() - start_ns_ >= kReadBudgetNs; }
+  bool spent() {
+    const int64_t now = monotonic_ns();
+    if (start_ns_ == 0) start_ns_ = now;
+    return now - start_ns_ >= kReadBudgetNs;
+  }
 
  private:
   static constexpr int64_t kReadBudgetNs = 50'000;
-  int64_t start_ns_ = monotonic_ns();
+  int64_t start_ns_ = 0;
 };
 }  // namespace
 
