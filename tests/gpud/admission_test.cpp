@@ -134,20 +134,27 @@ TEST(SharedPagesTest, ReadersSeeWholeWindowsWhileTheWriterPublishes) {
     }
     done = true;
   });
-  int64_t torn = 0, reads = 0;
+  int64_t torn = 0, reads = 0, whole = 0;
   uint64_t last_count = 0;
   reading = true;
   while (!done.load()) {
     const WindowView w = read_window(*page);
-    if (w.windows_published != 0 && w.close_ns - w.open_ns != 1000) ++torn;
-    if (w.windows_published < last_count) ++torn;  // never goes back
-    last_count = w.windows_published;
+    // A read that gave up (its 50 us budget spent: likely under a sanitizer) says so and is empty;
+    // every other one must be a whole window that never goes back.
+    if (!w.torn) {
+      ++whole;
+      if (w.windows_published != 0 && w.close_ns - w.open_ns != 1000) ++torn;
+      if (w.windows_published < last_count) ++torn;  // never goes back
+      last_count = w.windows_published;
+    } else if (w.windows_published != 0 || w.heartbeat_ns != 0) {
+      ++torn;  // a given-up read must carry nothing
+    }
     const GrantView g = read_grant(*grants);
     if (g.epoch != 0 && g.inflight_budget_ns - g.lease_expiry_ns != 5) ++torn;
     ++reads;
   }
   writer.join();
-  EXPECT_GT(reads, 0);
+  EXPECT_GT(whole, 0);
   EXPECT_EQ(torn, 0) << "of " << reads << " reads";
   EXPECT_EQ(read_window(*page).windows_published, 20000u);
   EXPECT_EQ(read_grant(*grants).epoch, 20000u);
