@@ -152,7 +152,7 @@ Client Client::connect(const std::filesystem::path& dir, const std::string& gpu,
 Client::Client(Client&& o) noexcept
     : fd_(std::exchange(o.fd_, -1)), socket_(std::move(o.socket_)), id_(o.id_), role_(o.role_),
       pipeline_(std::exchange(o.pipeline_, nullptr)), grant_(std::exchange(o.grant_, nullptr)),
-      usage_(std::exchange(o.usage_, nullptr)) {}
+      usage_(std::exchange(o.usage_, nullptr)), requests_(o.requests_) {}
 
 Client& Client::operator=(Client&& o) noexcept {
   if (this != &o) {
@@ -164,6 +164,7 @@ Client& Client::operator=(Client&& o) noexcept {
     pipeline_ = std::exchange(o.pipeline_, nullptr);
     grant_ = std::exchange(o.grant_, nullptr);
     usage_ = std::exchange(o.usage_, nullptr);
+    requests_ = o.requests_;
   }
   return *this;
 }
@@ -196,8 +197,19 @@ UsagePage& Client::usage() {
 }
 
 nlohmann::json Client::status(int64_t timeout_ns) {
-  io::send_message(fd_, {{"type", "status"}});
-  return expect_reply(fd_, socket_, "status", timeout_ns, timeout_ns, nullptr);
+  const int64_t deadline = monotonic_ns() + timeout_ns;
+  const uint64_t request = ++requests_;
+  io::send_message(fd_, {{"type", "status"}, {"request", request}});
+  for (;;) {
+    nlohmann::json reply =
+        expect_reply(fd_, socket_, "status", std::max<int64_t>(deadline - monotonic_ns(), 0), timeout_ns, nullptr);
+    const auto r = reply.find("request");
+    if (r == reply.end() || !r->is_number_unsigned()) {
+      throw ProtocolError("orion-gpud sent a status reply without its request's number");
+    }
+    if (r->get<uint64_t>() == request) return reply;
+    // An earlier request's reply that came after its caller gave up: not this one's.
+  }
 }
 
 bool Client::daemon_alive() const {

@@ -439,6 +439,11 @@ struct Daemon::Impl {
       s["gpu"] = options.gpu;
       s["version"] = kProtocolVersion;
       s["observers"] = observer_count();
+      // The request's number, so that a client whose earlier ask timed out tells that late reply
+      // from this one.
+      if (const auto r = in.message.find("request"); r != in.message.end() && r->is_number_unsigned()) {
+        s["request"] = *r;
+      }
       if (const pid_t departed = departed_pipeline_alive(); departed != 0) s["pipeline_refused_until_pid_exits"] = departed;
       try {
         io::send_message(c.fd, s, {}, kMaxReplyBytes);

@@ -2,7 +2,13 @@
 // best-effort op goes only when gpud::admit says it fits the pipeline's published idle window
 // (or the pipeline is gone, or the daemon is gone and the fallback is pass); the decision reads
 // two shared pages in the calling thread (or the pump's), no round trip to the daemon.
+#include <atomic>
+#include <filesystem>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "gpud/gpud.h"
 #include "policy_params.h"
@@ -22,7 +28,10 @@ class GpudPolicy final : public Policy {
   bool admit(const Op& op, const OpEstimate& est, const DeviceState& state) const override {
     const int64_t kernel_ns = length_ns(op, est);
     const int64_t now = source_.now();
-    const gpud::Decision d = gpud::admit(source_.window(now), source_.grant(now), now, kernel_ns,
+    gpud::GrantView grant = source_.grant(now);
+    // Past the lease the daemon is stuck or gone; a restarted one hands out a new grant.
+    if (grant.lease_expiry_ns <= now && source_.lease_expired(now)) grant = source_.grant(now);
+    const gpud::Decision d = gpud::admit(source_.window(now), grant, now, kernel_ns,
                                          static_cast<int64_t>(state.be_outstanding_ns), config_);
     if (d.verdict != gpud::Verdict::kRun) return false;
     if (d.in_window && op.kind == OpKind::kKernel) source_.admitted(kernel_ns);
@@ -67,13 +76,60 @@ class GpudPolicy final : public Policy {
   gpud::AdmissionConfig config_;
 };
 
-// The shared pages orion-gpud handed this process.
-struct ClientPages {
-  mutable gpud::Client client;  // its usage page is this process's own account (atomics)
+// The shared pages orion-gpud handed this process, replaced by a restarted daemon's. A daemon
+// that stopped or died leaves the lease to run out, and without a new connection this process
+// would hold (or, with fallback=pass, run unprotected) its best-effort work until it exits, while
+// the pipeline reconnects to the next daemon on its own. So once the lease has run out, at most
+// once per kRetryNs and in whichever launching thread gets there first, it looks whether the
+// daemon hung up and, if so, connects again (bounded by kConnectBoundNs; a socket nobody serves
+// refuses at once). A daemon that is stuck but connected is left to the lease and the fallback.
+// A replaced connection's pages stay mapped until the policy goes: other launching threads may be
+// reading them (one set per daemon restart).
+class ClientPages {
+ public:
+  static constexpr int64_t kRetryNs = 250'000'000;
+  static constexpr int64_t kConnectBoundNs = 100'000'000;
+
+  ClientPages(std::filesystem::path dir, std::string gpu)
+      : state_(std::make_unique<State>(std::move(dir), std::move(gpu))) {}
   int64_t now() const { return gpud::monotonic_ns(); }
-  gpud::WindowView window(int64_t /*now*/) const { return gpud::read_window(client.pipeline()); }
-  gpud::GrantView grant(int64_t /*now*/) const { return gpud::read_grant(client.grant()); }
-  void admitted(int64_t kernel_ns) const { gpud::record_admitted(client.usage(), kernel_ns); }
+  gpud::WindowView window(int64_t /*now*/) const { return gpud::read_window(current().pipeline()); }
+  gpud::GrantView grant(int64_t /*now*/) const { return gpud::read_grant(current().grant()); }
+  // Its usage page is this process's own account (atomics).
+  void admitted(int64_t kernel_ns) const { gpud::record_admitted(current().usage(), kernel_ns); }
+  // True when a restarted daemon's pages replaced the old ones (read the grant again).
+  bool lease_expired(int64_t now) const {
+    State& s = *state_;
+    int64_t next = s.next_try_ns.load(std::memory_order_relaxed);
+    if (now < next || !s.next_try_ns.compare_exchange_strong(next, now + kRetryNs)) return false;
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (current().daemon_alive()) return false;
+    try {
+      s.clients.push_back(std::make_unique<gpud::Client>(
+          gpud::Client::connect(s.dir, s.gpu, gpud::Role::kBestEffort, kClientName, kConnectBoundNs)));
+    } catch (const gpud::ProtocolError&) {
+      return false;  // not back yet: the next try is kRetryNs away
+    }
+    s.current.store(s.clients.back().get(), std::memory_order_release);
+    return true;
+  }
+  static constexpr const char* kClientName = "libgpu_scheduler";
+
+ private:
+  struct State {
+    State(std::filesystem::path d, std::string g) : dir(std::move(d)), gpu(std::move(g)) {
+      clients.push_back(std::make_unique<gpud::Client>(gpud::Client::connect(dir, gpu, gpud::Role::kBestEffort, kClientName)));
+      current.store(clients.back().get());
+    }
+    const std::filesystem::path dir;
+    const std::string gpu;
+    std::mutex mu;  // connecting again
+    std::vector<std::unique_ptr<gpud::Client>> clients;  // every connection made, the newest last
+    std::atomic<gpud::Client*> current{nullptr};
+    std::atomic<int64_t> next_try_ns{0};
+  };
+  gpud::Client& current() const { return *state_->current.load(std::memory_order_acquire); }
+  std::unique_ptr<State> state_;
 };
 
 struct FunctionPages {
@@ -82,6 +138,7 @@ struct FunctionPages {
   gpud::WindowView window(int64_t now) const { return source.window(now); }
   gpud::GrantView grant(int64_t now) const { return source.grant(now); }
   void admitted(int64_t /*kernel_ns*/) const {}
+  bool lease_expired(int64_t /*now*/) const { return false; }
 };
 
 }  // namespace
@@ -114,7 +171,7 @@ std::unique_ptr<Policy> make_gpud_policy(const PolicyParams& params) {
   const std::filesystem::path dir = params.count("dir") ? std::filesystem::path(params.at("dir")) : gpud::default_runtime_dir();
   try {
     return std::make_unique<GpudPolicy<ClientPages>>(
-        ClientPages{gpud::Client::connect(dir, it->second, gpud::Role::kBestEffort, "libgpu_scheduler")}, config);
+        ClientPages(dir, it->second), config);
   } catch (const gpud::ProtocolError& e) {
     throw std::invalid_argument(std::string("policy 'gpud': ") + e.what());
   }
@@ -125,7 +182,8 @@ std::string gpud_param_docs() {
          "  published idle windows (no starvation bound)\n"
          "  gpu=<uuid>        required: the GPU orion-gpud serves (nvidia-smi -L)\n"
          "  dir=<folder>      orion-gpud's runtime folder (default $ORION_GPUD_DIR, $XDG_RUNTIME_DIR/orion-gpud, ...)\n"
-         "  fallback=hold     when the daemon is gone (lease expired): hold, or pass (run, unprotected)\n"
+         "  fallback=hold     when the daemon is gone (lease expired): hold, or pass (run, unprotected), until\n"
+         "                    a restarted orion-gpud answers (tried every 250 ms once the lease ran out)\n"
          "  guard_us=50       kept free before a window closes\n"
          "  unknown_min_window_us=5000  a kernel of unknown duration needs this much window left\n"
          "  stale_ms=200      a pipeline heartbeat older than this frees best-effort work\n"

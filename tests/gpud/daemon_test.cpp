@@ -545,6 +545,51 @@ TEST(GpudClient, ADaemonThatAcceptsNothingIsAnErrorWithinTheBound) {
   expect_no_reply_within_300ms(dir.path, connect_with_300ms_bound(dir.path, [&] { hung.close_listener(); }));
 }
 
+// A status ask that timed out leaves its reply to come later; the next ask must get its own
+// reply, not that late one (a monitor polling a slow daemon showed old clients and windows).
+TEST(GpudClient, ALateStatusReplyIsNotTakenForTheNextOne) {
+  TempDir dir;
+  const int listener = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  const sockaddr_un addr = address_of(dir.path);
+  ASSERT_EQ(bind(listener, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
+  ASSERT_EQ(listen(listener, 1), 0);
+  std::atomic<bool> first_ask_gave_up{false};
+  std::string server_error;
+  // A slow daemon: it answers the first status request only after its asker gave up.
+  std::thread server([&] {
+    const int c = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    auto next = [&]() -> nlohmann::json {
+      pollfd p{c, POLLIN, 0};
+      if (poll(&p, 1, 5000) <= 0) return {};
+      char buf[kMaxMessageBytes];
+      const ssize_t n = recv(c, buf, sizeof buf, 0);
+      return n > 0 ? nlohmann::json::parse(std::string(buf, static_cast<size_t>(n)), nullptr, false) : nlohmann::json{};
+    };
+    auto reply = [&](const nlohmann::json& m) {
+      const std::string text = m.dump();
+      (void)send(c, text.data(), text.size(), MSG_NOSIGNAL);
+    };
+    if (next().value("type", "") != "hello") server_error = "no hello";
+    reply({{"type", "welcome"}, {"client_id", 0}});
+    const nlohmann::json first = next();
+    while (!first_ask_gave_up) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    reply({{"type", "status"}, {"request", first.value("request", nlohmann::json())}, {"answer", "late"}});
+    const nlohmann::json second = next();
+    reply({{"type", "status"}, {"request", second.value("request", nlohmann::json())}, {"answer", "second"}});
+    next();  // until the client closes
+    close(c);
+  });
+  {
+    Client observer = Client::connect(dir.path, kGpu, Role::kObserver, "monitor");
+    EXPECT_THROW(observer.status(100 * kMs), ProtocolError);
+    first_ask_gave_up = true;
+    EXPECT_EQ(observer.status(2000 * kMs).value("answer", ""), "second");
+  }
+  server.join();
+  close(listener);
+  EXPECT_EQ(server_error, "");
+}
+
 TEST(GpudClient, ADaemonOfAnotherUidIsNotTrusted) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to make a listener of another uid";
   TempDir dir;

@@ -105,5 +105,36 @@ TEST(GpudPolicyTest, BestEffortWaitsForThePipelinesWindowNotForATimer) {
   }
 }
 
+// The daemon stops (an upgrade, a crash) and another starts on the same folder: once the old
+// lease runs out the best-effort process holds (fallback=hold), then reaches the new daemon on
+// its own and runs again as that daemon's client (without it, it held until it exited).
+TEST(GpudPolicyTest, ABestEffortProcessReachesARestartedDaemon) {
+  gpud::testing::TempDir folder;
+  gpud::DaemonOptions options;
+  options.gpu = "GPU-restart";
+  options.dir = folder.path;
+  options.tick_ns = 2'000'000;
+  options.grants.lease_ns = 50'000'000;
+  auto daemon = std::make_unique<gpud::testing::DaemonThread>(options);
+  auto policy = make_policy("gpud", {{"gpu", options.gpu}, {"dir", folder.path.string()}});
+  const Op op = kernel_op(2, 7);
+  OpEstimate est;
+  est.duration_ns = 10'000;
+  const DeviceState state;
+  ASSERT_TRUE(eventually([&] { return policy->admit(op, est, state); })) << "no pipeline: best effort runs freely";
+
+  daemon.reset();
+  ASSERT_TRUE(eventually([&] { return !policy->admit(op, est, state); })) << "the lease never ran out";
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a retry finds no daemon and waits
+  EXPECT_FALSE(policy->admit(op, est, state));
+
+  daemon = std::make_unique<gpud::testing::DaemonThread>(options);
+  EXPECT_TRUE(eventually([&] { return policy->admit(op, est, state); }))
+      << "the best-effort process did not reach the restarted daemon";
+  gpud::Client observer = gpud::Client::connect(folder.path, options.gpu, gpud::Role::kObserver, "test");
+  const nlohmann::json status = observer.status();
+  EXPECT_NE(status.dump().find("libgpu_scheduler"), std::string::npos) << status.dump();
+}
+
 }  // namespace
 }  // namespace sched

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -241,44 +242,51 @@ std::unique_ptr<Distributed> Distributed::connect(const WorldInfo& world, const 
   };
   if (world.rank != 0) check_hash(0);
   const auto deadline = Clock::now() + options.timeout;
-  // The first rank to give up posts why; the others report that rather than a lost store.
-  auto joined = [&]() -> int64_t {
-    try {
-      if (store.check({"abort"})) {
-        const std::string why = text(store.get("abort"));
-        if (store.check({"abort_is_config"})) throw ConfigError(why);
-        throw RendezvousError(why);
+  // Polls the store every 20 ms until `done()`. The first rank to give up posts why; the others
+  // report that (as a configuration verdict when it was posted as one) rather than a lost store.
+  // `phase` names the wait in a lost store's message; past the deadline `timed_out()` throws.
+  auto wait_in_store = [&](const std::function<bool()>& done, const char* phase,
+                           const std::function<void()>& timed_out) {
+    while (true) {
+      bool finished = false;
+      try {
+        if (store.check({"abort"})) {
+          const std::string why = text(store.get("abort"));
+          if (store.check({"abort_is_config"})) throw ConfigError(why);
+          throw RendezvousError(why);
+        }
+        finished = done();
+      } catch (const RendezvousError&) {
+        throw;
+      } catch (const ConfigError&) {
+        throw;
+      } catch (const std::exception& e) {
+        throw RendezvousError(fmt::format("rank {} lost the rendezvous store at {} (rank 0 hosts it) while {}: rank 0 "
+                                          "gave up or died (see its log): {}", world.rank, impl->store_address, phase,
+                                          error_text(e)));
       }
-      return store.add("joined", 0);
-    } catch (const RendezvousError&) {
-      throw;
-    } catch (const ConfigError&) {
-      throw;
-    } catch (const std::exception& e) {
-      throw RendezvousError(fmt::format("rank {} lost the rendezvous store at {} (rank 0 hosts it) while waiting for "
-                                        "all {} ranks to join: rank 0 gave up or died (see its log): {}", world.rank,
-                                        impl->store_address, world.world_size, error_text(e)));
+      if (finished) return;
+      if (Clock::now() > deadline) timed_out();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   };
-  while (joined() < world.world_size) {
-    if (Clock::now() > deadline) {
-      std::string missing;
-      int count = 0;
-      for (int k = 0; k < world.world_size; ++k) {
-        if (!store.check({"joined/" + std::to_string(k)})) {
-          missing += (count++ ? ", " : "") + std::to_string(k);
-        }
+  const std::string join_phase = fmt::format("waiting for all {} ranks to join", world.world_size);
+  wait_in_store([&] { return store.add("joined", 0) >= world.world_size; }, join_phase.c_str(), [&] {
+    std::string missing;
+    int count = 0;
+    for (int k = 0; k < world.world_size; ++k) {
+      if (!store.check({"joined/" + std::to_string(k)})) {
+        missing += (count++ ? ", " : "") + std::to_string(k);
       }
-      const std::string why = fmt::format(
-          "only {} of {} ranks joined the rendezvous at {} within {}; missing rank{} {} (not started, failed at "
-          "start, or launched with another MASTER_ADDR/MASTER_PORT or WORLD_SIZE; under SLURM run the job "
-          "with srun)", world.world_size - count, world.world_size, impl->store_address, seconds(options.timeout),
-          count > 1 ? "s" : "", missing);
-      give_up(why);
-      throw RendezvousError(why);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+    const std::string why = fmt::format(
+        "only {} of {} ranks joined the rendezvous at {} within {}; missing rank{} {} (not started, failed at "
+        "start, or launched with another MASTER_ADDR/MASTER_PORT or WORLD_SIZE; under SLURM run the job "
+        "with srun)", world.world_size - count, world.world_size, impl->store_address, seconds(options.timeout),
+        count > 1 ? "s" : "", missing);
+    give_up(why);
+    throw RendezvousError(why);
+  });
   // Rank 0 compares every hash and posts the verdict; the others wait for it before connecting
   // Gloo, so with 3 or more ranks a rank that matches rank 0 hears about the one that does not
   // instead of timing out in the Gloo connect.
@@ -291,26 +299,11 @@ std::unique_ptr<Distributed> Distributed::connect(const WorldInfo& world, const 
     }
     store.set("hashes_agree", bytes("1"));
   } else {
-    while (true) {
-      bool agreed = false;
-      try {
-        if (store.check({"abort"})) throw ConfigError(text(store.get("abort")));
-        agreed = store.check({"hashes_agree"});
-      } catch (const ConfigError&) {
-        throw;
-      } catch (const std::exception& e) {
-        throw RendezvousError(fmt::format("rank {} lost the rendezvous store at {} (rank 0 hosts it) while rank 0 "
-                                          "compared the configurations: rank 0 gave up or died (see its log): {}",
-                                          world.rank, impl->store_address, error_text(e)));
-      }
-      if (agreed) break;
-      if (Clock::now() > deadline) {
-        throw RendezvousError(fmt::format("rank {} waited {} for rank 0 to compare the ranks' configurations at {}: "
-                                          "rank 0 is stuck or died (see its log)", world.rank,
-                                          seconds(options.timeout), impl->store_address));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    wait_in_store([&] { return store.check({"hashes_agree"}); }, "rank 0 compared the configurations", [&] {
+      throw RendezvousError(fmt::format("rank {} waited {} for rank 0 to compare the ranks' configurations at {}: "
+                                        "rank 0 is stuck or died (see its log)", world.rank, seconds(options.timeout),
+                                        impl->store_address));
+    });
   }
   try {
     impl->gloo = make_gloo_backend(c10::make_intrusive<c10d::PrefixStore>("gloo", impl->store), world.rank,
@@ -408,37 +401,46 @@ void Distributed::barrier() {
   impl_->wait_collective(impl_->gloo->barrier(), "barrier");
 }
 
+PeerDeadline::PeerDeadline(Distributed::Impl& dist, std::optional<int> peer)
+    : dist_(dist), peer_(peer), deadline_(Clock::now() + dist.options.timeout),
+      hard_deadline_(Clock::now() + kLiveWaits * dist.options.timeout), next_look_(Clock::now()) {}
+
+bool PeerDeadline::passed() {
+  if (peer_ && Clock::now() > next_look_) {
+    // The peer's monitor thread beats while its main thread works: still alive, wait on.
+    const int64_t beat = dist_.store->add("hb/" + std::to_string(*peer_), 0);
+    if (last_beat_ >= 0 && beat != last_beat_) deadline_ = std::min(Clock::now() + dist_.options.timeout, hard_deadline_);
+    last_beat_ = beat;
+    next_look_ = Clock::now() + dist_.options.heartbeat;
+  }
+  return Clock::now() > deadline_;
+}
+
+std::string PeerDeadline::why() const {
+  if (!peer_) return {};
+  if (Clock::now() >= hard_deadline_) {
+    return fmt::format(" ({} x parallel.peer_timeout_s in all: rank {} is alive but does not get there)", kLiveWaits,
+                       *peer_);
+  }
+  return fmt::format(" after rank {}'s heartbeat stopped", *peer_);
+}
+
+void Distributed::Impl::throw_if_failed() {
+  std::lock_guard<std::mutex> lock(mu);
+  if (failure) throw std::runtime_error(*failure);
+}
+
 std::string Distributed::Impl::wait_for_key(const std::string& key, const std::string& what,
                                             std::optional<int> writer) {
   // Polled, not a blocking get: a blocking get can be neither interrupted when the monitor learns
   // that the rank who should write `key` is gone, nor shared (TCPStore holds its client lock).
-  const auto start = Clock::now();
-  auto deadline = start + options.timeout;
-  // A writer that beats but never writes (its main thread stuck) is not waited for forever.
-  const auto hard_deadline = start + 10 * options.timeout;
-  const std::string beat_key = writer ? "hb/" + std::to_string(*writer) : std::string();
-  int64_t last_beat = -1;
-  auto next_look = start;
+  PeerDeadline deadline(*this, writer);
   try {
     while (!store->check({key})) {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (failure) throw std::runtime_error(*failure);
-      }
-      if (writer && Clock::now() > next_look) {
-        // The writer's monitor thread beats while its main thread works: still alive, wait on.
-        const int64_t beat = store->add(beat_key, 0);
-        if (last_beat >= 0 && beat != last_beat) deadline = std::min(Clock::now() + options.timeout, hard_deadline);
-        last_beat = beat;
-        next_look = Clock::now() + options.heartbeat;
-      }
-      if (Clock::now() > deadline) {
-        throw std::runtime_error(fmt::format(
-            "{} did not arrive within {}{}", what, seconds(options.timeout),
-            !writer ? std::string()
-            : Clock::now() >= hard_deadline
-                ? fmt::format(" (10 x parallel.peer_timeout_s in all: rank {} is alive but does not get there)", *writer)
-                : fmt::format(" after rank {}'s heartbeat stopped", *writer)));
+      throw_if_failed();
+      if (deadline.passed()) {
+        throw std::runtime_error(fmt::format("{} did not arrive within {}{}", what, seconds(options.timeout),
+                                             deadline.why()));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }

@@ -48,10 +48,34 @@ struct Distributed::Impl {
   // it) the wait goes on while that rank's heartbeat advances (up to 10 x the timeout): a live
   // rank that is slow (a checkpoint on a shared filesystem) is waited for, a silent one is not.
   std::string wait_for_key(const std::string& key, const std::string& what, std::optional<int> writer = std::nullopt);
+  // Throws the failure the monitor recorded (a lost or announcing rank), if any.
+  void throw_if_failed();
   // Waits for a collective, ending early when the monitor records a failure; throws naming why.
   void wait_collective(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);
   // Why a collective failed: another rank's announcement, or the ranks whose heartbeat stopped.
   std::string explain_collective_failure(const std::string& what, const std::exception& error);
+};
+
+// When a wait on another rank gives up: options.timeout after it began, pushed on while `peer`'s
+// heartbeat advances (its process is alive: slow, e.g. writing a checkpoint to a shared
+// filesystem), but never past kLiveWaits x the timeout (alive but never getting there). Without a
+// peer, the plain timeout. The beat is read at most once per heartbeat period.
+class PeerDeadline {
+ public:
+  static constexpr int kLiveWaits = 10;
+  PeerDeadline(Distributed::Impl& dist, std::optional<int> peer);
+  // True once the wait should give up.
+  bool passed();
+  // After passed(): " after rank N's heartbeat stopped", or that it was alive for kLiveWaits x the
+  // timeout; empty without a peer. For the caller's message.
+  std::string why() const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  Distributed::Impl& dist_;
+  std::optional<int> peer_;
+  Clock::time_point deadline_, hard_deadline_, next_look_;
+  int64_t last_beat_ = -1;
 };
 
 // An exception's message without the C++ backtrace c10::Error appends (one line per log entry).

@@ -199,7 +199,10 @@ class NcclProcessTransport final : public CrossProcessTransport {
     }
     std::string raw;
     try {
-      raw = dist_.wait_for_key(key_name(key), "the shape of the " + to_string(key));
+      // The sender's process is named: while it beats (alive but slow) the wait goes on past the
+      // timeout, as a Gloo receive's does.
+      raw = dist_.wait_for_key(key_name(key), "the shape of the " + to_string(key),
+                               placement_.process_of(rank_of(key.sender_stage())));
     } catch (const std::exception& e) {
       check_not_aborted("recv of " + to_string(key));
       throw TransportTimeout(fmt::format("the shape of the {} never arrived from pipeline rank {}: {}", to_string(key),
@@ -244,7 +247,8 @@ class NcclProcessTransport final : public CrossProcessTransport {
       if (r != ncclSuccess) throw TransportError(std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(r));
       dist_.store->set(key, std::vector<uint8_t>(id.internal, id.internal + sizeof(id.internal)));
     } else {
-      const std::string raw = dist_.wait_for_key(key, fmt::format("the NCCL id of pipeline ranks {} -> {}", from, to));
+      const std::string raw = dist_.wait_for_key(key, fmt::format("the NCCL id of pipeline ranks {} -> {}", from, to),
+                                                 placement_.process_of(from));
       if (raw.size() != sizeof(id.internal)) throw TransportError("a malformed NCCL id arrived for " + key);
       std::copy(raw.begin(), raw.end(), id.internal);
     }
@@ -278,9 +282,35 @@ class NcclProcessTransport final : public CrossProcessTransport {
     check(sender ? ncclSend(probe.data_ptr(), 1, ncclFloat32, ch->peer_index, ch->comm, ch->raw_stream)
                  : ncclRecv(probe.data_ptr(), 1, ncclFloat32, ch->peer_index, ch->comm, ch->raw_stream),
           *ch, what);
-    C10_CUDA_CHECK(cudaStreamSynchronize(ch->raw_stream));
+    wait_for_probe(*ch, what, placement_.process_of(sender ? to : from));
     guard.armed = false;
     return ch;
+  }
+
+  // The probe's kernel spins until the peer's half runs: cudaStreamSynchronize would wait for
+  // ever on a peer that died meanwhile (this runs before the monitor watches the transport).
+  // Poll instead: the communicator's asynchronous error, a failure the monitor learnt of (a lost
+  // or announcing rank), and the peer timeout, which a live peer's heartbeat extends as for the
+  // NCCL id. Throwing leaves the kernel to the caller's guard, whose ncclCommAbort stops it.
+  void wait_for_probe(Channel& ch, const std::string& what, int peer_process) {
+    PeerDeadline deadline(dist_, peer_process);
+    while (!ch.stream->query()) {
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(ch.comm, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
+        throw TransportError(fmt::format("{} failed: {} ({})", what, ncclGetErrorString(async), ncclGetLastError(ch.comm)));
+      }
+      try {
+        dist_.throw_if_failed();
+      } catch (const std::runtime_error& e) {
+        throw TransportError(what + " aborted: " + e.what());
+      }
+      check_not_aborted(what);
+      if (deadline.passed()) {
+        throw TransportTimeout(fmt::format("{}: rank {} did not take the first message within {} ms{}", what,
+                                           peer_process, dist_.options.timeout.count(), deadline.why()));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
   }
 
   void close_channel(Channel& ch) {

@@ -69,6 +69,11 @@ class GlooProcessTransport final : public CrossProcessTransport {
   Message recv_remote(const TransferKey& key, std::chrono::milliseconds timeout, int from) override {
     const int peer = placement_.process_of(from);
     const int tag = tag_of(key);
+    // A sender whose heartbeat stops is lost after `timeout`: the monitor aborts this transport
+    // and the receive ends with its reason. A sender that beats is alive but slow (a checkpoint
+    // to a shared filesystem, a first step's warm-up): wait for it as the gather does, up to
+    // PeerDeadline::kLiveWaits x the timeout, so a live but hung peer still ends in an error.
+    timeout *= PeerDeadline::kLiveWaits;
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     at::Tensor header = at::zeros({kHeaderSize}, at::kLong);
     wait_recv(header, peer, 2 * tag, key, from, timeout);
@@ -136,8 +141,10 @@ class GlooProcessTransport final : public CrossProcessTransport {
     const std::string where = fmt::format("pipeline rank {} was waiting for the {} from pipeline rank {} on rank {}",
                                           rank_of(key.stage), to_string(key), from, peer);
     if (error.find("imed out") != std::string::npos || error.find("imeout") != std::string::npos) {
-      throw TransportTimeout(fmt::format("{} for {} ms and it never came (a peer that failed or hangs, or "
-                                         "schedules that differ between processes); {}", where, timeout.count(), error));
+      throw TransportTimeout(fmt::format("{} for {} ms ({} x parallel.peer_timeout_s) and it never came although "
+                                         "rank {} was alive (its heartbeat advanced): a peer that hangs, or schedules "
+                                         "that differ between processes; {}",
+                                         where, timeout.count(), PeerDeadline::kLiveWaits, peer, error));
     }
     // A peer that failed announced why before it exited and closed the connection: prefer that.
     if (auto announced = announced_failure()) throw TransportError("recv of " + to_string(key) + " aborted: " + *announced);

@@ -29,8 +29,9 @@
 
 namespace gpud {
 
-// 2: a usage page per best-effort client; 3: the observer role (status without a grant).
-inline constexpr uint32_t kProtocolVersion = 3;
+// 2: a usage page per best-effort client; 3: the observer role (status without a grant);
+// 4: a status request carries a number its reply echoes.
+inline constexpr uint32_t kProtocolVersion = 4;
 // A client's message larger than this is refused (the connection is closed with an error).
 inline constexpr size_t kMaxMessageBytes = 4096;
 // The daemon's replies may be longer (a status of max_clients clients), still bounded: a client
@@ -257,7 +258,8 @@ class Client {
   PipelinePage& pipeline_writable();
   const GrantPage& grant() const;     // the best-effort role only
   UsagePage& usage();                 // the best-effort role only: its own counters
-  // The daemon's view of clients, grants and windows (orion-gpud status).
+  // The daemon's view of clients, grants and windows (orion-gpud status), within timeout_ns. Each
+  // request is numbered: the late reply to an earlier request that timed out is skipped.
   nlohmann::json status(int64_t timeout_ns = 2'000'000'000);
   // False once the daemon hung up (it stopped, died or dropped this client): one poll() with a
   // zero timeout, no message, safe from any thread. Its pages are then read or written by no one;
@@ -274,6 +276,7 @@ class Client {
   PipelinePage* pipeline_ = nullptr;
   GrantPage* grant_ = nullptr;
   UsagePage* usage_ = nullptr;
+  uint64_t requests_ = 0;  // status requests sent
 };
 
 }  // namespace gpud
