@@ -6,7 +6,15 @@
 // hand-written table is asked first for its aliases (cuGraphInstantiate at 12000+ answers
 // cuGraphInstantiateWithFlags). A name cuda.h does not declare, or a version outside every known
 // range, is left as the driver answered.
+//
+// A request above this build's CUDA_VERSION (a newer libcudart on a newer driver) may name an ABI
+// this build does not know: cudaTypedefs.h leaves each function's newest range open-ended, so the
+// newest wrapper would be handed out for an entry point whose parameters changed since. The
+// driver is asked again at CUDA_VERSION: the same function means no ABI change in between, and the
+// wrapper fits. Another function is a newer ABI: the caller gets the driver's, and since calls
+// through it bypass the shim, the shim stops holding work back for good (Shim::stop_holding_work).
 #include <cstring>
+#include <string>
 
 #include "driver_functions.h"
 #include "wrapper_support.h"
@@ -55,6 +63,24 @@ void* wrapper_for(const char* symbol, int version, cuuint64_t flags) {
   return out;
 }
 
+// The pointer to hand out for a successful lookup of `symbol` that found `driver_fn`.
+// `at_build_version(pfn)` repeats the lookup at CUDA_VERSION with the same flags.
+template <typename LookupAtBuildVersion>
+void* answer_for(const char* symbol, void* driver_fn, int version, cuuint64_t flags,
+                 LookupAtBuildVersion at_build_version) {
+  void* ours = wrapper_for(symbol, version, flags);
+  if (ours == nullptr || version <= CUDA_VERSION) return ours ? ours : driver_fn;
+  void* known = nullptr;
+  if (at_build_version(&known) == CUDA_SUCCESS && known == driver_fn) return ours;
+  if (Shim* shim = active_shim()) {
+    shim->stop_holding_work(std::string(symbol) + " was asked for at CUDA version " + std::to_string(version) +
+                            ", and the driver answers it with another ABI than at " +
+                            std::to_string(CUDA_VERSION) +
+                            " (this shim's build) that the shim cannot wrap; rebuild it against a newer CUDA toolkit");
+  }
+  return driver_fn;
+}
+
 }  // namespace orion
 
 ORION_EXPORT CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int version,
@@ -62,7 +88,9 @@ ORION_EXPORT CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, i
   ORION_REQUIRE_REAL(cuGetProcAddress);
   CUresult rc = orion::real::cuGetProcAddress(symbol, pfn, version, flags);
   if (rc == CUDA_SUCCESS && pfn != nullptr && *pfn != nullptr) {
-    if (void* ours = orion::wrapper_for(symbol, version, flags)) *pfn = ours;
+    *pfn = orion::answer_for(symbol, *pfn, version, flags, [&](void** known) {
+      return orion::real::cuGetProcAddress(symbol, known, CUDA_VERSION, flags);
+    });
   }
   return rc;
 }
@@ -73,7 +101,9 @@ ORION_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn
   ORION_REQUIRE_REAL(cuGetProcAddress_v2);
   CUresult rc = orion::real::cuGetProcAddress_v2(symbol, pfn, version, flags, status);
   if (rc == CUDA_SUCCESS && pfn != nullptr && *pfn != nullptr) {
-    if (void* ours = orion::wrapper_for(symbol, version, flags)) *pfn = ours;
+    *pfn = orion::answer_for(symbol, *pfn, version, flags, [&](void** known) {
+      return orion::real::cuGetProcAddress_v2(symbol, known, CUDA_VERSION, flags, nullptr);
+    });
   }
   return rc;
 }

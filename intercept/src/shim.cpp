@@ -314,10 +314,17 @@ void Shim::wait_for_admission(const sched::Op& op) {
   }
 }
 
+void Shim::stop_holding_work(const std::string& why) {
+  if (stopped_holding_.exchange(true, std::memory_order_acq_rel)) return;
+  shim_log().warn("{}: from now on the shim holds no work back (scheduling off; ops are still counted)", why);
+  dispatcher_->release_all();
+  work_outside_dispatcher();
+}
+
 CUresult Shim::submit(sched::Op&& op) { return submit_op(std::move(op), /*may_defer=*/true); }
 
 CUresult Shim::submit_op(sched::Op&& op, bool may_defer) {
-  if (whole_process_ && may_defer && is_per_thread(op.stream) && !capturing() &&
+  if (whole_process_ && may_defer && is_per_thread(op.stream) && !capturing() && holds_work() &&
       dispatcher_->stream_class(op.stream) != sched::StreamClass::kCommunication) {
     wait_for_admission(op);
     // Goes now, from this thread, counted in flight as best effort (so the budget sees it).
@@ -327,7 +334,7 @@ CUresult Shim::submit_op(sched::Op&& op, bool may_defer) {
   // Another stream's deferred error is not this op's: it stays for the call that synchronises
   // with its op, and this op is submitted (issue 24, finding 7).
   release_for_legacy_stream(op.stream);
-  const auto rc = static_cast<CUresult>(dispatcher_->submit(std::move(op), may_defer && !capturing()));
+  const auto rc = static_cast<CUresult>(dispatcher_->submit(std::move(op), may_defer && !capturing() && holds_work()));
   if (pump_idle_.load(std::memory_order_seq_cst) &&
       (dispatcher_->queued_now() != 0 || device_.tracked_in_flight() != 0)) {
     wake_pump();

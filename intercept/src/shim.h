@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <unordered_set>
 
@@ -65,6 +66,14 @@ class Shim {
     return rc;
   }
   void end_capture() { captures_.fetch_sub(1, std::memory_order_acq_rel); }
+
+  // For good, from now on: nothing is held back, and what is held reaches the driver now. For a
+  // program that was handed a driver entry point the shim could not wrap (a newer ABI than this
+  // build's cuda.h, proc_address.cpp): calls through it bypass the shim, so held work could run
+  // after work the program submitted after it. Ops still go through the dispatcher (counted,
+  // traced, released in stream order). `why` is logged once.
+  void stop_holding_work(const std::string& why);
+  bool holds_work() const { return !stopped_holding_.load(std::memory_order_acquire); }
 
   // Work on the legacy stream waits for all blocking streams: release their queued best-effort
   // work (non-blocking streams never synchronise with it); their errors stay pending.
@@ -153,6 +162,7 @@ class Shim {
   std::unique_ptr<sched::Dispatcher> dispatcher_;
   std::unique_ptr<GreenPartitions> partitions_;  // reads the policy the dispatcher owns
   std::atomic<int> captures_{0};
+  std::atomic<bool> stopped_holding_{false};
   void wait_for_admission(const sched::Op& op);
   std::atomic<bool> have_best_effort_{false};
   // The policy gates the whole process (gpud): every stream best effort, the legacy one included

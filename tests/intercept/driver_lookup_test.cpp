@@ -13,14 +13,6 @@ namespace {
 
 using namespace icpt_test;
 
-std::string library_of(void* fn) {
-  Dl_info info{};
-  if (fn == nullptr || dladdr(fn, &info) == 0 || info.dli_fname == nullptr) return "<none>";
-  return info.dli_fname;
-}
-bool in_shim(void* fn) { return library_of(fn).find("libgpu_scheduler") != std::string::npos; }
-bool in_fake_driver(void* fn) { return library_of(fn).find("libcuda.so") != std::string::npos; }
-
 class DriverLookup : public ShimTest {
  protected:
   void SetUp() override {

@@ -46,6 +46,16 @@ inline long find_call(const std::vector<fake_cuda_call>& log,
   return -1;
 }
 
+// The shared object that defines `fn` ("<none>" if none), and whether it is the shim or the fake
+// driver: which one a lookup handed out.
+inline std::string library_of(void* fn) {
+  Dl_info info{};
+  if (fn == nullptr || dladdr(fn, &info) == 0 || info.dli_fname == nullptr) return "<none>";
+  return info.dli_fname;
+}
+inline bool in_shim(void* fn) { return library_of(fn).find("libgpu_scheduler") != std::string::npos; }
+inline bool in_fake_driver(void* fn) { return library_of(fn).find("libcuda.so") != std::string::npos; }
+
 inline bool is_launch(const fake_cuda_call& c) { return std::strncmp(c.name, "cuLaunch", 8) == 0; }
 
 inline long find_launch(const std::vector<fake_cuda_call>& log, CUfunction f) {

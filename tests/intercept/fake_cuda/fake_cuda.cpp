@@ -150,6 +150,7 @@ FAKE_EXPORT void fake_cuda_reset(void) {
   for (auto& [id, str] : s.streams) str.busy = false;
   s.captures.clear();
   s.proc_lookups = 0;
+  s.newer_launch_abi_from = 0;
 }
 FAKE_EXPORT size_t fake_cuda_call_count(void) {
   State& s = st();
@@ -392,6 +393,17 @@ FAKE_EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gx, unsigned 
                                             unsigned bx, unsigned by, unsigned bz, unsigned smem,
                                             CUstream s, void** p, void** e) {
   return launch("cuLaunchKernel", f, gx, gy, gz, bx, by, bz, smem, s, p, e, false);
+}
+// The entry point a newer driver answers for cuLaunchKernel at a newer ABI version (a real driver
+// answers each ABI range with its own function). Here the same launch, logged under its own name.
+FAKE_EXPORT CUresult CUDAAPI fake_cuLaunchKernel_newer_abi(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                                           unsigned bx, unsigned by, unsigned bz, unsigned smem,
+                                                           CUstream s, void** p, void** e) {
+  return launch("cuLaunchKernel_newer_abi", f, gx, gy, gz, bx, by, bz, smem, s, p, e, false);
+}
+FAKE_EXPORT void fake_cuda_set_newer_launch_abi(int version) {
+  std::lock_guard lock(st().mu);
+  st().newer_launch_abi_from = version;
 }
 FAKE_EXPORT CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy,
                                                  unsigned gz, unsigned bx, unsigned by,

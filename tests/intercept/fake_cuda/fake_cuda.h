@@ -100,6 +100,15 @@ uint64_t fake_cuda_thread_token(void);
 /* Logged driver calls made so far (counted with logging on or off; never reset). */
 uint64_t fake_cuda_calls_made(void);
 
+/* A driver newer than the shim's build: from `version` on (0: never), cuGetProcAddress answers
+ * cuLaunchKernel (legacy-stream semantics) with another ABI's entry point, as a real driver answers
+ * each ABI range with its own function; its launches are logged as "cuLaunchKernel_newer_abi".
+ * fake_cuda_reset() clears it. */
+void fake_cuda_set_newer_launch_abi(int version);
+CUresult CUDAAPI fake_cuLaunchKernel_newer_abi(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                               unsigned by, unsigned bz, unsigned smem, CUstream s, void** p,
+                                               void** e);
+
 /* The fake's own function for an exported symbol name, bypassing dlsym (and so the shim), e.g.
  * to measure the cost of calling the driver directly. NULL if the fake does not export it. */
 void* fake_cuda_own_symbol(const char* symbol);

@@ -99,6 +99,9 @@ struct State {
   uint64_t next_devptr = 0x7f0000000000;
   uint64_t next_record_seq = 1;
   size_t proc_lookups = 0;
+  // A driver newer than the shim's build: from this version on, cuGetProcAddress answers
+  // cuLaunchKernel with an entry point of another ABI (fake_cuda_set_newer_launch_abi). 0: none.
+  int newer_launch_abi_from = 0;
   std::unordered_map<uint64_t, Capture> captures;  // by stream id
   bool logging = true;
   int64_t call_cost_ns = 0;

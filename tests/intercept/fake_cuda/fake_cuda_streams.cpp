@@ -397,9 +397,11 @@ const ProcEntry kProcs[] = {
 
 CUresult lookup(const char* symbol, void** pfn, int version, cuuint64_t flags,
                 CUdriverProcAddressQueryResult* status) {
+  int newer_launch_abi_from = 0;
   {
     std::lock_guard lock(st().mu);
     ++st().proc_lookups;
+    newer_launch_abi_from = st().newer_launch_abi_from;
   }
   if (pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *pfn = nullptr;
@@ -417,6 +419,12 @@ CUresult lookup(const char* symbol, void** pfn, int version, cuuint64_t flags,
     known = true;
     has_pt |= e.per_thread;
     if (version >= e.min_version && version < e.max_version) (e.per_thread ? threaded : legacy) = &e;
+  }
+  if (newer_launch_abi_from != 0 && version >= newer_launch_abi_from && !per_thread &&
+      std::strcmp(symbol, "cuLaunchKernel") == 0) {
+    *pfn = reinterpret_cast<void*>(&fake_cuLaunchKernel_newer_abi);
+    set_status(CU_GET_PROC_ADDRESS_SUCCESS);
+    return CUDA_SUCCESS;
   }
   const ProcEntry* hit = (per_thread && has_pt) ? threaded : legacy;
   if (hit == nullptr) {
