@@ -52,6 +52,9 @@ typedef struct orion_stats {
   uint64_t release_calls;        /* driver calls of the release_all class (driver_api_classes.csv:
                                     frees, resets, attribute changes, anything unclassified) */
   uint64_t release_calls_released; /* of those, calls that found held work and released it */
+  uint64_t holding_stopped;      /* 1 once the shim holds no work back for good: a program was handed
+                                    a driver entry point the shim could not wrap (a newer ABI than
+                                    its build's); the log names it */
 } orion_stats;
 
 /* 1 when scheduling is on (USE_ORION_SCHEDULER=1), 0 in pass-through mode. */

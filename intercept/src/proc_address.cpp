@@ -4,8 +4,12 @@
 // the caller asked for per-thread default-stream semantics. The ranges come from cudaTypedefs.h
 // (gen_driver_api.py; the hand-written entry_points.def must agree, the build checks it); the
 // hand-written table is asked first for its aliases (cuGraphInstantiate at 12000+ answers
-// cuGraphInstantiateWithFlags). A name cuda.h does not declare, or a version outside every known
-// range, is left as the driver answered.
+// cuGraphInstantiateWithFlags). A name cuda.h does not declare is left as the driver answered.
+// A name it declares that the driver answers where the table has no wrapper (a version outside
+// every known range) would bypass the shim: the shim then stops holding work back for good. One
+// such case has an exact answer: per-thread semantics asked for below the version that brought
+// the name's _ptsz variant, answered with the function the driver gives without the flag, gets
+// the legacy wrapper.
 //
 // A request above this build's CUDA_VERSION (a newer libcudart on a newer driver) may name an ABI
 // this build does not know: cudaTypedefs.h leaves each function's newest range open-ended, so the
@@ -15,6 +19,8 @@
 // through it bypass the shim, the shim stops holding work back for good (Shim::stop_holding_work).
 #include <cstring>
 #include <string>
+
+#include <fmt/format.h>
 
 #include "driver_functions.h"
 #include "wrapper_support.h"
@@ -49,35 +55,64 @@ bool lookup(const Range& entries, Get get, const char* symbol, int version, bool
 
 }  // namespace
 
-// The wrapper for (base name, version, flags), or nullptr.
-void* wrapper_for(const char* symbol, int version, cuuint64_t flags) {
+// The wrapper for (base name, version, flags), or nullptr; *known: whether cuda.h declares the name.
+void* wrapper_for(const char* symbol, int version, cuuint64_t flags, bool* known) {
+  *known = false;
   if (symbol == nullptr || symbol[0] != 'c' || symbol[1] != 'u') return nullptr;
   const bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
   void* out = nullptr;
   if (lookup(entry_table(), [](const EntryInfo& e) -> const EntryInfo& { return e; }, symbol,
              version, per_thread, &out)) {
+    *known = true;
     return out;
   }
-  lookup(driver_functions(), [](const DriverFunction& f) -> const EntryInfo& { return f.entry; },
-         symbol, version, per_thread, &out);
+  *known = lookup(driver_functions(), [](const DriverFunction& f) -> const EntryInfo& { return f.entry; },
+                  symbol, version, per_thread, &out);
   return out;
 }
 
-// The pointer to hand out for a successful lookup of `symbol` that found `driver_fn`.
-// `at_build_version(pfn)` repeats the lookup at CUDA_VERSION with the same flags.
-template <typename LookupAtBuildVersion>
-void* answer_for(const char* symbol, void* driver_fn, int version, cuuint64_t flags,
-                 LookupAtBuildVersion at_build_version) {
-  void* ours = wrapper_for(symbol, version, flags);
-  if (ours == nullptr || version <= CUDA_VERSION) return ours ? ours : driver_fn;
-  void* known = nullptr;
-  if (at_build_version(&known) == CUDA_SUCCESS && known == driver_fn) return ours;
+// A known entry point goes to the caller as the driver answered it: calls through it bypass the
+// shim, so the shim stops holding work back for good.
+void handed_out_unwrapped(const char* symbol, int version, cuuint64_t flags, const char* why) {
   if (Shim* shim = active_shim()) {
-    shim->stop_holding_work(std::string(symbol) + " was asked for at CUDA version " + std::to_string(version) +
-                            ", and the driver answers it with another ABI than at " +
-                            std::to_string(CUDA_VERSION) +
-                            " (this shim's build) that the shim cannot wrap; rebuild it against a newer CUDA toolkit");
+    shim->stop_holding_work(fmt::format("{} was asked for at CUDA version {}{}: {}", symbol, version,
+                                        (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0
+                                            ? " with per-thread default-stream semantics"
+                                            : "",
+                                        why));
   }
+}
+
+// The pointer to hand out for a successful lookup of `symbol` that found `driver_fn`.
+// `again(version, flags, pfn)` asks the driver once more.
+template <typename Again>
+void* answer_for(const char* symbol, void* driver_fn, int version, cuuint64_t flags, Again again) {
+  bool known = false;
+  void* ours = wrapper_for(symbol, version, flags, &known);
+  if (!known) return driver_fn;  // not a function cuda.h declares: nothing the shim could wrap
+  const cuuint64_t legacy_flags = flags & ~cuuint64_t{CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM};
+  if (ours == nullptr && legacy_flags != flags) {
+    // Per-thread semantics asked for below the version that brought the name's per-thread variant
+    // (cuLaunchKernel_ptsz came at 7000): a driver that answers with the function it gives
+    // without the flag has no per-thread variant to offer there, and the legacy wrapper is exact.
+    void* without_flag = nullptr;
+    bool unused = false;
+    if (again(version, legacy_flags, &without_flag) == CUDA_SUCCESS && without_flag == driver_fn) {
+      ours = wrapper_for(symbol, version, legacy_flags, &unused);
+    }
+  }
+  if (ours == nullptr) {
+    handed_out_unwrapped(symbol, version, flags, "the driver answers it where this shim's table has no wrapper");
+    return driver_fn;
+  }
+  if (version <= CUDA_VERSION) return ours;
+  void* at_build = nullptr;
+  if (again(CUDA_VERSION, flags, &at_build) == CUDA_SUCCESS && at_build == driver_fn) return ours;
+  handed_out_unwrapped(symbol, version, flags,
+                       fmt::format("the driver answers it with another ABI than at {} (this shim's build), which "
+                                   "the shim cannot wrap; rebuild it against a newer CUDA toolkit",
+                                   CUDA_VERSION)
+                           .c_str());
   return driver_fn;
 }
 
@@ -88,8 +123,8 @@ ORION_EXPORT CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, i
   ORION_REQUIRE_REAL(cuGetProcAddress);
   CUresult rc = orion::real::cuGetProcAddress(symbol, pfn, version, flags);
   if (rc == CUDA_SUCCESS && pfn != nullptr && *pfn != nullptr) {
-    *pfn = orion::answer_for(symbol, *pfn, version, flags, [&](void** known) {
-      return orion::real::cuGetProcAddress(symbol, known, CUDA_VERSION, flags);
+    *pfn = orion::answer_for(symbol, *pfn, version, flags, [&](int v, cuuint64_t f, void** again) {
+      return orion::real::cuGetProcAddress(symbol, again, v, f);
     });
   }
   return rc;
@@ -101,8 +136,8 @@ ORION_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn
   ORION_REQUIRE_REAL(cuGetProcAddress_v2);
   CUresult rc = orion::real::cuGetProcAddress_v2(symbol, pfn, version, flags, status);
   if (rc == CUDA_SUCCESS && pfn != nullptr && *pfn != nullptr) {
-    *pfn = orion::answer_for(symbol, *pfn, version, flags, [&](void** known) {
-      return orion::real::cuGetProcAddress_v2(symbol, known, CUDA_VERSION, flags, nullptr);
+    *pfn = orion::answer_for(symbol, *pfn, version, flags, [&](int v, cuuint64_t f, void** again) {
+      return orion::real::cuGetProcAddress_v2(symbol, again, v, f, nullptr);
     });
   }
   return rc;

@@ -5,39 +5,15 @@
 // the newer entry point out unwrapped, and, since calls through it bypass the shim, stops holding
 // work back for good. A process of its own: that last state cannot be undone. Run twice by ctest
 // (scheduled and pass-through).
-#include <cudaTypedefs.h>
-
 #include <string>
 
-#include "scheduling_fixture.h"
+#include "lookup_fixture.h"
 
 namespace {
 
 using namespace icpt_test;
 
-class NewerAbi : public Scheduling {
- protected:
-  void SetUp() override {
-    Scheduling::SetUp();
-    if (HasFatalFailure()) return;
-    driver_ = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    ASSERT_NE(driver_, nullptr) << dlerror();
-    get_proc_ = reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(driver_, "cuGetProcAddress_v2"));
-    ASSERT_NE(get_proc_, nullptr);
-  }
-  void TearDown() override {
-    if (driver_ != nullptr) dlclose(driver_);
-    Scheduling::TearDown();
-  }
-  void* lookup(const char* name, int version) {
-    void* fn = nullptr;
-    CUdriverProcAddressQueryResult status{};
-    EXPECT_EQ(get_proc_(name, &fn, version, 0, &status), CUDA_SUCCESS) << name << "@" << version;
-    return fn;
-  }
-  void* driver_ = nullptr;
-  PFN_cuGetProcAddress_v12000 get_proc_ = nullptr;
-};
+using NewerAbi = ProcLookup;
 
 TEST_F(NewerAbi, ANewerAbiIsHandedOutUnwrappedAndTheShimStopsHoldingWork) {
   constexpr int kNewer = CUDA_VERSION + 10;
@@ -46,6 +22,7 @@ TEST_F(NewerAbi, ANewerAbiIsHandedOutUnwrappedAndTheShimStopsHoldingWork) {
   EXPECT_TRUE(in_shim(lookup("cuLaunchKernel", CUDA_VERSION)));
   EXPECT_TRUE(in_shim(lookup("cuLaunchKernelEx", kNewer)));
   EXPECT_TRUE(in_shim(lookup("cuLaunchKernel", kNewer - 1)));  // no newer ABI yet at that version
+  EXPECT_FALSE(holding_stopped());
 
   hold_high_priority();
   ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
@@ -54,14 +31,15 @@ TEST_F(NewerAbi, ANewerAbiIsHandedOutUnwrappedAndTheShimStopsHoldingWork) {
   // The newer ABI: the driver's own entry point, never the older-ABI wrapper.
   void* newer = lookup("cuLaunchKernel", kNewer);
   EXPECT_EQ(newer, reinterpret_cast<void*>(&fake_cuLaunchKernel_newer_abi)) << library_of(newer);
+  if (scheduled_) {
+    EXPECT_TRUE(holding_stopped());
+  }
   // What was held reached the driver at that moment, and nothing is held from then on.
   EXPECT_EQ(count_launches(calls(), k_be_), 1u) << "the held launch was not released";
   ASSERT_EQ(launch(k_be_, be_, 2), CUDA_SUCCESS);
   EXPECT_EQ(count_launches(calls(), k_be_), 2u) << "a best-effort launch was held after a newer ABI was handed out";
 
   // A launch through the newer entry point comes after every launch the program made before it.
-  using LaunchFn = CUresult(CUDAAPI*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                      unsigned, CUstream, void**, void**);
   int a = 3;
   double b = 0.5;
   void* params[] = {&a, &b};

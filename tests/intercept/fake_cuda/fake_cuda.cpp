@@ -151,6 +151,7 @@ FAKE_EXPORT void fake_cuda_reset(void) {
   s.captures.clear();
   s.proc_lookups = 0;
   s.newer_launch_abi_from = 0;
+  s.early_per_thread_answer = 0;
 }
 FAKE_EXPORT size_t fake_cuda_call_count(void) {
   State& s = st();
@@ -404,6 +405,10 @@ FAKE_EXPORT CUresult CUDAAPI fake_cuLaunchKernel_newer_abi(CUfunction f, unsigne
 FAKE_EXPORT void fake_cuda_set_newer_launch_abi(int version) {
   std::lock_guard lock(st().mu);
   st().newer_launch_abi_from = version;
+}
+FAKE_EXPORT void fake_cuda_set_early_per_thread_answer(int answer) {
+  std::lock_guard lock(st().mu);
+  st().early_per_thread_answer = answer;
 }
 FAKE_EXPORT CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy,
                                                  unsigned gz, unsigned bx, unsigned by,

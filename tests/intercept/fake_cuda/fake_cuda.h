@@ -109,6 +109,13 @@ CUresult CUDAAPI fake_cuLaunchKernel_newer_abi(CUfunction f, unsigned gx, unsign
                                                unsigned by, unsigned bz, unsigned smem, CUstream s, void** p,
                                                void** e);
 
+/* The real driver's answer is unverified where per-thread default-stream semantics are asked for
+ * below the version that brought a name's per-thread variant (cuLaunchKernel at 4000 with the
+ * flag; _ptsz came at 7000). 0 (default): not found; 1: the function it answers without the flag;
+ * 2: for cuLaunchKernel, an entry point of its own (fake_cuLaunchKernel_newer_abi), one no table
+ * lists. fake_cuda_reset() restores 0. */
+void fake_cuda_set_early_per_thread_answer(int answer);
+
 /* The fake's own function for an exported symbol name, bypassing dlsym (and so the shim), e.g.
  * to measure the cost of calling the driver directly. NULL if the fake does not export it. */
 void* fake_cuda_own_symbol(const char* symbol);

@@ -102,6 +102,10 @@ struct State {
   // A driver newer than the shim's build: from this version on, cuGetProcAddress answers
   // cuLaunchKernel with an entry point of another ABI (fake_cuda_set_newer_launch_abi). 0: none.
   int newer_launch_abi_from = 0;
+  // How a per-thread lookup below the version of the name's first per-thread variant is answered
+  // (fake_cuda_set_early_per_thread_answer): 0 not found, 1 the legacy function, 2 an entry point
+  // of its own (cuLaunchKernel only).
+  int early_per_thread_answer = 0;
   std::unordered_map<uint64_t, Capture> captures;  // by stream id
   bool logging = true;
   int64_t call_cost_ns = 0;

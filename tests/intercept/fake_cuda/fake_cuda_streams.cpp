@@ -397,11 +397,12 @@ const ProcEntry kProcs[] = {
 
 CUresult lookup(const char* symbol, void** pfn, int version, cuuint64_t flags,
                 CUdriverProcAddressQueryResult* status) {
-  int newer_launch_abi_from = 0;
+  int newer_launch_abi_from = 0, early_per_thread_answer = 0;
   {
     std::lock_guard lock(st().mu);
     ++st().proc_lookups;
     newer_launch_abi_from = st().newer_launch_abi_from;
+    early_per_thread_answer = st().early_per_thread_answer;
   }
   if (pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *pfn = nullptr;
@@ -427,6 +428,15 @@ CUresult lookup(const char* symbol, void** pfn, int version, cuuint64_t flags,
     return CUDA_SUCCESS;
   }
   const ProcEntry* hit = (per_thread && has_pt) ? threaded : legacy;
+  if (hit == nullptr && per_thread && has_pt && legacy != nullptr && early_per_thread_answer != 0) {
+    if (early_per_thread_answer == 1) {
+      hit = legacy;
+    } else if (std::strcmp(symbol, "cuLaunchKernel") == 0) {
+      *pfn = reinterpret_cast<void*>(&fake_cuLaunchKernel_newer_abi);
+      set_status(CU_GET_PROC_ADDRESS_SUCCESS);
+      return CUDA_SUCCESS;
+    }
+  }
   if (hit == nullptr) {
     set_status(known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
     return CUDA_ERROR_NOT_FOUND;
