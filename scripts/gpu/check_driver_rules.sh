@@ -86,7 +86,8 @@ if [ -z "$checker" ]; then
   failed=1
 else
   timeout 60 "$checker" >"$OUTDIR/logs/proc_address_check.log" 2>&1; rc=$?
-  summary=$(grep '^proc_address_check:' "$OUTDIR/logs/proc_address_check.log" | tail -n 1)
+  # Both summary lines: the table's match, then the early per-thread and newer-ABI answers.
+  summary=$(grep '^proc_address_check:' "$OUTDIR/logs/proc_address_check.log" | sed 's/^proc_address_check: //' | paste -sd ';' -)
   if [ $rc -eq 0 ]; then
     record "$row" PASS "$(row_text "$summary")"
   else
