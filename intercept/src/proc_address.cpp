@@ -6,7 +6,8 @@
 // hand-written table is asked first for its aliases (cuGraphInstantiate at 12000+ answers
 // cuGraphInstantiateWithFlags). A name cuda.h does not declare is left as the driver answered.
 // A name it declares that the driver answers where the table has no wrapper (a version outside
-// every known range) would bypass the shim: the shim then stops holding work back for good. One
+// every known range) would bypass the shim: unless the function is order-free, the shim then
+// stops holding work back for good. One
 // such case has an exact answer: per-thread semantics asked for below the version that brought
 // the name's _ptsz variant, answered with the function the driver gives without the flag, gets
 // the legacy wrapper.
@@ -16,7 +17,8 @@
 // newest wrapper would be handed out for an entry point whose parameters changed since. The
 // driver is asked again at CUDA_VERSION: the same function means no ABI change in between, and the
 // wrapper fits. Another function is a newer ABI: the caller gets the driver's, and since calls
-// through it bypass the shim, the shim stops holding work back for good (Shim::stop_holding_work).
+// through it bypass the shim, the shim stops holding work back for good (Shim::stop_holding_work)
+// unless the function is order-free (a query such as cuDeviceGetAttribute sees no held work).
 #include <cstring>
 #include <string>
 
@@ -71,9 +73,22 @@ void* wrapper_for(const char* symbol, int version, cuuint64_t flags, bool* known
   return out;
 }
 
+// Whether every ABI of `base` is order-free (driver_api_classes.csv): such a call cannot observe
+// or change held work, so calls that bypass the shim are harmless.
+bool order_free(const char* base) {
+  bool any = false;
+  for (const DriverFunction& f : driver_functions()) {
+    if (std::strcmp(f.entry.base, base) != 0) continue;
+    if (f.call_class != CallClass::kOrderFree) return false;
+    any = true;
+  }
+  return any;
+}
+
 // A known entry point goes to the caller as the driver answered it: calls through it bypass the
-// shim, so the shim stops holding work back for good.
+// shim, so, unless the function is order-free, the shim stops holding work back for good.
 void handed_out_unwrapped(const char* symbol, int version, cuuint64_t flags, const char* why) {
+  if (order_free(symbol)) return;
   if (Shim* shim = active_shim()) {
     shim->stop_holding_work(fmt::format("{} was asked for at CUDA version {}{}: {}", symbol, version,
                                         (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0

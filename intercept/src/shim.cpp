@@ -302,6 +302,7 @@ void Shim::wait_for_admission(const sched::Op& op) {
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   auto pause = std::chrono::microseconds(20);
   while (!dispatcher_->policy_admits(op)) {
+    if (!holds_work()) return;  // scheduling is off for good: nothing waits any more
     if (stop_.load(std::memory_order_acquire) || std::chrono::steady_clock::now() >= give_up) {
       if (!told_bound.exchange(true)) {
         shim_log().warn("policy {}: a per-thread default stream's launch waited 1 s for admission and went anyway",
@@ -315,7 +316,7 @@ void Shim::wait_for_admission(const sched::Op& op) {
 }
 
 void Shim::stop_holding_work(const std::string& why) {
-  if (stopped_holding_.exchange(true, std::memory_order_acq_rel)) return;
+  if (stopped_holding_.exchange(true, std::memory_order_seq_cst)) return;
   shim_log().warn("{}: from now on the shim holds no work back (scheduling off; ops are still counted)", why);
   dispatcher_->release_all();
   work_outside_dispatcher();
@@ -334,7 +335,11 @@ CUresult Shim::submit_op(sched::Op&& op, bool may_defer) {
   // Another stream's deferred error is not this op's: it stays for the call that synchronises
   // with its op, and this op is submitted (issue 24, finding 7).
   release_for_legacy_stream(op.stream);
-  const auto rc = static_cast<CUresult>(dispatcher_->submit(std::move(op), may_defer && !capturing() && holds_work()));
+  const bool defer = may_defer && !capturing() && holds_work();
+  const auto rc = static_cast<CUresult>(dispatcher_->submit(std::move(op), defer));
+  // stop_holding_work() may have released everything between the look and the queueing: this
+  // op must not stay held behind calls that now bypass the shim.
+  if (defer && !holds_work()) dispatcher_->release_all();
   if (pump_idle_.load(std::memory_order_seq_cst) &&
       (dispatcher_->queued_now() != 0 || device_.tracked_in_flight() != 0)) {
     wake_pump();

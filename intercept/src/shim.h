@@ -73,7 +73,7 @@ class Shim {
   // after work the program submitted after it. Ops still go through the dispatcher (counted,
   // traced, released in stream order). `why` is logged once.
   void stop_holding_work(const std::string& why);
-  bool holds_work() const { return !stopped_holding_.load(std::memory_order_acquire); }
+  bool holds_work() const { return !stopped_holding_.load(std::memory_order_seq_cst); }
 
   // Work on the legacy stream waits for all blocking streams: release their queued best-effort
   // work (non-blocking streams never synchronise with it); their errors stay pending.

@@ -31,6 +31,9 @@ class GpudPolicy final : public Policy {
     gpud::GrantView grant = source_.grant(now);
     // Past the lease the daemon is stuck or gone; a restarted one hands out a new grant.
     if (grant.lease_expiry_ns <= now && source_.lease_expired(now)) grant = source_.grant(now);
+    // A restarted daemon has no pipeline until the pipeline's publisher reconnects too: "free"
+    // then may only mean "not back yet".
+    if (grant.mode == gpud::GrantMode::kFree && source_.waiting_for_pipeline(now)) return false;
     const gpud::Decision d = gpud::admit(source_.window(now), grant, now, kernel_ns,
                                          static_cast<int64_t>(state.be_outstanding_ns), config_);
     if (d.verdict != gpud::Verdict::kRun) return false;
@@ -82,13 +85,19 @@ class GpudPolicy final : public Policy {
 // the pipeline reconnects to the next daemon on its own. So once the lease has run out, at most
 // once per kRetryNs and in whichever launching thread gets there first, it looks whether the
 // daemon hung up and, if so, connects again (bounded by kConnectBoundNs; a socket nobody serves
-// refuses at once). A daemon that is stuck but connected is left to the lease and the fallback.
+// refuses at once; the dispatcher's admission waits meanwhile). A daemon that is stuck but
+// connected is left to the lease and the fallback.
 // A replaced connection's pages stay mapped until the policy goes: other launching threads may be
 // reading them (one set per daemon restart).
 class ClientPages {
  public:
   static constexpr int64_t kRetryNs = 250'000'000;
   static constexpr int64_t kConnectBoundNs = 100'000'000;
+  // After connecting again, a grant that says "free" (no pipeline) is held this long unless a
+  // pipeline attaches: the pipeline's publisher retries at most every 2 s with a 500 ms bound
+  // (trainer/colocation/bubble_publisher.cpp), and best-effort work must not run free beside a
+  // pipeline that simply has not reconnected yet.
+  static constexpr int64_t kPipelineGraceNs = 3'000'000'000;
 
   ClientPages(std::filesystem::path dir, std::string gpu)
       : state_(std::make_unique<State>(std::move(dir), std::move(gpu))) {}
@@ -110,8 +119,14 @@ class ClientPages {
     } catch (const gpud::ProtocolError&) {
       return false;  // not back yet: the next try is kRetryNs away
     }
+    s.reconnected_ns.store(now, std::memory_order_relaxed);
     s.current.store(s.clients.back().get(), std::memory_order_release);
     return true;
+  }
+  // Within kPipelineGraceNs of connecting again.
+  bool waiting_for_pipeline(int64_t now) const {
+    const int64_t since = state_->reconnected_ns.load(std::memory_order_relaxed);
+    return since != 0 && now - since < kPipelineGraceNs;
   }
   static constexpr const char* kClientName = "libgpu_scheduler";
 
@@ -127,6 +142,7 @@ class ClientPages {
     std::vector<std::unique_ptr<gpud::Client>> clients;  // every connection made, the newest last
     std::atomic<gpud::Client*> current{nullptr};
     std::atomic<int64_t> next_try_ns{0};
+    std::atomic<int64_t> reconnected_ns{0};  // 0: never reconnected
   };
   gpud::Client& current() const { return *state_->current.load(std::memory_order_acquire); }
   std::unique_ptr<State> state_;
@@ -139,6 +155,7 @@ struct FunctionPages {
   gpud::GrantView grant(int64_t now) const { return source.grant(now); }
   void admitted(int64_t /*kernel_ns*/) const {}
   bool lease_expired(int64_t /*now*/) const { return false; }
+  bool waiting_for_pipeline(int64_t /*now*/) const { return false; }
 };
 
 }  // namespace

@@ -25,7 +25,12 @@ class OrionStats(ctypes.Structure):
     # fields there stays compatible with this copy).
     _fields_ = [(name, ctypes.c_uint64) for name in (
         "intercepted", "submitted", "submitted_inline", "deferred", "forced_by_starvation",
-        "caller_waits", "queued_now", "backend_errors", "tracked_in_flight", "communication_streams")]
+        "caller_waits", "queued_now", "backend_errors", "tracked_in_flight", "communication_streams",
+        "promoted", "thread_classed", "partition_moved", "partition_in_place", "release_calls",
+        "release_calls_released",
+        # 1 once the shim holds nothing back for good (an entry point it could not wrap was handed
+        # out; its log names it): a phase's delta shows it, scheduled-mode figures then mean little.
+        "holding_stopped")]
 
 
 def shim_is_loaded() -> bool:

@@ -557,6 +557,11 @@ TEST(GpudClient, ALateStatusReplyIsNotTakenForTheNextOne) {
   std::string server_error;
   // A slow daemon: it answers the first status request only after its asker gave up.
   std::thread server([&] {
+    pollfd waiting{listener, POLLIN, 0};
+    if (poll(&waiting, 1, 5000) <= 0) {
+      server_error = "no client connected";
+      return;
+    }
     const int c = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
     auto next = [&]() -> nlohmann::json {
       pollfd p{c, POLLIN, 0};
@@ -579,12 +584,15 @@ TEST(GpudClient, ALateStatusReplyIsNotTakenForTheNextOne) {
     next();  // until the client closes
     close(c);
   });
-  {
+  try {
     Client observer = Client::connect(dir.path, kGpu, Role::kObserver, "monitor");
     EXPECT_THROW(observer.status(100 * kMs), ProtocolError);
     first_ask_gave_up = true;
     EXPECT_EQ(observer.status(2000 * kMs).value("answer", ""), "second");
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what();
   }
+  first_ask_gave_up = true;  // the server waits for it whatever happened
   server.join();
   close(listener);
   EXPECT_EQ(server_error, "");

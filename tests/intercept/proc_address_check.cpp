@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
   }
   if (driver_version > CUDA_VERSION) {
     for (const Row& r : kRows) {
-      if (r.min_version <= 0 || r.max_version < driver_version || r.min_version > CUDA_VERSION) continue;
+      if (r.min_version <= 0 || r.max_version <= driver_version || r.min_version > CUDA_VERSION) continue;
       const cuuint64_t flags = r.per_thread ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_DEFAULT;
       void* at_driver = ask(r.base, driver_version, flags);
       if (at_driver == nullptr) continue;

@@ -105,35 +105,81 @@ TEST(GpudPolicyTest, BestEffortWaitsForThePipelinesWindowNotForATimer) {
   }
 }
 
+// A best-effort process (the gpud policy) of a daemon with a 50 ms lease, with no pipeline: it runs
+// freely; stop_daemon() stops the daemon and waits until its lease ran out (the process holds).
+struct DaemonRestart {
+  gpud::testing::TempDir folder;
+  gpud::DaemonOptions options;
+  std::unique_ptr<gpud::testing::DaemonThread> daemon;
+  std::unique_ptr<Policy> policy;
+  const Op op = kernel_op(2, 7);
+  OpEstimate est{.duration_ns = 10'000};
+  const DeviceState state;
+
+  explicit DaemonRestart(const std::string& gpu) {
+    options.gpu = gpu;
+    options.dir = folder.path;
+    options.tick_ns = 2'000'000;
+    options.grants.lease_ns = 50'000'000;
+    daemon = std::make_unique<gpud::testing::DaemonThread>(options);
+    policy = make_policy("gpud", {{"gpu", options.gpu}, {"dir", folder.path.string()}});
+  }
+  bool admit() { return policy->admit(op, est, state); }
+  void stop_daemon() {
+    daemon.reset();
+    ASSERT_TRUE(eventually([&] { return !admit(); })) << "the lease never ran out";
+  }
+  void start_daemon() { daemon = std::make_unique<gpud::testing::DaemonThread>(options); }
+};
+
 // The daemon stops (an upgrade, a crash) and another starts on the same folder: once the old
 // lease runs out the best-effort process holds (fallback=hold), then reaches the new daemon on
 // its own and runs again as that daemon's client (without it, it held until it exited).
 TEST(GpudPolicyTest, ABestEffortProcessReachesARestartedDaemon) {
-  gpud::testing::TempDir folder;
-  gpud::DaemonOptions options;
-  options.gpu = "GPU-restart";
-  options.dir = folder.path;
-  options.tick_ns = 2'000'000;
-  options.grants.lease_ns = 50'000'000;
-  auto daemon = std::make_unique<gpud::testing::DaemonThread>(options);
-  auto policy = make_policy("gpud", {{"gpu", options.gpu}, {"dir", folder.path.string()}});
-  const Op op = kernel_op(2, 7);
-  OpEstimate est;
-  est.duration_ns = 10'000;
-  const DeviceState state;
-  ASSERT_TRUE(eventually([&] { return policy->admit(op, est, state); })) << "no pipeline: best effort runs freely";
-
-  daemon.reset();
-  ASSERT_TRUE(eventually([&] { return !policy->admit(op, est, state); })) << "the lease never ran out";
+  DaemonRestart r("GPU-restart");
+  const gpud::DaemonOptions& options = r.options;
+  ASSERT_TRUE(eventually([&] { return r.admit(); })) << "no pipeline: best effort runs freely";
+  r.stop_daemon();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a retry finds no daemon and waits
-  EXPECT_FALSE(policy->admit(op, est, state));
+  EXPECT_FALSE(r.admit());
 
-  daemon = std::make_unique<gpud::testing::DaemonThread>(options);
-  EXPECT_TRUE(eventually([&] { return policy->admit(op, est, state); }))
-      << "the best-effort process did not reach the restarted daemon";
-  gpud::Client observer = gpud::Client::connect(folder.path, options.gpu, gpud::Role::kObserver, "test");
-  const nlohmann::json status = observer.status();
-  EXPECT_NE(status.dump().find("libgpu_scheduler"), std::string::npos) << status.dump();
+  r.start_daemon();
+  gpud::Client observer = gpud::Client::connect(r.folder.path, options.gpu, gpud::Role::kObserver, "test");
+  EXPECT_TRUE(eventually([&] {
+    (void)r.admit();
+    return observer.status().dump().find("libgpu_scheduler") != std::string::npos;
+  })) << "the best-effort process did not reach the restarted daemon";
+  // The new daemon has no pipeline yet, but the pipeline may just not have reconnected: the
+  // process waits for it a while instead of running free beside it.
+  EXPECT_FALSE(r.admit()) << "ran free before the pipeline could reconnect";
+  // The pipeline comes back and publishes a window: best effort runs inside it.
+  auto pipeline = std::make_unique<gpud::Client>(
+      gpud::Client::connect(r.folder.path, options.gpu, gpud::Role::kPipeline, "pipeline"));
+  gpud::PipelinePage& page = pipeline->pipeline_writable();
+  const int64_t now = gpud::monotonic_ns();
+  gpud::heartbeat(page, now);
+  gpud::publish_window(page, now, now + 2'000'000'000);
+  EXPECT_TRUE(eventually([&] {
+    gpud::heartbeat(page, gpud::monotonic_ns());
+    return r.admit();
+  })) << "the reconnected process did not run inside the pipeline's window";
+}
+
+// No pipeline comes back: after the wait best effort runs freely again.
+TEST(GpudPolicyTest, AfterARestartWithoutAPipelineBestEffortRunsFreeAgain) {
+  DaemonRestart r("GPU-restart-alone");
+  ASSERT_TRUE(eventually([&] { return r.admit(); }));
+  r.stop_daemon();
+  r.start_daemon();
+  const auto restarted = std::chrono::steady_clock::now();
+  bool ran = false;
+  while (!ran && std::chrono::steady_clock::now() - restarted < std::chrono::seconds(10)) {
+    ran = r.admit();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(ran) << "best effort stayed held with no pipeline";
+  EXPECT_GE(std::chrono::steady_clock::now() - restarted, std::chrono::milliseconds(2900))
+      << "best effort ran free before a pipeline could have reconnected";
 }
 
 }  // namespace

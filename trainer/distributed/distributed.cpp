@@ -266,7 +266,10 @@ std::unique_ptr<Distributed> Distributed::connect(const WorldInfo& world, const 
                                           error_text(e)));
       }
       if (finished) return;
-      if (Clock::now() > deadline) timed_out();
+      if (Clock::now() > deadline) {
+        timed_out();
+        throw RendezvousError(fmt::format("rank {} timed out while {}", world.rank, phase));  // timed_out() throws first
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   };
@@ -402,14 +405,19 @@ void Distributed::barrier() {
 }
 
 PeerDeadline::PeerDeadline(Distributed::Impl& dist, std::optional<int> peer)
-    : dist_(dist), peer_(peer), deadline_(Clock::now() + dist.options.timeout),
-      hard_deadline_(Clock::now() + kLiveWaits * dist.options.timeout), next_look_(Clock::now()) {}
+    : dist_(dist), peer_(peer), deadline_(Clock::now() + capped(dist.options.timeout)),
+      hard_deadline_(Clock::now() + kLiveWaits * capped(dist.options.timeout)), next_look_(Clock::now()) {}
+
+std::chrono::milliseconds PeerDeadline::capped(std::chrono::milliseconds timeout) {
+  // A year: far past any real wait, and 10 x it stays far inside the clock's range.
+  return std::min(timeout, std::chrono::milliseconds(std::chrono::hours(24 * 365)));
+}
 
 bool PeerDeadline::passed() {
   if (peer_ && Clock::now() > next_look_) {
     // The peer's monitor thread beats while its main thread works: still alive, wait on.
     const int64_t beat = dist_.store->add("hb/" + std::to_string(*peer_), 0);
-    if (last_beat_ >= 0 && beat != last_beat_) deadline_ = std::min(Clock::now() + dist_.options.timeout, hard_deadline_);
+    if (last_beat_ >= 0 && beat != last_beat_) deadline_ = std::min(Clock::now() + capped(dist_.options.timeout), hard_deadline_);
     last_beat_ = beat;
     next_look_ = Clock::now() + dist_.options.heartbeat;
   }

@@ -72,6 +72,7 @@ class PeerDeadline {
 
  private:
   using Clock = std::chrono::steady_clock;
+  static std::chrono::milliseconds capped(std::chrono::milliseconds timeout);
   Distributed::Impl& dist_;
   std::optional<int> peer_;
   Clock::time_point deadline_, hard_deadline_, next_look_;

@@ -305,7 +305,14 @@ class NcclProcessTransport final : public CrossProcessTransport {
         throw TransportError(what + " aborted: " + e.what());
       }
       check_not_aborted(what);
-      if (deadline.passed()) {
+      bool passed = false;
+      try {
+        passed = deadline.passed();  // reads the peer's heartbeat in the store
+      } catch (const std::exception& e) {
+        throw TransportError(fmt::format("{}: lost the rendezvous store while waiting for rank {} ({})", what,
+                                         peer_process, error_text(e)));
+      }
+      if (passed) {
         throw TransportTimeout(fmt::format("{}: rank {} did not take the first message within {} ms{}", what,
                                            peer_process, dist_.options.timeout.count(), deadline.why()));
       }

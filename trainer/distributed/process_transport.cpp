@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <algorithm>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -73,10 +74,10 @@ class GlooProcessTransport final : public CrossProcessTransport {
     // and the receive ends with its reason. A sender that beats is alive but slow (a checkpoint
     // to a shared filesystem, a first step's warm-up): wait for it as the gather does, up to
     // PeerDeadline::kLiveWaits x the timeout, so a live but hung peer still ends in an error.
-    timeout *= PeerDeadline::kLiveWaits;
+    timeout = std::min(timeout, std::chrono::milliseconds(std::chrono::hours(24 * 365))) * PeerDeadline::kLiveWaits;
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     at::Tensor header = at::zeros({kHeaderSize}, at::kLong);
-    wait_recv(header, peer, 2 * tag, key, from, timeout);
+    wait_recv(header, peer, 2 * tag, key, from, timeout, timeout);
     const auto* h = header.data_ptr<int64_t>();
     if (h[1] < 0 || h[1] > kMaxDims) {
       throw TransportError(fmt::format("a corrupt header arrived for the {} from rank {}", to_string(key), from));
@@ -84,7 +85,7 @@ class GlooProcessTransport final : public CrossProcessTransport {
     std::vector<int64_t> shape(h + 2, h + 2 + h[1]);
     at::Tensor data = at::empty(shape, at::TensorOptions().dtype(static_cast<at::ScalarType>(h[0])));
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    wait_recv(data, peer, 2 * tag + 1, key, from, std::max(left, std::chrono::milliseconds(1)));
+    wait_recv(data, peer, 2 * tag + 1, key, from, std::max(left, std::chrono::milliseconds(1)), timeout);
     return Message{data, nullptr};
   }
 
@@ -115,7 +116,9 @@ class GlooProcessTransport final : public CrossProcessTransport {
     return std::nullopt;
   }
 
-  void wait_recv(at::Tensor& into, int peer, int tag, const TransferKey& key, int from, std::chrono::milliseconds timeout) {
+  // `timeout`: this message's share of the receive's `whole` bound (named in the error).
+  void wait_recv(at::Tensor& into, int peer, int tag, const TransferKey& key, int from, std::chrono::milliseconds timeout,
+                 std::chrono::milliseconds whole) {
     std::vector<at::Tensor> list{into};
     c10::intrusive_ptr<c10d::Work> work;
     {
@@ -141,10 +144,10 @@ class GlooProcessTransport final : public CrossProcessTransport {
     const std::string where = fmt::format("pipeline rank {} was waiting for the {} from pipeline rank {} on rank {}",
                                           rank_of(key.stage), to_string(key), from, peer);
     if (error.find("imed out") != std::string::npos || error.find("imeout") != std::string::npos) {
-      throw TransportTimeout(fmt::format("{} for {} ms ({} x parallel.peer_timeout_s) and it never came although "
-                                         "rank {} was alive (its heartbeat advanced): a peer that hangs, or schedules "
-                                         "that differ between processes; {}",
-                                         where, timeout.count(), PeerDeadline::kLiveWaits, peer, error));
+      throw TransportTimeout(fmt::format("{} for {} ms ({} x the receive's timeout, parallel.peer_timeout_s in "
+                                         "training) and it never came: rank {} hangs (a rank that dies or stops "
+                                         "beating ends the wait sooner), or the processes run schedules that differ; {}",
+                                         where, whole.count(), PeerDeadline::kLiveWaits, peer, error));
     }
     // A peer that failed announced why before it exited and closed the connection: prefer that.
     if (auto announced = announced_failure()) throw TransportError("recv of " + to_string(key) + " aborted: " + *announced);

@@ -22,7 +22,9 @@ class Transport;
 class ActionRecorder;
 
 struct ExecutorOptions {
-  std::chrono::milliseconds recv_timeout{120000};  // a receive that waits longer is an error
+  // A receive that waits longer is an error; across processes a sender whose heartbeat advances
+  // is waited for up to 10 x this (a dead one ends the wait after 1 x, through the monitor).
+  std::chrono::milliseconds recv_timeout{120000};
   std::string priority = "backward_first";         // parallel.priority
   std::string streams = "per_microbatch";          // parallel.streams (async_threaded)
   bool bf16_autocast = false;                      // at::autocast bf16 on CUDA devices
