@@ -110,7 +110,7 @@ bool DriverDevice::cover_uncovered(StreamTrack& t, CUcontext ctx, int64_t now) {
     return false;
   }
   t.pending.push_back({t.uncovered_seq, t.uncovered_kind, t.uncovered_kernel, e, nullptr, t.uncovered,
-                       t.generation});
+                       t.generation, t.context_known ? t.context : nullptr});
   t.uncovered = 0;
   t.last_record_ns = now;
   return true;
@@ -198,6 +198,83 @@ void DriverDevice::stream_destroying(sched::StreamId id) {
     t.context_known = false;
   }
   if (!immediate.empty()) report(immediate);
+}
+
+DriverDevice::PollsBlocked DriverDevice::block_polls() {
+  PollsBlocked blocked;
+  blocked.lock_ = std::unique_lock(poll_mutex_);
+  return blocked;
+}
+
+std::vector<sched::StreamId> DriverDevice::drop_context(CUcontext ctx, std::optional<sched::StreamId> also,
+                                                        int64_t now, std::vector<sched::Completion>& out) {
+  std::vector<sched::StreamId> gone;
+  for (auto& [id, t] : streams_) {
+    const bool whole = (ctx != nullptr && t.context_known && t.context == ctx) || (also && *also == id);
+    // Pending events of ctx (this stream's, or left by an earlier stream of this handle destroyed
+    // before ctx ended); when the whole stream goes, its current ones too, whatever is known of
+    // their context. Older ones of another context stay to retire as usual.
+    uint64_t ops = 0;
+    std::erase_if(t.pending, [&](const Pending& p) {
+      const bool of_ctx = ctx != nullptr && p.context == ctx;
+      if (!of_ctx && !(whole && p.generation == t.generation)) return false;
+      out.push_back({p.seq, id, p.kind, p.kernel, now, now});
+      ops += p.ops;
+      return true;
+    });
+    in_flight_.fetch_sub(ops, std::memory_order_relaxed);
+    if (!whole) continue;
+    complete_uncovered(t, id, now, out);
+    t.free_events.clear();
+    ++t.generation;
+    t.handle = nullptr;
+    t.context = nullptr;
+    t.context_known = false;
+    t.high_priority = false;
+    gone.push_back(id);
+  }
+  return gone;
+}
+
+std::vector<sched::StreamId> DriverDevice::context_destroyed(CUcontext ctx, const PollsBlocked& polls_blocked) {
+  (void)polls_blocked;  // the poller holds the events it queries outside mutex_, under poll_mutex_
+  std::vector<sched::StreamId> gone;
+  std::vector<sched::Completion> done;
+  {
+    std::lock_guard lock(mutex_);
+    gone = drop_context(ctx, std::nullopt, now_ns(), done);
+  }
+  // Streams of a destroyed (never primary) context were not movable: no shadow or fork to keep.
+  if (partitions_ != nullptr) {
+    for (const sched::StreamId id : gone) partitions_->stream_destroying(id);
+  }
+  if (!done.empty()) report(done);
+  return gone;
+}
+
+std::vector<sched::StreamId> DriverDevice::stream_handle_reused(sched::StreamId id) {
+  auto tracked_alive = [&] {
+    auto it = streams_.find(id);
+    return it != streams_.end() && it->second.handle != nullptr;
+  };
+  {
+    std::lock_guard lock(mutex_);  // the common case, a handle value not tracked, stays cheap
+    if (!tracked_alive()) return {};
+  }
+  std::vector<sched::StreamId> gone;
+  std::vector<sched::Completion> done;
+  {
+    std::lock_guard poll_lock(poll_mutex_);
+    std::lock_guard lock(mutex_);
+    if (!tracked_alive()) return {};
+    const StreamTrack& t = streams_[id];
+    gone = drop_context(t.context_known ? t.context : nullptr, id, now_ns(), done);
+  }
+  if (partitions_ != nullptr) {
+    for (const sched::StreamId g : gone) partitions_->stream_gone(g);
+  }
+  if (!done.empty()) report(done);
+  return gone;
 }
 
 void DriverDevice::poll() {

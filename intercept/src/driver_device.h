@@ -78,6 +78,28 @@ class DriverDevice final : public sched::Device {
   // now, from the calling thread, or are reported complete if no event can be recorded; no tail
   // record touches the handle afterwards.
   void stream_destroying(sched::StreamId id);
+  // Held while a context may be ending (from before cuCtxDestroy's driver call until the shim has
+  // dropped what it had there): no poll queries, pools or destroys an event of the dying context,
+  // whose handle value the driver may hand to another thread's new event meanwhile.
+  class PollsBlocked {
+   public:
+    PollsBlocked() = default;
+   private:
+    friend class DriverDevice;
+    std::unique_lock<std::mutex> lock_;
+  };
+  PollsBlocked block_polls();
+  // cuCtxDestroy(ctx) succeeded: the streams of ctx and every event of ctx are gone. Their tracked
+  // ops are reported complete, and the shim's events of ctx are dropped, never queried, pooled
+  // or destroyed again (their handle values may come back for the program's new events).
+  // Returns the streams that went with it.
+  std::vector<sched::StreamId> context_destroyed(CUcontext ctx, const PollsBlocked& polls_blocked);
+  // A stream was created with a handle value still tracked here (the old stream never reached
+  // stream_destroying: it went with a context the shim could not tell had ended). Everything
+  // tracked of the old stream's context is dropped as in context_destroyed (streams of a new
+  // context that got the same handle value too: their events leak, their ops count as done
+  // early); returns the streams dropped.
+  std::vector<sched::StreamId> stream_handle_reused(sched::StreamId id);
 
  private:
   struct Pending {
@@ -88,6 +110,7 @@ class DriverDevice final : public sched::Device {
     CUevent started;  // recorded right before the op (Op::wants_timing), else null
     uint32_t ops;     // tracked ops the event covers: this one and the uncovered ones before it
     uint32_t generation;  // StreamTrack::generation when recorded
+    CUcontext context;    // the context its events belong to (StreamTrack::context), or null
   };
   // Completion events belong to the stream's context (an event can only be recorded on a stream
   // of its own context), so each stream keeps its own pool.
@@ -122,6 +145,12 @@ class DriverDevice final : public sched::Device {
   // The uncovered ops reported done now (an event cannot be recorded: a capture, a dead stream).
   void complete_uncovered(StreamTrack& t, sched::StreamId id, int64_t now, std::vector<sched::Completion>& out);
   void record_tails();  // the helper thread's tail records (poll())
+  // Under poll_mutex_ and mutex_: everything tracked of context `ctx` goes (its streams' tracks
+  // and ops, reported done into `out`; pending events of ctx left by streams destroyed earlier),
+  // its events forgotten without a driver call. `also` (if tracked) goes whatever its context.
+  // Returns the streams dropped.
+  std::vector<sched::StreamId> drop_context(CUcontext ctx, std::optional<sched::StreamId> also, int64_t now,
+                                            std::vector<sched::Completion>& out);
   // A pooled or new event, created in the calling thread's current context: the caller makes the
   // stream's context current first (under mutex_).
   static CUevent take_event(StreamTrack& t);

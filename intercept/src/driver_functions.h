@@ -7,9 +7,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 
+#include "driver_device.h"
 #include "real_driver.h"
 
 namespace orion {
@@ -51,9 +53,22 @@ CUresult missing();
 // Before a release_all call: everything the shim holds reaches the driver (errors of that work
 // stay pending for the call that synchronises with it). Counted per function.
 void release_held_work(DriverFunctionId id);
-// After a call that ended a context (cuCtxDestroy, cuDevicePrimaryCtxReset, ...; the generator's
-// CONTEXT_ENDING): its modules are gone, so the shim forgets what it knew of their functions.
-void context_ended();
+// Around a call that may end a context (cuCtxDestroy, cuDevicePrimaryCtxReset, ...; the
+// generator's CONTEXT_ENDING). `destroyed`: the context cuCtxDestroy ends (its streams and events
+// go with it, and the driver may hand their handle values to new ones at once, to any thread),
+// null where the call may not end one. For a named context, polls of completion events wait from
+// construction until the shim has dropped what it had there (DriverDevice::PollsBlocked).
+class ContextEnd {
+ public:
+  explicit ContextEnd(CUcontext destroyed);
+  // The call succeeded: its modules are gone, so the shim forgets what it knew of their
+  // functions; a named context's streams and the shim's events there are forgotten too.
+  void ended();
+
+ private:
+  CUcontext destroyed_;
+  std::optional<DriverDevice::PollsBlocked> polls_blocked_;
+};
 }  // namespace generated
 
 // Release-class calls so far: all of them, and those that found held work to release.

@@ -230,7 +230,11 @@ void GreenPartitions::forget_tails() {
   for (auto& [stream, b] : bindings_) b.tail = nullptr;
 }
 
-void GreenPartitions::stream_destroying(sched::StreamId id) {
+void GreenPartitions::stream_destroying(sched::StreamId id) { drop_binding(id, /*fork_alive=*/true); }
+
+void GreenPartitions::stream_gone(sched::StreamId id) { drop_binding(id, /*fork_alive=*/false); }
+
+void GreenPartitions::drop_binding(sched::StreamId id, bool fork_alive) {
   std::lock_guard lock(mu_);
   auto it = bindings_.find(id);
   if (it == bindings_.end()) return;
@@ -239,7 +243,7 @@ void GreenPartitions::stream_destroying(sched::StreamId id) {
     if (sh.stream != nullptr) real::cuStreamDestroy_v2(sh.stream);
     if (sh.join != nullptr) real::cuEventDestroy_v2(sh.join);
   }
-  if (it->second.fork != nullptr) real::cuEventDestroy_v2(it->second.fork);
+  if (fork_alive && it->second.fork != nullptr) real::cuEventDestroy_v2(it->second.fork);
   bindings_.erase(it);
 }
 

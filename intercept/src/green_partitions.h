@@ -87,6 +87,10 @@ class GreenPartitions {
   // Before the program's stream is destroyed: its shadows and events go with it (work already
   // submitted to them still completes).
   void stream_destroying(sched::StreamId id);
+  // The program's stream went without a destroy call, with its context (a primary context's last
+  // release or reset): its shadows and join events (of the shim's green contexts) go; its fork
+  // event went with the program's context and is only forgotten (its handle may be reused).
+  void stream_gone(sched::StreamId id);
 
   PartitionStats stats() const;
 
@@ -121,6 +125,7 @@ class GreenPartitions {
   const Green* green_for(DeviceGreens& d, CUdevice dev, int sms);
   DeviceGreens& device_greens(CUdevice dev);
   bool check_binding(Binding& b);
+  void drop_binding(sched::StreamId id, bool fork_alive);
   std::optional<CUresult> stay(InPlaceReason r);
 
   const sched::Policy& policy_;

@@ -36,10 +36,19 @@ void release_held_work(DriverFunctionId id) {
   shim->work_outside_dispatcher();
 }
 
-void context_ended() {
+ContextEnd::ContextEnd(CUcontext destroyed) : destroyed_(destroyed) {
+  if (Shim* shim = active_shim(); shim != nullptr && destroyed != nullptr) {
+    polls_blocked_.emplace(shim->device().block_polls());
+  }
+}
+
+void ContextEnd::ended() {
   // A forgotten function is catalogued again from the driver at its next launch: forgetting too
   // much (a primary-context release that was not the last) costs a lookup, never correctness.
-  if (Shim* shim = active_shim()) shim->forget_functions();
+  Shim* shim = active_shim();
+  if (shim == nullptr) return;
+  shim->forget_functions();
+  if (polls_blocked_) shim->context_destroyed(destroyed_, *polls_blocked_);
 }
 
 }  // namespace generated

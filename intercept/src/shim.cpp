@@ -258,7 +258,14 @@ void Shim::forget_functions() {
   device_.forget_occupancy();
 }
 
+void Shim::context_destroyed(CUcontext ctx, const DriverDevice::PollsBlocked& polls_blocked) {
+  for (const sched::StreamId id : device_.context_destroyed(ctx, polls_blocked)) dispatcher_->forget_stream(id);
+}
+
 void Shim::event_created(CUevent e, unsigned flags) {
+  // A reused handle value (the old event destroyed, or gone with its context): what the
+  // dispatcher knew of the old event's records must not order the new one's waits.
+  dispatcher_->forget_event(reinterpret_cast<sched::EventId>(e));
   std::lock_guard lock(ipc_events_mu_);
   if ((flags & CU_EVENT_INTERPROCESS) != 0) {
     ipc_events_.insert(e);
@@ -283,6 +290,13 @@ bool Shim::interprocess_event(CUevent e) const {
 void Shim::stream_created(CUstream s, unsigned flags, sched::StreamClass cls) {
   const sched::StreamId id = stream_id(s, false);
   if (whole_process_ && cls != sched::StreamClass::kCommunication) cls = sched::StreamClass::kBestEffort;
+  // A handle value the shim still tracks: the old stream went without a destroy call (with a
+  // context the shim could not tell had ended: a primary context's last release or reset, a green
+  // context): what it tracked of that context goes, as for a destroyed context.
+  for (const sched::StreamId gone : device_.stream_handle_reused(id)) dispatcher_->forget_stream(gone);
+  // The dispatcher's state of an earlier stream of this handle value (its class, a deferred error
+  // no synchronisation collected) is not the new stream's, whether or not completions were tracked.
+  dispatcher_->forget_stream(id);
   // A handle value can be reused after a destroy: class and flags are set again each time.
   dispatcher_->set_syncs_with_legacy(id, (flags & CU_STREAM_NON_BLOCKING) == 0);
   set_stream_class(id, cls);

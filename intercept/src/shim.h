@@ -106,6 +106,11 @@ class Shim {
   // A module or library was unloaded: function handles may be reused for other kernels, so the
   // kernel catalogue and the occupancy answers start afresh.
   void forget_functions();
+  // cuCtxDestroy(ctx) succeeded: the streams and events of ctx are gone without a destroy call
+  // of their own. The shim forgets the streams it tracked there (their completion events went
+  // too: never queried, pooled or destroyed again, since their handle values may already name
+  // a new event of the program) and the dispatcher's state of those streams.
+  void context_destroyed(CUcontext ctx, const DriverDevice::PollsBlocked& polls_blocked);
 
   // Drains everything and writes the trace (ORION_TRACE). Returns the first deferred error.
   int flush();

@@ -174,8 +174,10 @@ ORION_STREAM_OP2(cuMemBatchDecompressAsync, cuMemBatchDecompressAsync_ptsz, kCop
                  (params, count, flags, error_index, s))
 
 // --- graph upload: done where the program put it (typically ahead of a latency-critical
-// launch), so the caller waits instead of the upload being held back with best-effort work ---
-ORION_STREAM_OP2(cuGraphUpload, cuGraphUpload_ptsz, kCopy, false, s, 0, 0,
+// launch), so the caller waits instead of the upload being held back with best-effort work. CUDA
+// orders an upload behind the executable's earlier launches and uploads, on any stream (the work
+// after it on its stream waits for them): it carries the executable's order id, as a launch does.
+ORION_STREAM_OP2(cuGraphUpload, cuGraphUpload_ptsz, kCopy, false, s, Shim::graph_order_id(graph), 0,
                  (CUgraphExec graph, CUstream s), (graph, s))
 
 // --- graphics interop: map hands resources to CUDA, unmap hands them back to the graphics API

@@ -24,6 +24,17 @@ TEST_F(NewerAbi, ANewerAbiIsHandedOutUnwrappedAndTheShimStopsHoldingWork) {
   EXPECT_TRUE(in_shim(lookup("cuLaunchKernel", kNewer - 1)));  // no newer ABI yet at that version
   EXPECT_FALSE(holding_stopped());
 
+  // An order-free function with a newer ABI (a query that sees no held work): the driver's entry
+  // point, and the shim keeps holding work.
+  void* attribute = lookup("cuDeviceGetAttribute", kNewer);
+  EXPECT_EQ(attribute, reinterpret_cast<void*>(&fake_cuDeviceGetAttribute_newer_abi)) << library_of(attribute);
+  EXPECT_TRUE(in_shim(lookup("cuDeviceGetAttribute", CUDA_VERSION)));
+  int sms = 0;
+  ASSERT_EQ(reinterpret_cast<decltype(&cuDeviceGetAttribute)>(attribute)(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0),
+            CUDA_SUCCESS);
+  EXPECT_GT(sms, 0);
+  EXPECT_FALSE(holding_stopped()) << "an order-free function's newer ABI stopped the shim holding work";
+
   hold_high_priority();
   ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
   expect_deferred(k_be_);

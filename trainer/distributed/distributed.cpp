@@ -456,8 +456,7 @@ std::string Distributed::Impl::wait_for_key(const std::string& key, const std::s
   } catch (const std::runtime_error&) {
     throw;
   } catch (const std::exception& e) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (failure) throw std::runtime_error(*failure);
+    throw_if_failed();  // the store went with a dead peer: the monitor's account says which
     throw std::runtime_error(fmt::format("waiting for {}: {}", what, error_text(e)));
   }
 }

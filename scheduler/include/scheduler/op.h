@@ -80,8 +80,8 @@ struct Op {
   StreamId stream = 0;
   KernelInfo kernel;        // kKernel (and kGraphLaunch for its name, if any)
   // kEventRecord, kStreamWaitEvent: the event; kKernel: an event the launch records itself (a
-  // launch-completion or programmatic-event attribute), 0 for none; kGraphLaunch: its
-  // executable's order id (see records_event()).
+  // launch-completion or programmatic-event attribute), 0 for none; kGraphLaunch, and kCopy for a
+  // graph upload: its executable's order id (see records_event()).
   EventId event = 0;
   uint64_t bytes = 0;       // kCopy, kMemset
   // Borrowed (caller-owned, valid only during the submit call) or owned payload.
@@ -95,12 +95,12 @@ struct Op {
 
   const OpPayload* payload() const { return owned ? owned.get() : borrowed; }
   // Whether the op records `event` (an event record, or a launch recording one implicitly). A
-  // graph launch "records" its executable (`event` = an id the shim derives from the handle):
-  // CUDA orders each launch of an executable behind its earlier launches, on any stream, which
-  // is exactly how a record is ordered behind the event's earlier records.
+  // graph launch or upload "records" its executable (`event` = an id the shim derives from the
+  // handle): CUDA orders each launch or upload of an executable behind its earlier ones, on any
+  // stream, which is exactly how a record is ordered behind the event's earlier records.
   bool records_event() const {
     return event != 0 && (kind == OpKind::kEventRecord || kind == OpKind::kKernel ||
-                          kind == OpKind::kGraphLaunch);
+                          kind == OpKind::kGraphLaunch || kind == OpKind::kCopy);
   }
 
   // Filled in by the dispatcher.

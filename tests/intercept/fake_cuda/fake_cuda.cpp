@@ -152,6 +152,13 @@ FAKE_EXPORT void fake_cuda_reset(void) {
   s.proc_lookups = 0;
   s.newer_launch_abi_from = 0;
   s.early_per_thread_answer = 0;
+  s.reuse_handles = false;
+  s.free_stream_handles.clear();
+  s.free_event_handles.clear();
+}
+FAKE_EXPORT void fake_cuda_set_handle_reuse(int enabled) {
+  std::lock_guard lock(st().mu);
+  st().reuse_handles = enabled != 0;
 }
 FAKE_EXPORT size_t fake_cuda_call_count(void) {
   State& s = st();

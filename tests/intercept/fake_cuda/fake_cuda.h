@@ -40,6 +40,15 @@ int fake_cuda_get_call(size_t index, fake_cuda_call* out);
 
 /* Primary context of fake device `device` (0 or 1); the handles cuDevicePrimaryCtxRetain returns. */
 CUcontext fake_cuda_primary_context(int device);
+/* Ends context `ctx` (made with cuCtxCreate) as cuCtxDestroy does, through an entry point the shim
+ * does not wrap: a context that ends where the shim cannot tell which one (a primary context's
+ * last release or reset, which the fake does not model). */
+CUresult fake_cuda_end_context(CUcontext ctx);
+/* With `enabled`, the stream and event handles a context's end took along are handed out again,
+ * newest first, to the next cuStreamCreate* / cuEventCreate (as the driver's freed objects'
+ * addresses come back). Off by default, so that tests which key what they saw by handle value
+ * (the differential test) stay unambiguous; fake_cuda_reset() turns it off and forgets them. */
+void fake_cuda_set_handle_reuse(int enabled);
 
 /* A kernel function (of the calling thread's current context, device 0's primary context when
  * none is current) with `count` parameters of the given sizes (cuFuncGetParamInfo answers
@@ -108,6 +117,9 @@ void fake_cuda_set_newer_launch_abi(int version);
 CUresult CUDAAPI fake_cuLaunchKernel_newer_abi(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                                unsigned by, unsigned bz, unsigned smem, CUstream s, void** p,
                                                void** e);
+/* From the same version on, cuDeviceGetAttribute (an order-free function) is answered with this
+ * entry point of its own: the shim hands it out and keeps holding work. */
+CUresult CUDAAPI fake_cuDeviceGetAttribute_newer_abi(int* v, CUdevice_attribute a, CUdevice d);
 
 /* The real driver's answer is unverified where per-thread default-stream semantics are asked for
  * below the version that brought a name's per-thread variant (cuLaunchKernel at 4000 with the

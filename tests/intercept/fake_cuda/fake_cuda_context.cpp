@@ -131,11 +131,19 @@ FAKE_EXPORT CUresult CUDAAPI cuDeviceGet(CUdevice* d, int ordinal) {
   *d = ordinal;
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult CUDAAPI cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice d) {
+namespace {
+CUresult device_attribute(int* v, CUdevice_attribute a, CUdevice d) {
   if (v == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (d < 0 || d >= kDevices) return CUDA_ERROR_INVALID_DEVICE;
   *v = (a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) ? kSmCount[d] : 0;
   return CUDA_SUCCESS;
+}
+}  // namespace
+FAKE_EXPORT CUresult CUDAAPI cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice d) {
+  return device_attribute(v, a, d);
+}
+FAKE_EXPORT CUresult CUDAAPI fake_cuDeviceGetAttribute_newer_abi(int* v, CUdevice_attribute a, CUdevice d) {
+  return device_attribute(v, a, d);
 }
 FAKE_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice d) {
   if (c == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -192,7 +200,8 @@ FAKE_EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice* d) {
 }
 // cuCtxCreate: a new context of the device, pushed as the calling thread's current one.
 // cuCtxDestroy: its streams, events and functions go (work on them fails from now on, a query of
-// its events answers CUDA_ERROR_INVALID_HANDLE, its function handles are handed out again), it is
+// its events answers CUDA_ERROR_INVALID_HANDLE, its function handles are handed out again, and so
+// are its stream and event handles with fake_cuda_set_handle_reuse), it is
 // popped if current on the calling thread, and a thread that still has it current gets
 // CUDA_ERROR_CONTEXT_IS_DESTROYED. Primary contexts cannot be destroyed this way.
 FAKE_EXPORT CUresult CUDAAPI cuCtxCreate_v4(CUcontext* out, CUctxCreateParams*, unsigned int, CUdevice dev) {
@@ -214,11 +223,12 @@ FAKE_EXPORT CUresult CUDAAPI cuCtxCreate_v4(CUcontext* out, CUctxCreateParams*, 
   *out = reinterpret_cast<CUcontext>(ctx);
   return finish(s, c);
 }
-FAKE_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext hctx) {
+namespace {
+CUresult destroy_context(const char* name, CUcontext hctx) {
   const auto ctx = reinterpret_cast<uint64_t>(hctx);
   State& s = st();
   std::lock_guard lock(s.mu);
-  fake_cuda_call& c = begin(s, "cuCtxDestroy_v2");
+  fake_cuda_call& c = begin(s, name);
   c.value = ctx;
   {
     std::lock_guard created(g_created_mu);
@@ -229,12 +239,20 @@ FAKE_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext hctx) {
   for (auto it = s.streams.begin(); it != s.streams.end();) {
     if (it->second.ctx == ctx) {
       s.dead_streams[it->first] = true;
+      s.free_stream_handles.push_back(it->first);
       it = s.streams.erase(it);
     } else {
       ++it;
     }
   }
-  std::erase_if(s.events, [&](const auto& e) { return e.second.ctx == ctx; });
+  for (auto it = s.events.begin(); it != s.events.end();) {
+    if (it->second.ctx == ctx) {
+      s.free_event_handles.push_back(it->first);
+      it = s.events.erase(it);
+    } else {
+      ++it;
+    }
+  }
   // Its modules are unloaded with it: their functions' handles are invalid and handed out again.
   for (auto f = s.functions.begin(); f != s.functions.end();) {
     if (f->second->ctx == ctx) {
@@ -252,6 +270,9 @@ FAKE_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext hctx) {
   }
   return finish(s, c);
 }
+}  // namespace
+FAKE_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext hctx) { return destroy_context("cuCtxDestroy_v2", hctx); }
+FAKE_EXPORT CUresult fake_cuda_end_context(CUcontext hctx) { return destroy_context("fake_cuda_end_context", hctx); }
 
 FAKE_EXPORT CUresult CUDAAPI cuStreamGetCtx(CUstream hs, CUcontext* c) {
   State& s = st();

@@ -113,6 +113,12 @@ struct State {
   std::map<uintptr_t, HostRange> host;  // by start address
   // Streams of contexts destroyed by cuCtxDestroy: work on them fails (CUDA_ERROR_INVALID_HANDLE).
   std::unordered_map<uint64_t, bool> dead_streams;
+  // Handles of the streams and events a cuCtxDestroy took along: with reuse_handles
+  // (fake_cuda_set_handle_reuse), handed out again, newest first, to the next streams
+  // (cuStreamCreate*) and events (cuEventCreate) made, as the driver's freed objects' addresses
+  // come back.
+  std::vector<uint64_t> free_stream_handles, free_event_handles;
+  bool reuse_handles = false;
   uint64_t host_use_after_free = 0;     // copies that touched freed / unregistered host memory
 };
 
@@ -144,6 +150,9 @@ CUresult unsafe_call(State& s);
 // node instead; the legacy stream waits for every blocking stream, a blocking stream for the
 // legacy stream. Returns true when the work was captured (it must not run).
 bool advance(State& s, uint64_t id, int64_t duration_ns, fake_cuda_call& c);
+// A handle for a new stream or event (under s.mu): a freed one of that kind first (with
+// reuse_handles), else a new one.
+uint64_t new_handle(State& s, std::vector<uint64_t>& freed);
 // Records the event-record nodes of executable `exec`'s graph at stream `id` (under s.mu).
 void record_graph_events(State& s, uint64_t exec, uint64_t stream_id);
 // Records event `event_handle` at stream `id`'s current time (under s.mu); the record's number.

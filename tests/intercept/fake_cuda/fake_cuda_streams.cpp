@@ -7,9 +7,13 @@
 #include <cudaTypedefs.h>
 
 namespace fake_cuda_impl {
-namespace {
 
-}  // namespace
+uint64_t new_handle(State& s, std::vector<uint64_t>& freed) {
+  if (!s.reuse_handles || freed.empty()) return s.next_handle += 0x100;
+  const uint64_t h = freed.back();
+  freed.pop_back();
+  return h;
+}
 
 // Records `event_handle` at stream `id`'s current time (under s.mu): a later record replaces the
 // earlier one. Returns the record's number.
@@ -66,7 +70,8 @@ CUresult create_stream(const char* name, CUstream* out, unsigned flags, int prio
   fake_cuda_call& c = begin(s, name);
   c.context = current_ctx();
   if (c.context == 0) return finish(s, c, CUDA_ERROR_INVALID_CONTEXT);
-  uint64_t h = (s.next_handle += 0x100);
+  const uint64_t h = new_handle(s, s.free_stream_handles);
+  s.dead_streams.erase(h);
   Stream& str = s.streams[h];
   str.priority = priority;
   str.ctx = c.context;
@@ -183,7 +188,7 @@ FAKE_EXPORT CUresult CUDAAPI cuEventCreate(CUevent* out, unsigned int flags) {
   State& s = st();
   std::lock_guard lock(s.mu);
   if (current_ctx() == 0) return CUDA_ERROR_INVALID_CONTEXT;
-  uint64_t h = (s.next_handle += 0x100);
+  const uint64_t h = new_handle(s, s.free_event_handles);
   s.events[h] = Event{};
   s.events[h].ctx = current_ctx();
   s.events[h].flags = flags;
@@ -393,6 +398,8 @@ const ProcEntry kProcs[] = {
     {"cuInit", "cuInit", 2000, 0x7fffffff, false, reinterpret_cast<void*>(&cuInit)},
     {"cuCtxGetCurrent", "cuCtxGetCurrent", 4000, 0x7fffffff, false, reinterpret_cast<void*>(&cuCtxGetCurrent)},
     {"cuFuncGetName", "cuFuncGetName", 12030, 0x7fffffff, false, reinterpret_cast<void*>(&cuFuncGetName)},
+    {"cuDeviceGetAttribute", "cuDeviceGetAttribute", 2000, 0x7fffffff, false,
+     reinterpret_cast<void*>(&cuDeviceGetAttribute)},
 };
 
 CUresult lookup(const char* symbol, void** pfn, int version, cuuint64_t flags,
@@ -424,6 +431,12 @@ CUresult lookup(const char* symbol, void** pfn, int version, cuuint64_t flags,
   if (newer_launch_abi_from != 0 && version >= newer_launch_abi_from && !per_thread &&
       std::strcmp(symbol, "cuLaunchKernel") == 0) {
     *pfn = reinterpret_cast<void*>(&fake_cuLaunchKernel_newer_abi);
+    set_status(CU_GET_PROC_ADDRESS_SUCCESS);
+    return CUDA_SUCCESS;
+  }
+  if (newer_launch_abi_from != 0 && version >= newer_launch_abi_from && !per_thread &&
+      std::strcmp(symbol, "cuDeviceGetAttribute") == 0) {
+    *pfn = reinterpret_cast<void*>(&fake_cuDeviceGetAttribute_newer_abi);
     set_status(CU_GET_PROC_ADDRESS_SUCCESS);
     return CUDA_SUCCESS;
   }
