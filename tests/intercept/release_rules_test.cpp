@@ -211,13 +211,18 @@ TEST_P(ContextHandles, HandlesADestroyedContextHandsOutAgainStartAfresh) {
   ASSERT_EQ(cuLaunchKernel(any_ctx, 4, 1, 1, 32, 1, 1, 0, s2_destroyed, nullptr, nullptr), CUDA_SUCCESS);
   ASSERT_EQ(cuStreamDestroy(s2_destroyed), CUDA_SUCCESS);
   ASSERT_EQ(cuCtxSetCurrent(primary), CUDA_SUCCESS);
-  size_t from = calls().size();
+  const size_t before = calls().size();
   ASSERT_EQ(destroy(c2, seen_by_shim), CUDA_SUCCESS);
   // The program's events get the dead events' handles. Where the shim saw the destroy, at once:
-  // it must not query, pool or destroy any of c2's events from the destroy on. Where it did not,
-  // once the helper thread has seen c2's events answer as gone (it cannot know before), and from
-  // then on.
-  if (!seen_by_shim) {
+  // it must not query, pool or destroy any of c2's events once the destroy reached the driver
+  // (the helper thread may query them until then: they are alive). Where it did not, once the
+  // helper thread has seen c2's events answer as gone (it cannot know before), and from then on.
+  size_t from = 0;
+  if (seen_by_shim) {
+    const auto log = calls();
+    for (from = before; from < log.size() && std::strcmp(log[from].name, "cuCtxDestroy_v2") != 0;) ++from;
+    ASSERT_LT(from, log.size()) << "cuCtxDestroy_v2 never reached the driver";
+  } else {
     ASSERT_TRUE(wait_idle(std::chrono::milliseconds(1000)));
     from = calls().size();
   }
