@@ -244,12 +244,15 @@ std::vector<sched::StreamId> DriverDevice::context_destroyed(CUcontext ctx, cons
     std::lock_guard lock(mutex_);
     gone = drop_context(ctx, std::nullopt, now_ns(), done);
   }
-  // Streams of a destroyed (never primary) context were not movable: no shadow or fork to keep.
+  dropped(gone, done);
+  return gone;
+}
+
+void DriverDevice::dropped(const std::vector<sched::StreamId>& gone, const std::vector<sched::Completion>& done) {
   if (partitions_ != nullptr) {
-    for (const sched::StreamId id : gone) partitions_->stream_destroying(id);
+    for (const sched::StreamId id : gone) partitions_->stream_gone(id);
   }
   if (!done.empty()) report(done);
-  return gone;
 }
 
 std::vector<sched::StreamId> DriverDevice::stream_handle_reused(sched::StreamId id) {
@@ -270,10 +273,7 @@ std::vector<sched::StreamId> DriverDevice::stream_handle_reused(sched::StreamId 
     const StreamTrack& t = streams_[id];
     gone = drop_context(t.context_known ? t.context : nullptr, id, now_ns(), done);
   }
-  if (partitions_ != nullptr) {
-    for (const sched::StreamId g : gone) partitions_->stream_gone(g);
-  }
-  if (!done.empty()) report(done);
+  dropped(gone, done);
   return gone;
 }
 

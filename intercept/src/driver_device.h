@@ -82,10 +82,9 @@ class DriverDevice final : public sched::Device {
   // dropped what it had there): no poll queries, pools or destroys an event of the dying context,
   // whose handle value the driver may hand to another thread's new event meanwhile.
   class PollsBlocked {
-   public:
-    PollsBlocked() = default;
    private:
     friend class DriverDevice;
+    PollsBlocked() = default;  // only block_polls() makes one
     std::unique_lock<std::mutex> lock_;
   };
   PollsBlocked block_polls();
@@ -151,6 +150,9 @@ class DriverDevice final : public sched::Device {
   // Returns the streams dropped.
   std::vector<sched::StreamId> drop_context(CUcontext ctx, std::optional<sched::StreamId> also, int64_t now,
                                             std::vector<sched::Completion>& out);
+  // After drop_context, outside mutex_: the partition policy forgets the dropped streams (their
+  // fork events went with their context) and the dropped ops are reported done.
+  void dropped(const std::vector<sched::StreamId>& gone, const std::vector<sched::Completion>& done);
   // A pooled or new event, created in the calling thread's current context: the caller makes the
   // stream's context current first (under mutex_).
   static CUevent take_event(StreamTrack& t);

@@ -87,9 +87,10 @@ class GreenPartitions {
   // Before the program's stream is destroyed: its shadows and events go with it (work already
   // submitted to them still completes).
   void stream_destroying(sched::StreamId id);
-  // The program's stream went without a destroy call, with its context (a primary context's last
-  // release or reset): its shadows and join events (of the shim's green contexts) go; its fork
-  // event went with the program's context and is only forgotten (its handle may be reused).
+  // The program's stream went without a destroy call, with its context (cuCtxDestroy, a primary
+  // context's last release or reset): its shadows and join events (of the shim's green contexts)
+  // go; its fork event went with the program's context and is only forgotten (its handle may be
+  // reused).
   void stream_gone(sched::StreamId id);
 
   PartitionStats stats() const;

@@ -293,7 +293,9 @@ void Shim::stream_created(CUstream s, unsigned flags, sched::StreamClass cls) {
   // A handle value the shim still tracks: the old stream went without a destroy call (with a
   // context the shim could not tell had ended: a primary context's last release or reset, a green
   // context): what it tracked of that context goes, as for a destroyed context.
-  for (const sched::StreamId gone : device_.stream_handle_reused(id)) dispatcher_->forget_stream(gone);
+  for (const sched::StreamId gone : device_.stream_handle_reused(id)) {
+    if (gone != id) dispatcher_->forget_stream(gone);  // id's own state goes just below
+  }
   // The dispatcher's state of an earlier stream of this handle value (its class, a deferred error
   // no synchronisation collected) is not the new stream's, whether or not completions were tracked.
   dispatcher_->forget_stream(id);
