@@ -53,20 +53,31 @@ CUresult missing();
 // Before a release_all call: everything the shim holds reaches the driver (errors of that work
 // stay pending for the call that synchronises with it). Counted per function.
 void release_held_work(DriverFunctionId id);
-// Around a call that may end a context (cuCtxDestroy, cuDevicePrimaryCtxReset, ...; the
-// generator's CONTEXT_ENDING). `destroyed`: the context cuCtxDestroy ends (its streams and events
-// go with it, and the driver may hand their handle values to new ones at once, to any thread),
-// null where the call may not end one. For a named context, polls of completion events wait from
-// construction until the shim has dropped what it had there (DriverDevice::PollsBlocked).
+// Around a call that may end a context (the generator's CONTEXT_ENDING). A context's streams and
+// events go with it, and the driver may hand their handle values to new ones at once, to any
+// thread. Where the shim can name the context that ends (or had primary contexts retained, any of
+// which a release may end), polls of completion events wait from construction until the shim has
+// dropped what it had there (DriverDevice::PollsBlocked).
 class ContextEnd {
  public:
-  explicit ContextEnd(CUcontext destroyed);
+  static ContextEnd destroy(CUcontext ctx);      // cuCtxDestroy: ctx ends
+  static ContextEnd primary_reset(CUdevice dev); // dev's primary context ends (its retains stay)
+  // cuDevicePrimaryCtxRelease: a primary context ends if it was the last retain.
+  static ContextEnd primary_release(CUdevice dev);
+  // cuGreenCtxDestroy: the green context's CUcontext ends (its streams stay, dead: CUDA 13 answers
+  // CUDA_ERROR_CONTEXT_IS_DESTROYED for them), and its release of the primary context may be
+  // the last.
+  static ContextEnd green_destroy(CUgreenCtx green);
+  static ContextEnd unnamed();                   // cuCtxDetach: the shim cannot tell
   // The call succeeded: its modules are gone, so the shim forgets what it knew of their
-  // functions; a named context's streams and the shim's events there are forgotten too.
+  // functions; what it had in the contexts that ended (streams, its events) is forgotten too.
   void ended();
 
  private:
-  CUcontext destroyed_;
+  ContextEnd(CUcontext ends, CUdevice primary_of, bool primaries_may_end);
+  CUcontext ends_;        // certainly ends (null: none the shim can name)
+  CUdevice primary_of_;   // ends_ is this device's primary context (-1: it is not one)
+  bool primaries_may_end_;
   std::optional<DriverDevice::PollsBlocked> polls_blocked_;
 };
 }  // namespace generated

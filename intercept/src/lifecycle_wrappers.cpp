@@ -58,6 +58,17 @@ ORION_EXPORT CUresult CUDAAPI cuGreenCtxStreamCreate(CUstream* out, CUgreenCtx g
   return rc;
 }
 
+// The handle a device's primary context has while it is active: its end (a reset, the last
+// release, the last green context's destroy) can then be named (generated::ContextEnd).
+ORION_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* out, CUdevice dev) {
+  ORION_REQUIRE_REAL(cuDevicePrimaryCtxRetain);
+  const CUresult rc = real::cuDevicePrimaryCtxRetain(out, dev);
+  if (rc == CUDA_SUCCESS && out != nullptr) {
+    if (Shim* shim = orion::active_shim()) shim->primary_context_retained(dev, *out);
+  }
+  return rc;
+}
+
 // An event opened from another process's handle is interprocess whatever flags were asked for:
 // its records must never be held (the other process waits on whatever record the driver has).
 ORION_EXPORT CUresult CUDAAPI cuIpcOpenEventHandle(CUevent* out, CUipcEventHandle handle) {

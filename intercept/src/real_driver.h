@@ -54,7 +54,7 @@ std::span<const EntryInfo> entry_table();
   X(cuGraphChildGraphNodeGetGraph, PFN_cuGraphChildGraphNodeGetGraph_v10000)        \
   X(cuGraphKernelNodeGetParams_v2, PFN_cuGraphKernelNodeGetParams_v12000)           \
   X(cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010) \
-  X(cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000)                   \
+  X(cuDevicePrimaryCtxGetState, PFN_cuDevicePrimaryCtxGetState_v7000)               \
   X(cuDeviceGetDevResource, PFN_cuDeviceGetDevResource_v12040)                      \
   X(cuDevSmResourceSplitByCount, PFN_cuDevSmResourceSplitByCount_v12040)            \
   X(cuDevResourceGenerateDesc, PFN_cuDevResourceGenerateDesc_v12040)                \

@@ -36,11 +36,35 @@ void release_held_work(DriverFunctionId id) {
   shim->work_outside_dispatcher();
 }
 
-ContextEnd::ContextEnd(CUcontext destroyed) : destroyed_(destroyed) {
-  if (Shim* shim = active_shim(); shim != nullptr && destroyed != nullptr) {
+ContextEnd::ContextEnd(CUcontext ends, CUdevice primary_of, bool primaries_may_end)
+    : ends_(ends), primary_of_(primary_of), primaries_may_end_(primaries_may_end) {
+  Shim* shim = active_shim();
+  if (shim == nullptr) return;
+  if (ends_ != nullptr || (primaries_may_end_ && shim->have_primary_contexts())) {
     polls_blocked_.emplace(shim->device().block_polls());
   }
 }
+
+ContextEnd ContextEnd::destroy(CUcontext ctx) { return ContextEnd(ctx, -1, false); }
+
+ContextEnd ContextEnd::primary_reset(CUdevice dev) {
+  Shim* shim = active_shim();
+  return ContextEnd(shim != nullptr ? shim->primary_context(dev) : nullptr, dev, false);
+}
+
+ContextEnd ContextEnd::primary_release(CUdevice) { return ContextEnd(nullptr, -1, true); }
+
+ContextEnd ContextEnd::green_destroy(CUgreenCtx green) {
+  CUcontext ctx = nullptr;
+  // The green context still lives: its CUcontext is asked before the destroy (an order-free read).
+  if (active_shim() != nullptr && green != nullptr && real::cuCtxFromGreenCtx != nullptr &&
+      real::cuCtxFromGreenCtx(&ctx, green) != CUDA_SUCCESS) {
+    ctx = nullptr;
+  }
+  return ContextEnd(ctx, -1, true);
+}
+
+ContextEnd ContextEnd::unnamed() { return ContextEnd(nullptr, -1, false); }
 
 void ContextEnd::ended() {
   // A forgotten function is catalogued again from the driver at its next launch: forgetting too
@@ -48,7 +72,13 @@ void ContextEnd::ended() {
   Shim* shim = active_shim();
   if (shim == nullptr) return;
   shim->forget_functions();
-  if (polls_blocked_) shim->context_destroyed(destroyed_, *polls_blocked_);
+  if (!polls_blocked_) return;
+  if (ends_ != nullptr && primary_of_ >= 0) {
+    shim->primary_context_ended(primary_of_, ends_, *polls_blocked_);
+  } else if (ends_ != nullptr) {
+    shim->context_destroyed(ends_, *polls_blocked_);
+  }
+  if (primaries_may_end_) shim->primary_contexts_maybe_ended(*polls_blocked_);
 }
 
 }  // namespace generated

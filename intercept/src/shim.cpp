@@ -262,6 +262,50 @@ void Shim::context_destroyed(CUcontext ctx, const DriverDevice::PollsBlocked& po
   for (const sched::StreamId id : device_.context_destroyed(ctx, polls_blocked)) dispatcher_->forget_stream(id);
 }
 
+void Shim::primary_context_retained(CUdevice dev, CUcontext ctx) {
+  std::lock_guard lock(primaries_mu_);
+  primaries_[dev] = ctx;
+}
+
+CUcontext Shim::primary_context(CUdevice dev) const {
+  std::lock_guard lock(primaries_mu_);
+  auto it = primaries_.find(dev);
+  return it == primaries_.end() ? nullptr : it->second;
+}
+
+bool Shim::have_primary_contexts() const {
+  std::lock_guard lock(primaries_mu_);
+  return !primaries_.empty();
+}
+
+void Shim::primary_contexts_maybe_ended(const DriverDevice::PollsBlocked& polls_blocked) {
+  if (real::cuDevicePrimaryCtxGetState == nullptr) return;  // left to stream_created's check
+  std::map<CUdevice, CUcontext> known;
+  {
+    std::lock_guard lock(primaries_mu_);
+    known = primaries_;
+  }
+  for (const auto& [dev, ctx] : known) {
+    unsigned flags = 0;
+    int active = 1;
+    // A query that fails tells nothing: the context is kept (a reused stream handle still shows
+    // its end, Shim::stream_created).
+    if (real::cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && active == 0) {
+      primary_context_ended(dev, ctx, polls_blocked);
+    }
+  }
+}
+
+void Shim::primary_context_ended(CUdevice dev, CUcontext ctx, const DriverDevice::PollsBlocked& polls_blocked) {
+  {
+    std::lock_guard lock(primaries_mu_);
+    // Only an entry that still names ctx goes (a retain on another thread may have named the
+    // device's next primary context meanwhile).
+    if (auto it = primaries_.find(dev); it != primaries_.end() && it->second == ctx) primaries_.erase(it);
+  }
+  context_destroyed(ctx, polls_blocked);
+}
+
 void Shim::event_created(CUevent e, unsigned flags) {
   // A reused handle value (the old event destroyed, or gone with its context): what the
   // dispatcher knew of the old event's records must not order the new one's waits.

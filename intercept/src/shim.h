@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <condition_variable>
 #include <mutex>
@@ -111,6 +112,17 @@ class Shim {
   // too: never queried, pooled or destroyed again, since their handle values may already name
   // a new event of the program) and the dispatcher's state of those streams.
   void context_destroyed(CUcontext ctx, const DriverDevice::PollsBlocked& polls_blocked);
+  // Primary contexts (cuDevicePrimaryCtxRetain's answers): a device's, while active. A reset, or
+  // a release that was the last (the program's, or a green context's destroy), ends one; its
+  // streams and events go like a destroyed context's, and the driver hands its handle out again
+  // (a new stream of the new context may get an old stream's handle value).
+  void primary_context_retained(CUdevice dev, CUcontext ctx);
+  CUcontext primary_context(CUdevice dev) const;  // null: no retain seen (or it ended since)
+  bool have_primary_contexts() const;
+  // After a call that may have been a last release: each primary context the driver reports
+  // inactive now ended (primary_context_ended).
+  void primary_contexts_maybe_ended(const DriverDevice::PollsBlocked& polls_blocked);
+  void primary_context_ended(CUdevice dev, CUcontext ctx, const DriverDevice::PollsBlocked& polls_blocked);
 
   // Drains everything and writes the trace (ORION_TRACE). Returns the first deferred error.
   int flush();
@@ -158,6 +170,8 @@ class Shim {
   mutable std::mutex ipc_events_mu_;
   std::unordered_set<CUevent> ipc_events_;
   std::atomic<bool> have_ipc_events_{false};
+  mutable std::mutex primaries_mu_;
+  std::map<CUdevice, CUcontext> primaries_;  // under primaries_mu_
   mutable std::mutex graphs_mu_;
   std::unordered_set<CUgraphExec> graphs_with_event_nodes_;
   std::unordered_set<CUgraphExec> communication_graphs_;  // run NCCL kernels

@@ -224,10 +224,14 @@ def functions_inc(decls, ranges, cls_of, hand):
 
 # Calls that end a context (every ABI of these bases): the driver unloads the context's modules,
 # so function handles the shim catalogued (name, parameter layout, communication class) may be
-# handed out again for other kernels. After a successful call the generated wrapper tells the shim
-# to forget them, as cuModuleUnload's hand-written wrapper does.
-CONTEXT_ENDING = {"cuCtxDestroy", "cuCtxDetach", "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxReset",
-                  "cuGreenCtxDestroy"}
+# handed out again for other kernels, and its streams and events go. After a successful call the
+# generated wrapper tells the shim (orion::generated::ContextEnd): base -> the ContextEnd factory
+# and the type of the first parameter it takes (None: none).
+CONTEXT_ENDING = {"cuCtxDestroy": ("destroy", "CUcontext"),
+                  "cuCtxDetach": ("unnamed", None),
+                  "cuDevicePrimaryCtxRelease": ("primary_release", "CUdevice"),
+                  "cuDevicePrimaryCtxReset": ("primary_reset", "CUdevice"),
+                  "cuGreenCtxDestroy": ("green_destroy", "CUgreenCtx")}
 
 
 def wrappers_cpp(decls, cls_of, hand):
@@ -261,10 +265,12 @@ def wrappers_cpp(decls, cls_of, hand):
         if abi_key(s)[0] in CONTEXT_ENDING:
             if not release:
                 raise SystemExit(f"{s} ends a context but is classified order_free in driver_api_classes.csv")
-            # cuCtxDestroy names the one context that certainly ended (its streams and events
-            # went with it); the others may end one (a release or detach that was not the last).
-            ended = params[0][1] if abi_key(s)[0] == "cuCtxDestroy" and params[0][0] == "CUcontext" else "nullptr"
-            out.append(f"  ::orion::generated::ContextEnd ending({ended});")
+            factory, arg_type = CONTEXT_ENDING[abi_key(s)[0]]
+            if arg_type is not None and (not params or params[0][0] != arg_type):
+                raise SystemExit(f"{s}: ContextEnd::{factory} takes its first parameter as {arg_type}, "
+                                 f"cuda.h declares ({decls[s]})")
+            arg = params[0][1] if arg_type is not None else ""
+            out.append(f"  auto ending = ::orion::generated::ContextEnd::{factory}({arg});")
             out.append(f"  const CUresult rc = real({args});")
             out.append("  if (rc == CUDA_SUCCESS) ending.ended();")
             out.append("  return rc;")

@@ -210,4 +210,73 @@ TEST_F(FakeDriverRules, GreenContextsFollowTheDriversRules) {
   EXPECT_EQ(cuEventDestroy(primary_event), CUDA_SUCCESS);
 }
 
+// Primary contexts count retains: the last release (a green context's destroy releases the one
+// its creation took) or a reset ends one: its streams go, work in it answers
+// CUDA_ERROR_CONTEXT_IS_DESTROYED, cuDevicePrimaryCtxGetState reports it inactive, until a retain
+// makes it active again under the same handle. A destroyed green context's streams answer
+// CUDA_ERROR_CONTEXT_IS_DESTROYED, cuStreamDestroy included (CUDA 13's cuda.h).
+TEST_F(FakeDriverRules, PrimaryContextsEndAtTheirLastReleaseOrAReset) {
+  auto active = [](CUdevice d) {
+    unsigned flags = 0;
+    int a = -1;
+    EXPECT_EQ(cuDevicePrimaryCtxGetState(d, &flags, &a), CUDA_SUCCESS);
+    return a;
+  };
+  const CUfunction lib_kernel =
+      reinterpret_cast<CUfunction>(fake_cuda_make_kernel(fake_cuda_make_module(), "any_context_kernel", 0, nullptr));
+  CUcontext dev1 = nullptr, again = nullptr, popped = nullptr;
+  release_primary_retains(1);
+  ASSERT_EQ(fake_cuda_primary_retains(1), 0);
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&dev1, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&again, 1), CUDA_SUCCESS);
+  EXPECT_EQ(again, dev1);
+  ASSERT_EQ(cuCtxPushCurrent(dev1), CUDA_SUCCESS);
+  CUstream s = nullptr;
+  ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  EXPECT_EQ(cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
+  EXPECT_EQ(active(1), 1) << "one retain left";
+  EXPECT_EQ(cuLaunchKernel(lib_kernel, 1, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
+  EXPECT_EQ(active(1), 0) << "the last release ends it";
+  EXPECT_EQ(cuLaunchKernel(lib_kernel, 1, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  EXPECT_EQ(cuDevicePrimaryCtxRelease(1), CUDA_ERROR_INVALID_CONTEXT) << "released more often than retained";
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&again, 1), CUDA_SUCCESS);
+  EXPECT_EQ(again, dev1) << "active again under the same handle";
+  EXPECT_EQ(active(1), 1);
+  EXPECT_EQ(cuLaunchKernel(lib_kernel, 1, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr), CUDA_ERROR_INVALID_HANDLE)
+      << "the old context's stream went with it";
+  ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  EXPECT_EQ(cuDevicePrimaryCtxReset(1), CUDA_SUCCESS);
+  EXPECT_EQ(active(1), 0) << "a reset ends it";
+  EXPECT_EQ(cuLaunchKernel(lib_kernel, 1, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&again, 1), CUDA_SUCCESS);
+  EXPECT_EQ(cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
+  EXPECT_EQ(active(1), 1) << "a reset does not release: the retain from before it still holds";
+  EXPECT_EQ(cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
+  EXPECT_EQ(active(1), 0);
+  ASSERT_EQ(cuCtxPopCurrent(&popped), CUDA_SUCCESS);
+
+  // A green context holds a retain of its device's primary context until its destroy.
+  CUdevResource all{}, part{};
+  unsigned n = 1;
+  ASSERT_EQ(cuDeviceGetDevResource(1, &all, CU_DEV_RESOURCE_TYPE_SM), CUDA_SUCCESS);
+  ASSERT_EQ(cuDevSmResourceSplitByCount(&part, &n, &all, nullptr, 0, 8), CUDA_SUCCESS);
+  CUdevResourceDesc desc = nullptr;
+  ASSERT_EQ(cuDevResourceGenerateDesc(&desc, &part, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&again, 1), CUDA_SUCCESS);
+  CUgreenCtx green = nullptr;
+  ASSERT_EQ(cuGreenCtxCreate(&green, desc, 1, CU_GREEN_CTX_DEFAULT_STREAM), CUDA_SUCCESS);
+  EXPECT_EQ(cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
+  EXPECT_EQ(active(1), 1) << "the green context's retain holds it";
+  CUcontext gctx = nullptr;
+  ASSERT_EQ(cuCtxFromGreenCtx(&gctx, green), CUDA_SUCCESS);
+  CUstream gs = nullptr;
+  ASSERT_EQ(cuGreenCtxStreamCreate(&gs, green, CU_STREAM_NON_BLOCKING, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuGreenCtxDestroy(green), CUDA_SUCCESS);
+  EXPECT_EQ(active(1), 0) << "the green context's destroy was the last release";
+  EXPECT_EQ(cuCtxPushCurrent(gctx), CUDA_ERROR_INVALID_CONTEXT) << "the green context is gone";
+  EXPECT_EQ(cuLaunchKernel(lib_kernel, 1, 1, 1, 32, 1, 1, 0, gs, nullptr, nullptr), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  EXPECT_EQ(cuStreamDestroy(gs), CUDA_ERROR_CONTEXT_IS_DESTROYED) << "its streams leak";
+}
+
 }  // namespace

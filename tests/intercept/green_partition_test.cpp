@@ -250,4 +250,38 @@ TEST_F(GreenPartition, ThreadsGetTheirOwnShadowsAndDestroyTakesThemAlong) {
   }
 }
 
+// A primary context's reset takes the program's streams there along, unnoticed by a destroy
+// call: the shim drops the stream's shadows and join events (of its own green contexts, which
+// live on) and forgets the fork event, which was of the program's context and went with it: it is
+// never destroyed or recorded again (its handle value may be the program's next event's).
+TEST_F(GreenPartition, APrimaryContextResetDropsItsStreamsShadowsAndForgetsTheForkEvent) {
+  CUstream s = nullptr;
+  ASSERT_EQ(cuStreamCreateWithPriority(&s, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(launch(kernel_, s, 1), CUDA_SUCCESS);  // moves: a fork on s, a shadow, a join
+  ASSERT_TRUE(wait_idle());
+  auto log = calls();
+  const long k = launched(log, kernel_);
+  ASSERT_GE(k, 0);
+  const uint64_t shadow = log[static_cast<size_t>(k)].stream;
+  ASSERT_NE(shadow, h(s)) << "the launch did not move";
+  const long fork_record = find_named(log, "cuEventRecord", h(s));
+  ASSERT_GE(fork_record, 0) << "no fork event recorded on the program's stream";
+  const uint64_t fork = log[static_cast<size_t>(fork_record)].event;
+  const size_t before = log.size();
+  ASSERT_EQ(cuDevicePrimaryCtxReset(0), CUDA_SUCCESS);
+  log = calls();
+  long reset = -1;
+  for (size_t i = before; i < log.size() && reset < 0; ++i) {
+    if (std::strcmp(log[i].name, "cuDevicePrimaryCtxReset_v2") == 0) reset = static_cast<long>(i);
+  }
+  ASSERT_GE(reset, 0);
+  long shadow_destroyed = -1;
+  for (size_t i = static_cast<size_t>(reset) + 1; i < log.size(); ++i) {
+    if (std::strcmp(log[i].name, "cuStreamDestroy_v2") == 0 && log[i].stream == shadow) shadow_destroyed = static_cast<long>(i);
+    EXPECT_NE(log[i].event, fork) << log[i].name << " on the dead fork event";
+  }
+  EXPECT_GE(shadow_destroyed, 0) << "the shadow outlived its program stream's context";
+  ASSERT_NE(use_device(0), nullptr);  // active again, for the fixture's tear-down
+}
+
 }  // namespace

@@ -171,96 +171,6 @@ TEST_F(ReleaseRules, AGraphUploadComesAfterTheExecutablesHeldLaunch) {
   expect_behind_the_executables_held_launch("cuGraphUpload", &cuGraphUpload);
 }
 
-// cuCtxDestroy takes the context's streams and events along, and the driver hands their handle
-// values out again. A new high-priority stream that got a dead stream's handle must be tracked
-// afresh: the shim used to record its pooled completion events of the dead context (or, where the
-// program's new event had got that handle, the program's event) and, failing, count the new
-// stream's work as done at once, so best-effort work ran beside it.
-//
-// Run twice: the shim sees the cuCtxDestroy (Shim::context_destroyed), or the context goes where
-// the shim cannot tell which one ended (a primary context's last release or reset; here
-// fake_cuda_end_context, past the shim), and the reused stream handle is noticed at its creation.
-class ContextHandles : public ReleaseRules, public ::testing::WithParamInterface<bool> {
- protected:
-  static CUresult destroy(CUcontext c, bool seen_by_shim) {
-    return seen_by_shim ? cuCtxDestroy(c) : fake_cuda_end_context(c);
-  }
-};
-INSTANTIATE_TEST_SUITE_P(DestroySeenByTheShim, ContextHandles, ::testing::Values(true, false));
-
-TEST_P(ContextHandles, HandlesADestroyedContextHandsOutAgainStartAfresh) {
-  const bool seen_by_shim = GetParam();
-  const size_t no_params[1] = {0};
-  CUfunction any_ctx = reinterpret_cast<CUfunction>(
-      fake_cuda_make_kernel(fake_cuda_make_module(), "reused_handle_kernel", 0, no_params));
-  fake_cuda_set_handle_reuse(1);
-  CUcontext primary = nullptr, c2 = nullptr, c3 = nullptr;
-  ASSERT_EQ(cuCtxGetCurrent(&primary), CUDA_SUCCESS);
-  ASSERT_EQ(cuCtxCreate(&c2, nullptr, 0, 0), CUDA_SUCCESS);
-  CUstream s2 = nullptr, s2_destroyed = nullptr;
-  ASSERT_EQ(cuStreamCreateWithPriority(&s2, CU_STREAM_NON_BLOCKING, -5), CUDA_SUCCESS);
-  ASSERT_EQ(cuStreamCreateWithPriority(&s2_destroyed, CU_STREAM_NON_BLOCKING, -5), CUDA_SUCCESS);
-  for (int i = 0; i < 3; ++i) {  // finished: their completion events go back to s2's pool
-    ASSERT_EQ(cuLaunchKernel(any_ctx, 1, 1, 1, 32, 1, 1, 0, s2, nullptr, nullptr), CUDA_SUCCESS);
-    ASSERT_TRUE(wait_idle(std::chrono::milliseconds(2000)));
-  }
-  fake_cuda_set_stream_busy(s2, 1);
-  ASSERT_EQ(cuLaunchKernel(any_ctx, 2, 1, 1, 32, 1, 1, 0, s2, nullptr, nullptr), CUDA_SUCCESS);  // pending
-  // A stream of c2 destroyed before c2, its completion event still pending: of c2 too.
-  fake_cuda_set_stream_busy(s2_destroyed, 1);
-  ASSERT_EQ(cuLaunchKernel(any_ctx, 4, 1, 1, 32, 1, 1, 0, s2_destroyed, nullptr, nullptr), CUDA_SUCCESS);
-  ASSERT_EQ(cuStreamDestroy(s2_destroyed), CUDA_SUCCESS);
-  ASSERT_EQ(cuCtxSetCurrent(primary), CUDA_SUCCESS);
-  const size_t before = calls().size();
-  ASSERT_EQ(destroy(c2, seen_by_shim), CUDA_SUCCESS);
-  // The program's events get the dead events' handles. Where the shim saw the destroy, at once:
-  // it must not query, pool or destroy any of c2's events once the destroy reached the driver
-  // (the helper thread may query them until then: they are alive). Where it did not, once the
-  // helper thread has seen c2's events answer as gone (it cannot know before), and from then on.
-  size_t from = 0;
-  if (seen_by_shim) {
-    const auto log = calls();
-    for (from = before; from < log.size() && std::strcmp(log[from].name, "cuCtxDestroy_v2") != 0;) ++from;
-    ASSERT_LT(from, log.size()) << "cuCtxDestroy_v2 never reached the driver";
-  } else {
-    ASSERT_TRUE(wait_idle(std::chrono::milliseconds(1000)));
-    from = calls().size();
-  }
-  std::vector<CUevent> mine(8);
-  ASSERT_EQ(cuCtxCreate(&c3, nullptr, 0, 0), CUDA_SUCCESS);
-  for (CUevent& e : mine) ASSERT_EQ(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
-  EXPECT_TRUE(wait_idle(std::chrono::milliseconds(1000))) << "the dead context's work is still counted in flight";
-
-  CUstream s3 = nullptr;
-  ASSERT_EQ(cuStreamCreateWithPriority(&s3, CU_STREAM_NON_BLOCKING, -5), CUDA_SUCCESS);
-  ASSERT_TRUE(h(s3) == h(s2) || h(s3) == h(s2_destroyed)) << "the fake driver did not hand a dead stream's handle out again";
-  fake_cuda_set_stream_busy(s3, 1);
-  ASSERT_EQ(cuLaunchKernel(any_ctx, 3, 1, 1, 32, 1, 1, 0, s3, nullptr, nullptr), CUDA_SUCCESS);  // HP, running
-  ASSERT_EQ(cuCtxPushCurrent(primary), CUDA_SUCCESS);
-  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the helper thread polls meanwhile
-  expect_deferred(k_be_);
-  auto log = calls();
-  for (size_t i = from; i < log.size(); ++i) {
-    for (CUevent e : mine) {
-      EXPECT_NE(log[i].event, h(e)) << log[i].name << " on the program's event: the shim used a dead context's event";
-    }
-  }
-  auto launched_at = [&](unsigned grid) {
-    return find_call(log, [&](const fake_cuda_call& c) { return is_launch(c) && c.grid[0] == grid; });
-  };
-  ASSERT_GE(launched_at(3), 0);
-  EXPECT_EQ(log[launched_at(3)].result, CUDA_SUCCESS);
-  CUcontext popped = nullptr;
-  ASSERT_EQ(cuCtxPopCurrent(&popped), CUDA_SUCCESS);
-  fake_cuda_set_stream_busy(s3, 0);
-  ASSERT_EQ(cuStreamSynchronize(s3), CUDA_SUCCESS);
-  for (CUevent e : mine) EXPECT_EQ(cuEventDestroy(e), CUDA_SUCCESS);
-  ASSERT_EQ(cuCtxSetCurrent(primary), CUDA_SUCCESS);
-  ASSERT_EQ(cuCtxDestroy(c3), CUDA_SUCCESS);
-  EXPECT_TRUE(wait_idle(std::chrono::milliseconds(1000)));
-}
-
 // The release class is counted (orion_stats), so a program's cost of the default can be measured.
 TEST_F(ReleaseRules, ReleaseCallsAreCounted) {
   if (!scheduled_) GTEST_SKIP() << "pass-through mode keeps no statistics";
@@ -406,14 +316,8 @@ TEST_F(ReleaseRules, ARecordOfAnEventOpenedFromAnIpcHandleIsNeverHeld) {
 TEST_F(ReleaseRules, AGreenContextStreamIsClassedByItsPriority) {
   const size_t no_params[1] = {0};
   auto k = reinterpret_cast<CUfunction>(fake_cuda_make_kernel(fake_cuda_make_module(), "green_kernel", 0, no_params));
-  CUdevResource all{}, part{}, rest{};
-  ASSERT_EQ(cuDeviceGetDevResource(0, &all, CU_DEV_RESOURCE_TYPE_SM), CUDA_SUCCESS);
-  unsigned groups = 1;
-  ASSERT_EQ(cuDevSmResourceSplitByCount(&part, &groups, &all, &rest, 0, 16), CUDA_SUCCESS);
-  CUdevResourceDesc desc = nullptr;
-  ASSERT_EQ(cuDevResourceGenerateDesc(&desc, &part, 1), CUDA_SUCCESS);
   CUgreenCtx green = nullptr;
-  ASSERT_EQ(cuGreenCtxCreate(&green, desc, 0, CU_GREEN_CTX_DEFAULT_STREAM), CUDA_SUCCESS);
+  ASSERT_EQ(make_green_context(0, 16, &green), CUDA_SUCCESS);
   CUcontext green_ctx = nullptr;
   ASSERT_EQ(cuCtxFromGreenCtx(&green_ctx, green), CUDA_SUCCESS);
   CUstream gs = nullptr;

@@ -120,6 +120,26 @@ inline CUcontext use_device(int device) {
   return ctx;
 }
 
+// A green context of device `device` with (at least) `sms` SMs of the device's resource.
+inline CUresult make_green_context(int device, unsigned sms, CUgreenCtx* out) {
+  CUdevResource all{}, part{}, rest{};
+  unsigned groups = 1;
+  CUdevResourceDesc desc = nullptr;
+  CUresult rc = cuDeviceGetDevResource(device, &all, CU_DEV_RESOURCE_TYPE_SM);
+  if (rc == CUDA_SUCCESS) rc = cuDevSmResourceSplitByCount(&part, &groups, &all, &rest, 0, sms);
+  if (rc == CUDA_SUCCESS) rc = cuDevResourceGenerateDesc(&desc, &part, 1);
+  if (rc == CUDA_SUCCESS) rc = cuGreenCtxCreate(out, desc, device, CU_GREEN_CTX_DEFAULT_STREAM);
+  return rc;
+}
+
+// Releases the retains of `device`'s primary context that earlier tests of the program left
+// (use_device retains): the next release of a retain of the caller's own is then the last.
+inline void release_primary_retains(int device) {
+  while (fake_cuda_primary_retains(device) > 0) {
+    if (cuDevicePrimaryCtxRelease(device) != CUDA_SUCCESS) return;
+  }
+}
+
 // Every test starts from a shim that is loaded and in the mode ctest asked for.
 class ShimTest : public ::testing::Test {
  protected:

@@ -155,6 +155,7 @@ FAKE_EXPORT void fake_cuda_reset(void) {
   s.reuse_handles = false;
   s.free_stream_handles.clear();
   s.free_event_handles.clear();
+  primary_reset_all();
 }
 FAKE_EXPORT void fake_cuda_set_handle_reuse(int enabled) {
   std::lock_guard lock(st().mu);

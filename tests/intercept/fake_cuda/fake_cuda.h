@@ -42,13 +42,19 @@ int fake_cuda_get_call(size_t index, fake_cuda_call* out);
 CUcontext fake_cuda_primary_context(int device);
 /* Ends context `ctx` (made with cuCtxCreate) as cuCtxDestroy does, through an entry point the shim
  * does not wrap: a context that ends where the shim cannot tell which one (a primary context's
- * last release or reset, which the fake does not model). */
+ * last release through a retain the shim never saw, a driver newer than the shim). The fake's
+ * primary contexts end at their last cuDevicePrimaryCtxRelease or a cuDevicePrimaryCtxReset
+ * (cuDevicePrimaryCtxGetState answers whether one is active), green contexts at cuGreenCtxDestroy. */
 CUresult fake_cuda_end_context(CUcontext ctx);
 /* With `enabled`, the stream and event handles a context's end took along are handed out again,
  * newest first, to the next cuStreamCreate* / cuEventCreate (as the driver's freed objects'
  * addresses come back). Off by default, so that tests which key what they saw by handle value
  * (the differential test) stay unambiguous; fake_cuda_reset() turns it off and forgets them. */
 void fake_cuda_set_handle_reuse(int enabled);
+/* Retains of device `device`'s primary context not released yet (-1: no such device). Retains
+ * outlive fake_cuda_reset(), as in a process: a test that needs the last release first releases
+ * those earlier tests left (release_primary_retains in test_support.h). */
+int fake_cuda_primary_retains(int device);
 
 /* A kernel function (of the calling thread's current context, device 0's primary context when
  * none is current) with `count` parameters of the given sizes (cuFuncGetParamInfo answers

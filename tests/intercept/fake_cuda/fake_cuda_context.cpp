@@ -43,10 +43,81 @@ int device_of(uint64_t ctx) {
   return green_device(ctx);
 }
 
+// Primary contexts' retains (under g_created_mu). The last release, or a reset, ends the context:
+// its streams, events and functions go as at cuCtxDestroy (it is not popped from any thread's
+// stack), and work in it fails with CUDA_ERROR_CONTEXT_IS_DESTROYED ("a primary context which has
+// not yet been initialized") until a retain makes it active again, under the same handle: the
+// harder case for the shim, whose streams of the old and the new context then share it.
+// Not modelled: a primary context never retained counts as active (the fake's tests make device
+// 1's current without a retain; the real driver hands the handle out only through one).
+struct Primary {
+  int retains = 0;
+  bool ended = false;
+};
+Primary g_primary[kDevices];
+
 bool context_destroyed(uint64_t ctx) {
+  if (green_ended(ctx)) return true;
   std::lock_guard lock(g_created_mu);
+  for (int d = 0; d < kDevices; ++d) {
+    if (kPrimaryContext[d] == ctx) return g_primary[d].ended;
+  }
   auto it = g_created.find(ctx);
   return it != g_created.end() && it->second < 0;
+}
+
+void take_context_along(State& s, uint64_t ctx, CUresult streams_answer) {
+  for (auto it = s.streams.begin(); it != s.streams.end();) {
+    if (it->second.ctx == ctx) {
+      s.dead_streams[it->first] = streams_answer;
+      if (streams_answer == CUDA_ERROR_INVALID_HANDLE) s.free_stream_handles.push_back(it->first);
+      it = s.streams.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = s.events.begin(); it != s.events.end();) {
+    if (it->second.ctx == ctx) {
+      s.free_event_handles.push_back(it->first);
+      it = s.events.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // Its modules are unloaded with it: their functions' handles are invalid and handed out again.
+  // A library's CUkernels are not of any context (cuLibraryLoad is context-independent).
+  for (auto f = s.functions.begin(); f != s.functions.end();) {
+    if (f->second->ctx == ctx && !f->second->is_kernel) {
+      s.free_function_handles.push_back(f->first);
+      s.unloaded.push_back(f->second);
+      f = s.functions.erase(f);
+    } else {
+      ++f;
+    }
+  }
+}
+
+void primary_retain(int device) {
+  std::lock_guard lock(g_created_mu);
+  ++g_primary[device].retains;
+  g_primary[device].ended = false;
+}
+
+CUresult primary_release(State& s, int device) {
+  {
+    std::lock_guard lock(g_created_mu);
+    Primary& p = g_primary[device];
+    if (p.retains == 0) return CUDA_ERROR_INVALID_CONTEXT;  // "has not been previously retained"
+    if (--p.retains != 0 || p.ended) return CUDA_SUCCESS;
+    p.ended = true;
+  }
+  take_context_along(s, kPrimaryContext[device], CUDA_ERROR_INVALID_HANDLE);
+  return CUDA_SUCCESS;
+}
+
+void primary_reset_all() {
+  std::lock_guard lock(g_created_mu);
+  for (Primary& p : g_primary) p.ended = false;
 }
 
 uint64_t current_ctx() {
@@ -69,7 +140,7 @@ CUresult check_stream(State& s, uint64_t id) {
   const uint64_t cur = current_ctx();
   if (cur == 0) return CUDA_ERROR_INVALID_CONTEXT;
   if (context_destroyed(cur)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
-  if (s.dead_streams.count(id) != 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (auto dead = s.dead_streams.find(id); dead != s.dead_streams.end()) return dead->second;
   if (default_stream_id(id)) return CUDA_SUCCESS;  // the current context's legacy / per-thread stream
   auto it = s.streams.find(id);
   if (it == s.streams.end() || it->second.ctx == 0) return CUDA_SUCCESS;
@@ -119,6 +190,12 @@ FAKE_EXPORT CUcontext fake_cuda_primary_context(int device) {
                                           : nullptr;
 }
 
+FAKE_EXPORT int fake_cuda_primary_retains(int device) {
+  if (device < 0 || device >= kDevices) return -1;
+  std::lock_guard lock(g_created_mu);
+  return g_primary[device].retains;
+}
+
 // ---------------- devices and contexts ----------------
 
 FAKE_EXPORT CUresult CUDAAPI cuDeviceGetCount(int* n) {
@@ -145,14 +222,50 @@ FAKE_EXPORT CUresult CUDAAPI cuDeviceGetAttribute(int* v, CUdevice_attribute a, 
 FAKE_EXPORT CUresult CUDAAPI fake_cuDeviceGetAttribute_newer_abi(int* v, CUdevice_attribute a, CUdevice d) {
   return device_attribute(v, a, d);
 }
+// Retains are not logged (every test's set-up makes one); releases and resets are.
 FAKE_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice d) {
   if (c == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (d < 0 || d >= kDevices) return CUDA_ERROR_INVALID_DEVICE;
+  primary_retain(d);
   *c = reinterpret_cast<CUcontext>(kPrimaryContext[d]);
   return CUDA_SUCCESS;
 }
+namespace {
+// A logged primary-context call on device d: `then` runs once the call may go ahead.
+template <typename Then>
+CUresult primary_call(const char* name, CUdevice d, Then then) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  fake_cuda_call& c = begin(s, name);
+  c.value = static_cast<uint64_t>(d);
+  if (d < 0 || d >= kDevices) return finish(s, c, CUDA_ERROR_INVALID_DEVICE);
+  const CUresult rc = finish(s, c);
+  return rc != CUDA_SUCCESS ? rc : then(s, d);
+}
+// Everything of the primary context goes, whatever its retains (which stay: "resetting the
+// primary context does not release it").
+CUresult primary_reset(State& s, int device) {
+  {
+    std::lock_guard created(g_created_mu);
+    g_primary[device].ended = true;
+  }
+  take_context_along(s, kPrimaryContext[device], CUDA_ERROR_INVALID_HANDLE);
+  return CUDA_SUCCESS;
+}
+}  // namespace
 FAKE_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice d) {
-  return d >= 0 && d < kDevices ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+  return primary_call("cuDevicePrimaryCtxRelease_v2", d, primary_release);
+}
+FAKE_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice d) {
+  return primary_call("cuDevicePrimaryCtxReset_v2", d, primary_reset);
+}
+FAKE_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice d, unsigned int* flags, int* active) {
+  if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (d < 0 || d >= kDevices) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard lock(g_created_mu);
+  *flags = 0;
+  *active = g_primary[d].ended ? 0 : 1;
+  return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext* c) {
   if (c == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -236,33 +349,7 @@ CUresult destroy_context(const char* name, CUcontext hctx) {
     if (it == g_created.end() || it->second < 0) return finish(s, c, CUDA_ERROR_INVALID_CONTEXT);
     it->second = -1;
   }
-  for (auto it = s.streams.begin(); it != s.streams.end();) {
-    if (it->second.ctx == ctx) {
-      s.dead_streams[it->first] = true;
-      s.free_stream_handles.push_back(it->first);
-      it = s.streams.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  for (auto it = s.events.begin(); it != s.events.end();) {
-    if (it->second.ctx == ctx) {
-      s.free_event_handles.push_back(it->first);
-      it = s.events.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  // Its modules are unloaded with it: their functions' handles are invalid and handed out again.
-  for (auto f = s.functions.begin(); f != s.functions.end();) {
-    if (f->second->ctx == ctx) {
-      s.free_function_handles.push_back(f->first);
-      s.unloaded.push_back(f->second);
-      f = s.functions.erase(f);
-    } else {
-      ++f;
-    }
-  }
+  take_context_along(s, ctx, CUDA_ERROR_INVALID_HANDLE);
   auto& stack = ctx_stack();
   if (!stack.empty() && stack.back() == ctx) {
     stack.pop_back();

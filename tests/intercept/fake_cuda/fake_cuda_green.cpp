@@ -9,6 +9,9 @@
 //  - a green context's CUcontext (cuCtxFromGreenCtx) is a context of its own: its streams are used
 //    with it current, only CUkernels (not a primary context's CUfunctions) launch in it, and an
 //    event records only on streams of its own context (the existing stream/launch/event rules);
+//  - a green context retains its device's primary context; cuGreenCtxDestroy releases it (the
+//    last release ends the primary context) and leaves its streams answering
+//    CUDA_ERROR_CONTEXT_IS_DESTROYED, cuStreamDestroy included (CUDA 13's cuda.h);
 //  - a green context may be current to one thread at a time: a second thread making it current
 //    is counted (fake_cuda_green_ctx_violations), since the real driver does not say what happens.
 // The resource structs carry the fake's bookkeeping in their internal padding, as the real
@@ -64,6 +67,10 @@ std::unordered_map<uint64_t, Desc>& descs() {
   static std::unordered_map<uint64_t, Desc> d;
   return d;
 }
+std::set<uint64_t>& ended_contexts() {  // CUcontexts of destroyed green contexts
+  static std::set<uint64_t> e;
+  return e;
+}
 uint64_t g_next_split = 1;
 uint64_t g_violations = 0;
 
@@ -83,6 +90,11 @@ int green_device(uint64_t ctx) {
   std::lock_guard lock(green_mu());
   const Green* g = green_by_ctx(ctx);
   return g == nullptr ? -1 : g->device;
+}
+
+bool green_ended(uint64_t ctx) {
+  std::lock_guard lock(green_mu());
+  return ended_contexts().count(ctx) != 0;
 }
 
 void green_current_changed(uint64_t before, uint64_t after) {
@@ -238,6 +250,7 @@ FAKE_EXPORT CUresult CUDAAPI cuGreenCtxCreate(CUgreenCtx* out, CUdevResourceDesc
   g.sms = it->second.sms;
   g.ctx = h + kGreenToContext;
   greens()[h] = g;
+  primary_retain(dev);  // "destroys the green context, releasing the primary context"
   *out = reinterpret_cast<CUgreenCtx>(h);
   return CUDA_SUCCESS;
 }
@@ -247,9 +260,24 @@ FAKE_EXPORT CUresult CUDAAPI cuGreenCtxDestroy(CUgreenCtx g) {
   std::lock_guard lock(s.mu);
   fake_cuda_call& c = begin(s, "cuGreenCtxDestroy");
   c.value = reinterpret_cast<uint64_t>(g);
-  std::lock_guard glock(green_mu());
-  if (greens().erase(reinterpret_cast<uint64_t>(g)) == 0) return finish(s, c, CUDA_ERROR_INVALID_CONTEXT);
-  return finish(s, c);
+  Green gone;
+  {
+    std::lock_guard glock(green_mu());
+    auto it = greens().find(reinterpret_cast<uint64_t>(g));
+    if (it == greens().end()) return finish(s, c, CUDA_ERROR_INVALID_CONTEXT);
+    gone = it->second;
+  }
+  const CUresult rc = finish(s, c);
+  if (rc != CUDA_SUCCESS) return rc;
+  {
+    std::lock_guard glock(green_mu());
+    greens().erase(reinterpret_cast<uint64_t>(g));
+    ended_contexts().insert(gone.ctx);
+  }
+  // Its streams stay (leaked, answering CUDA_ERROR_CONTEXT_IS_DESTROYED). What becomes of its
+  // events the driver does not say: the fake takes them along, the harder case for the shim.
+  take_context_along(s, gone.ctx, CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  return primary_release(s, gone.device);
 }
 
 FAKE_EXPORT CUresult CUDAAPI cuCtxFromGreenCtx(CUcontext* out, CUgreenCtx g) {

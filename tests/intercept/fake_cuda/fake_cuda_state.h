@@ -21,11 +21,23 @@ constexpr int kDevices = 2;
 constexpr uint64_t kPrimaryContext[kDevices] = {0xC7000000, 0xC7001000};
 constexpr int kSmCount[kDevices] = {132, 114};
 int device_of(uint64_t ctx);  // -1 for an unknown (or destroyed) context
-// Contexts made by cuCtxCreate (fake_cuda_context.cpp): true once cuCtxDestroy destroyed `ctx`.
+// True once `ctx` ended: a context made by cuCtxCreate that cuCtxDestroy destroyed, a primary
+// context after its last release or a reset (until retained again), a destroyed green context's.
 bool context_destroyed(uint64_t ctx);
+struct State;
+// Under State::mu: the streams, events and functions of context `ctx` go with it. Work on its
+// streams answers `streams_answer`; with CUDA_ERROR_INVALID_HANDLE their handles are handed out
+// again (fake_cuda_set_handle_reuse), else (a green context's) they leak, as the driver says.
+void take_context_along(State& s, uint64_t ctx, CUresult streams_answer);
+// Primary contexts' retains: a green context retains its device's primary context, and its
+// destroy releases it (which may be the last release: the primary context ends).
+void primary_retain(int device);
+CUresult primary_release(State& s, int device);
+void primary_reset_all();  // fake_cuda_reset: every primary context active again
 // Green contexts (fake_cuda_green.cpp): the device of a green context's CUcontext (-1: none), and
 // the calling thread's current context changing from `before` to `after` (the one-thread rule).
 int green_device(uint64_t ctx);
+bool green_ended(uint64_t ctx);  // the CUcontext of a destroyed green context
 void green_current_changed(uint64_t before, uint64_t after);
 
 struct Function {
@@ -111,8 +123,9 @@ struct State {
   int64_t call_cost_ns = 0;
   uint64_t calls_made = 0;
   std::map<uintptr_t, HostRange> host;  // by start address
-  // Streams of contexts destroyed by cuCtxDestroy: work on them fails (CUDA_ERROR_INVALID_HANDLE).
-  std::unordered_map<uint64_t, bool> dead_streams;
+  // Streams a context's end took along: work on them fails with this answer
+  // (CUDA_ERROR_INVALID_HANDLE; a destroyed green context's, CUDA_ERROR_CONTEXT_IS_DESTROYED).
+  std::unordered_map<uint64_t, CUresult> dead_streams;
   // Handles of the streams and events a cuCtxDestroy took along: with reuse_handles
   // (fake_cuda_set_handle_reuse), handed out again, newest first, to the next streams
   // (cuStreamCreate*) and events (cuEventCreate) made, as the driver's freed objects' addresses

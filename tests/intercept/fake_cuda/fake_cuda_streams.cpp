@@ -154,6 +154,11 @@ CUresult destroy_stream(const char* name, CUstream hs) {
   c.stream = reinterpret_cast<uint64_t>(hs);
   c.context = current_ctx();
   const uint64_t id = sid(hs, false);
+  // A destroyed green context's stream: "any subsequent API calls involving these streams
+  // (including cuStreamDestroy) will return CUDA_ERROR_CONTEXT_IS_DESTROYED".
+  if (auto dead = s.dead_streams.find(id); dead != s.dead_streams.end() && dead->second == CUDA_ERROR_CONTEXT_IS_DESTROYED) {
+    return finish(s, c, dead->second);
+  }
   if (!default_stream_id(id)) s.streams.erase(id);  // the legacy stream no longer waits for it
   return finish(s, c);
 }
