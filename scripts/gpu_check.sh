@@ -129,11 +129,25 @@ publish() {
 }
 
 # sweep TAG: kills every process whose environment carries GPU_CHECK_STEP_TAG=TAG; prints how many.
+# A process in the middle of an exec (a step's `setsid prog &` just before the step exits) can
+# read as having no environment for that instant: the folder is looked at again until two looks
+# in a row, 0.2 s apart, find none (at most 10 looks).
 sweep() {
-  local tag=$1 pid n=0
-  for pid in $(grep -lsxa "GPU_CHECK_STEP_TAG=$tag" --null-data /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3); do
-    [ "$pid" = "$$" ] && continue
-    kill -KILL "$pid" 2>/dev/null && n=$((n + 1))
+  local tag=$1 pid n=0 found quiet=0 look
+  for look in 1 2 3 4 5 6 7 8 9 10; do
+    found=0
+    for pid in $(grep -lsxa "GPU_CHECK_STEP_TAG=$tag" --null-data /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3); do
+      [ "$pid" = "$$" ] && continue
+      kill -KILL "$pid" 2>/dev/null && found=$((found + 1))
+    done
+    n=$((n + found))
+    if [ "$found" -eq 0 ]; then
+      quiet=$((quiet + 1))
+      [ "$quiet" -ge 2 ] && break
+    else
+      quiet=0
+    fi
+    sleep 0.2
   done
   echo "$n"
 }
