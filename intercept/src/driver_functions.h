@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -76,8 +77,9 @@ class ContextEnd {
  private:
   ContextEnd(CUcontext ends, CUdevice primary_of, bool primaries_may_end);
   CUcontext ends_;        // certainly ends (null: none the shim can name)
-  CUdevice primary_of_;   // ends_ is this device's primary context (-1: it is not one)
+  CUdevice primary_of_;   // cuDevicePrimaryCtxReset: ends_ is this device's primary context (else -1)
   bool primaries_may_end_;
+  std::unique_lock<std::mutex> lifecycle_;  // Shim::lock_context_lifecycle
   std::optional<DriverDevice::PollsBlocked> polls_blocked_;
 };
 }  // namespace generated

@@ -234,6 +234,15 @@ void GreenPartitions::stream_destroying(sched::StreamId id) { drop_binding(id, /
 
 void GreenPartitions::stream_gone(sched::StreamId id) { drop_binding(id, /*fork_alive=*/false); }
 
+void GreenPartitions::device_reset(CUdevice dev) {
+  std::lock_guard lock(mu_);
+  std::erase_if(bindings_, [&](const auto& entry) { return entry.second.checked && entry.second.device == dev; });
+  if (auto d = devices_.find(dev); d != devices_.end()) {
+    d->second.by_request.clear();
+    d->second.failed.clear();  // the driver may give what it refused before
+  }
+}
+
 void GreenPartitions::drop_binding(sched::StreamId id, bool fork_alive) {
   std::lock_guard lock(mu_);
   auto it = bindings_.find(id);

@@ -92,6 +92,11 @@ class GreenPartitions {
   // go; its fork event went with the program's context and is only forgotten (its handle may be
   // reused).
   void stream_gone(sched::StreamId id);
+  // cuDevicePrimaryCtxReset(dev) "destroys and cleans up all resources associated with the
+  // device": its streams' fork events went with the primary context, and the green contexts
+  // made on it (with their shadow streams) may have gone too. All of them are forgotten, never
+  // destroyed (a leak where the driver kept them); the next move makes new green contexts.
+  void device_reset(CUdevice dev);
 
   PartitionStats stats() const;
 

@@ -58,15 +58,27 @@ ORION_EXPORT CUresult CUDAAPI cuGreenCtxStreamCreate(CUstream* out, CUgreenCtx g
   return rc;
 }
 
-// The handle a device's primary context has while it is active: its end (a reset, the last
-// release, the last green context's destroy) can then be named (generated::ContextEnd).
+// The handle a device's primary context has: its end (a reset, the last release, the last green
+// context's destroy) can then be named (generated::ContextEnd). Both calls below may make a primary
+// context active again: not while a call that may end one is between its driver call and the
+// shim's look at what ended (Shim::lock_context_lifecycle).
 ORION_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* out, CUdevice dev) {
   ORION_REQUIRE_REAL(cuDevicePrimaryCtxRetain);
+  Shim* shim = orion::active_shim();
+  if (shim == nullptr) return real::cuDevicePrimaryCtxRetain(out, dev);
+  auto lifecycle = shim->lock_context_lifecycle();
   const CUresult rc = real::cuDevicePrimaryCtxRetain(out, dev);
-  if (rc == CUDA_SUCCESS && out != nullptr) {
-    if (Shim* shim = orion::active_shim()) shim->primary_context_retained(dev, *out);
-  }
+  if (rc == CUDA_SUCCESS && out != nullptr) shim->primary_context_retained(dev, *out);
   return rc;
+}
+// A green context retains its device's primary context.
+ORION_EXPORT CUresult CUDAAPI cuGreenCtxCreate(CUgreenCtx* out, CUdevResourceDesc desc, CUdevice dev,
+                                               unsigned int flags) {
+  ORION_REQUIRE_REAL(cuGreenCtxCreate);
+  Shim* shim = orion::active_shim();
+  if (shim == nullptr) return real::cuGreenCtxCreate(out, desc, dev, flags);
+  auto lifecycle = shim->lock_context_lifecycle();
+  return real::cuGreenCtxCreate(out, desc, dev, flags);
 }
 
 // An event opened from another process's handle is interprocess whatever flags were asked for:

@@ -58,7 +58,6 @@ std::span<const EntryInfo> entry_table();
   X(cuDeviceGetDevResource, PFN_cuDeviceGetDevResource_v12040)                      \
   X(cuDevSmResourceSplitByCount, PFN_cuDevSmResourceSplitByCount_v12040)            \
   X(cuDevResourceGenerateDesc, PFN_cuDevResourceGenerateDesc_v12040)                \
-  X(cuGreenCtxCreate, PFN_cuGreenCtxCreate_v12040)                                  \
   X(cuCtxFromGreenCtx, PFN_cuCtxFromGreenCtx_v12040)
 
 namespace real {

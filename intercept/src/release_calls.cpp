@@ -40,6 +40,7 @@ ContextEnd::ContextEnd(CUcontext ends, CUdevice primary_of, bool primaries_may_e
     : ends_(ends), primary_of_(primary_of), primaries_may_end_(primaries_may_end) {
   Shim* shim = active_shim();
   if (shim == nullptr) return;
+  lifecycle_ = shim->lock_context_lifecycle();
   if (ends_ != nullptr || (primaries_may_end_ && shim->have_primary_contexts())) {
     polls_blocked_.emplace(shim->device().block_polls());
   }
@@ -74,7 +75,7 @@ void ContextEnd::ended() {
   shim->forget_functions();
   if (!polls_blocked_) return;
   if (ends_ != nullptr && primary_of_ >= 0) {
-    shim->primary_context_ended(primary_of_, ends_, *polls_blocked_);
+    shim->primary_context_ended(primary_of_, ends_, /*reset=*/true, *polls_blocked_);
   } else if (ends_ != nullptr) {
     shim->context_destroyed(ends_, *polls_blocked_);
   }

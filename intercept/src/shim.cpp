@@ -290,19 +290,19 @@ void Shim::primary_contexts_maybe_ended(const DriverDevice::PollsBlocked& polls_
     int active = 1;
     // A query that fails tells nothing: the context is kept (a reused stream handle still shows
     // its end, Shim::stream_created).
+    // (Dropping a context that ended at an earlier call again finds nothing tracked there.)
     if (real::cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && active == 0) {
-      primary_context_ended(dev, ctx, polls_blocked);
+      primary_context_ended(dev, ctx, /*reset=*/false, polls_blocked);
     }
   }
 }
 
-void Shim::primary_context_ended(CUdevice dev, CUcontext ctx, const DriverDevice::PollsBlocked& polls_blocked) {
-  {
-    std::lock_guard lock(primaries_mu_);
-    // Only an entry that still names ctx goes (a retain on another thread may have named the
-    // device's next primary context meanwhile).
-    if (auto it = primaries_.find(dev); it != primaries_.end() && it->second == ctx) primaries_.erase(it);
-  }
+void Shim::primary_context_ended(CUdevice dev, CUcontext ctx, bool reset,
+                                 const DriverDevice::PollsBlocked& polls_blocked) {
+  // First, so that the dropped streams' shadows (of green contexts that may be gone) are only
+  // forgotten, never destroyed. A last release cannot take the policy's green contexts: they
+  // hold retains of their own.
+  if (reset && partitions_ != nullptr) partitions_->device_reset(dev);
   context_destroyed(ctx, polls_blocked);
 }
 

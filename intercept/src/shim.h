@@ -116,13 +116,22 @@ class Shim {
   // a release that was the last (the program's, or a green context's destroy), ends one; its
   // streams and events go like a destroyed context's, and the driver hands its handle out again
   // (a new stream of the new context may get an old stream's handle value).
+  // A device's primary context keeps its handle (the entry stays after it ends: a retain the
+  // shim does not see, such as a green context's, may make it active again).
   void primary_context_retained(CUdevice dev, CUcontext ctx);
-  CUcontext primary_context(CUdevice dev) const;  // null: no retain seen (or it ended since)
+  CUcontext primary_context(CUdevice dev) const;  // null: no retain seen
   bool have_primary_contexts() const;
   // After a call that may have been a last release: each primary context the driver reports
   // inactive now ended (primary_context_ended).
   void primary_contexts_maybe_ended(const DriverDevice::PollsBlocked& polls_blocked);
-  void primary_context_ended(CUdevice dev, CUcontext ctx, const DriverDevice::PollsBlocked& polls_blocked);
+  // `reset`: cuDevicePrimaryCtxReset, which "destroys and cleans up all resources associated
+  // with the device": the partition policy's green contexts there are taken as gone too.
+  void primary_context_ended(CUdevice dev, CUcontext ctx, bool reset, const DriverDevice::PollsBlocked& polls_blocked);
+  // Held around every call that may end a context (from before the driver call until the shim
+  // has dropped what it had there) and every call that may make a primary context active
+  // (cuDevicePrimaryCtxRetain, cuGreenCtxCreate): a primary context cannot come back, with new
+  // streams under its old handle, between a last release and the shim's look at its state.
+  std::unique_lock<std::mutex> lock_context_lifecycle() { return std::unique_lock(context_lifecycle_mu_); }
 
   // Drains everything and writes the trace (ORION_TRACE). Returns the first deferred error.
   int flush();
@@ -170,6 +179,7 @@ class Shim {
   mutable std::mutex ipc_events_mu_;
   std::unordered_set<CUevent> ipc_events_;
   std::atomic<bool> have_ipc_events_{false};
+  std::mutex context_lifecycle_mu_;
   mutable std::mutex primaries_mu_;
   std::map<CUdevice, CUcontext> primaries_;  // under primaries_mu_
   mutable std::mutex graphs_mu_;

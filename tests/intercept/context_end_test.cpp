@@ -173,7 +173,8 @@ TEST_P(ContextEnds, TheShimDropsWhatItHadThereAndTracksReusedHandlesAfresh) {
   CUstream s3 = nullptr;
   ASSERT_EQ(cuStreamCreateWithPriority(&s3, CU_STREAM_NON_BLOCKING, -5), CUDA_SUCCESS);
   if (green()) {
-    // A green context's streams stay (dead) until destroyed, which CUDA 13 refuses: never reused.
+    // A green context's streams stay (dead) until destroyed, which CUDA 13 refuses: never reused,
+    // so this variant checks the events half (and that the dead context's work stops counting).
     EXPECT_EQ(cuStreamDestroy(s2), CUDA_ERROR_CONTEXT_IS_DESTROYED);
   } else {
     ASSERT_TRUE(h(s3) == h(s2) || h(s3) == h(s2_destroyed)) << "the fake driver did not hand a dead stream's handle out again";
@@ -228,6 +229,68 @@ TEST_F(Scheduling, APrimaryContextReleaseThatIsNotTheLastEndsNothing) {
   CUcontext popped = nullptr;
   ASSERT_EQ(cuCtxPopCurrent(&popped), CUDA_SUCCESS);
   ASSERT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxPopCurrent(&popped), CUDA_SUCCESS);
+  EXPECT_EQ(cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
+}
+
+// A retain on another thread right after a last release makes the primary context active again
+// under the same handle. Were it let through before the shim has looked at what the release
+// ended, the shim would see the context active and keep the dead context's events, whose handles
+// the program's new events get (Shim::lock_context_lifecycle keeps the retain waiting).
+TEST_F(Scheduling, ARetainRightAfterALastReleaseWaitsUntilTheShimHasSeenTheEnd) {
+  const size_t no_params[1] = {0};
+  CUfunction any_ctx = reinterpret_cast<CUfunction>(
+      fake_cuda_make_kernel(fake_cuda_make_module(), "race_kernel", 0, no_params));
+  fake_cuda_set_handle_reuse(1);
+  release_primary_retains(1);
+  ASSERT_EQ(fake_cuda_primary_retains(1), 0);
+  CUcontext dev1 = nullptr, popped = nullptr;
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&dev1, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxPushCurrent(dev1), CUDA_SUCCESS);
+  CUstream s = nullptr;
+  ASSERT_EQ(cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, -5), CUDA_SUCCESS);
+  fake_cuda_set_stream_busy(s, 1);
+  ASSERT_EQ(cuLaunchKernel(any_ctx, 1, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr), CUDA_SUCCESS);  // pending
+  ASSERT_EQ(cuCtxPopCurrent(&popped), CUDA_SUCCESS);
+  // The shim's look at the primary contexts' state after the release takes 150 ms.
+  fake_cuda_delay_next("cuDevicePrimaryCtxGetState", 150'000);
+  const size_t before = calls().size();
+  std::vector<CUevent> mine(8);
+  std::thread other([&] {
+    ASSERT_NE(use_device(0), nullptr);
+    for (;;) {  // until the release reached the driver (bounded by ctest's timeout)
+      const auto log = calls();
+      bool released = false;
+      for (size_t i = before; i < log.size(); ++i) released |= std::strcmp(log[i].name, "cuDevicePrimaryCtxRelease_v2") == 0;
+      if (released) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the release's caller is in the look
+    CUcontext again = nullptr;
+    ASSERT_EQ(cuDevicePrimaryCtxRetain(&again, 1), CUDA_SUCCESS);
+    ASSERT_EQ(again, dev1);
+    ASSERT_EQ(cuCtxPushCurrent(again), CUDA_SUCCESS);
+    for (CUevent& e : mine) ASSERT_EQ(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+    CUcontext out = nullptr;
+    ASSERT_EQ(cuCtxPopCurrent(&out), CUDA_SUCCESS);
+  });
+  ASSERT_EQ(cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);  // the last
+  other.join();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the helper thread polls meanwhile
+  const auto log = calls();
+  long release = -1;
+  for (size_t i = before; i < log.size() && release < 0; ++i) {
+    if (std::strcmp(log[i].name, "cuDevicePrimaryCtxRelease_v2") == 0) release = static_cast<long>(i);
+  }
+  ASSERT_GE(release, 0);
+  for (size_t i = static_cast<size_t>(release); i < log.size(); ++i) {
+    for (CUevent e : mine) {
+      EXPECT_NE(log[i].event, h(e)) << log[i].name << " on the program's event: the shim kept a dead context's event";
+    }
+  }
+  EXPECT_TRUE(wait_idle(std::chrono::milliseconds(1000))) << "the dead context's work is still counted in flight";
+  ASSERT_EQ(cuCtxPushCurrent(dev1), CUDA_SUCCESS);
+  for (CUevent e : mine) EXPECT_EQ(cuEventDestroy(e), CUDA_SUCCESS);
   ASSERT_EQ(cuCtxPopCurrent(&popped), CUDA_SUCCESS);
   EXPECT_EQ(cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
 }

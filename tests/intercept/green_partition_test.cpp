@@ -3,6 +3,7 @@
 // cannot move stays in place. Run by ctest only as intercept.icpt_green_partition_test.partition
 // (USE_ORION_SCHEDULER=1, ORION_POLICY=partition, ORION_POLICY_PARAMS=be_sm_frac=0.5: 64 of
 // device 0's 132 SMs, 56 of device 1's 114).
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -251,10 +252,13 @@ TEST_F(GreenPartition, ThreadsGetTheirOwnShadowsAndDestroyTakesThemAlong) {
 }
 
 // A primary context's reset takes the program's streams there along, unnoticed by a destroy
-// call: the shim drops the stream's shadows and join events (of its own green contexts, which
-// live on) and forgets the fork event, which was of the program's context and went with it: it is
-// never destroyed or recorded again (its handle value may be the program's next event's).
-TEST_F(GreenPartition, APrimaryContextResetDropsItsStreamsShadowsAndForgetsTheForkEvent) {
+// call, and "destroys and cleans up all resources associated with the device": the shim forgets
+// the stream's binding (its fork event, of the program's context, went with it: never destroyed
+// or recorded again, since its handle may be the program's next event's) and the green contexts
+// with their shadow streams (which may have gone too: forgotten, not destroyed). The next move
+// makes a new green context and shadow.
+TEST_F(GreenPartition, APrimaryContextResetForgetsItsStreamsBindingsAndTheGreenContexts) {
+  fake_cuda_set_handle_reuse(1);
   CUstream s = nullptr;
   ASSERT_EQ(cuStreamCreateWithPriority(&s, 0, 0), CUDA_SUCCESS);
   ASSERT_EQ(launch(kernel_, s, 1), CUDA_SUCCESS);  // moves: a fork on s, a shadow, a join
@@ -269,19 +273,34 @@ TEST_F(GreenPartition, APrimaryContextResetDropsItsStreamsShadowsAndForgetsTheFo
   const uint64_t fork = log[static_cast<size_t>(fork_record)].event;
   const size_t before = log.size();
   ASSERT_EQ(cuDevicePrimaryCtxReset(0), CUDA_SUCCESS);
+  ASSERT_NE(use_device(0), nullptr);  // active again
+  // The program's new events get the dead events' handles, the fork's among them.
+  std::vector<CUevent> mine(64);
+  for (CUevent& e : mine) ASSERT_EQ(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  ASSERT_TRUE(std::any_of(mine.begin(), mine.end(), [&](CUevent e) { return h(e) == fork; }))
+      << "the fake did not hand the fork event's handle out again";
+  CUstream next = nullptr;
+  ASSERT_EQ(cuStreamCreateWithPriority(&next, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(launch(kernel_, next, 2), CUDA_SUCCESS);
+  ASSERT_TRUE(wait_idle());
   log = calls();
-  long reset = -1;
-  for (size_t i = before; i < log.size() && reset < 0; ++i) {
-    if (std::strcmp(log[i].name, "cuDevicePrimaryCtxReset_v2") == 0) reset = static_cast<long>(i);
+  long reset = -1, green_made = -1, moved = -1;
+  for (size_t i = before; i < log.size(); ++i) {
+    const auto& c = log[i];
+    if (reset < 0 && std::strcmp(c.name, "cuDevicePrimaryCtxReset_v2") == 0) reset = static_cast<long>(i);
+    if (reset >= 0 && std::strcmp(c.name, "cuGreenCtxCreate") == 0) green_made = static_cast<long>(i);
+    if (is_launch(c) && c.function == h(kernel_) && c.result == CUDA_SUCCESS) moved = static_cast<long>(i);
+    for (CUevent e : mine) EXPECT_NE(c.event, h(e)) << c.name << " on the program's event (the dead fork's handle?)";
+    EXPECT_FALSE(std::strcmp(c.name, "cuStreamDestroy_v2") == 0 && c.stream == shadow)
+        << "the shadow of a green context that may be gone was destroyed";
   }
   ASSERT_GE(reset, 0);
-  long shadow_destroyed = -1;
-  for (size_t i = static_cast<size_t>(reset) + 1; i < log.size(); ++i) {
-    if (std::strcmp(log[i].name, "cuStreamDestroy_v2") == 0 && log[i].stream == shadow) shadow_destroyed = static_cast<long>(i);
-    EXPECT_NE(log[i].event, fork) << log[i].name << " on the dead fork event";
-  }
-  EXPECT_GE(shadow_destroyed, 0) << "the shadow outlived its program stream's context";
-  ASSERT_NE(use_device(0), nullptr);  // active again, for the fixture's tear-down
+  EXPECT_GT(green_made, reset) << "the green context from before the reset was used again";
+  ASSERT_GE(moved, 0);
+  EXPECT_NE(log[static_cast<size_t>(moved)].stream, h(next)) << "the launch after the reset did not move";
+  EXPECT_NE(log[static_cast<size_t>(moved)].stream, shadow);
+  for (CUevent e : mine) EXPECT_EQ(cuEventDestroy(e), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy(next), CUDA_SUCCESS);
 }
 
 }  // namespace

@@ -77,8 +77,9 @@ CUkernel fake_cuda_make_kernel(uint64_t library, const char* name, size_t count,
 /* The next call of exported symbol `symbol` returns `result` (it is still logged). */
 void fake_cuda_fail_next(const char* symbol, int result);
 
-/* The next launch through exported symbol `symbol` sleeps `us` microseconds before the fake
- * handles it (outside the fake's lock): a slow driver call, to open a race window. */
+/* The next launch through exported symbol `symbol` (or the next cuDevicePrimaryCtxGetState) sleeps
+ * `us` microseconds before the fake handles it (outside the fake's lock): a slow driver call, to
+ * open a race window. */
 void fake_cuda_delay_next(const char* symbol, int64_t us);
 
 /* A busy stream holds its work: events recorded on it while busy and cuStreamQuery report

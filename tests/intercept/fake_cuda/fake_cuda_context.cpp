@@ -4,6 +4,8 @@
 #include "fake_cuda_state.h"  // first: it selects cuda.h's internal (all-variants) mode
 
 #include <algorithm>
+#include <thread>
+#include <chrono>
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
@@ -240,7 +242,9 @@ CUresult primary_call(const char* name, CUdevice d, Then then) {
   c.value = static_cast<uint64_t>(d);
   if (d < 0 || d >= kDevices) return finish(s, c, CUDA_ERROR_INVALID_DEVICE);
   const CUresult rc = finish(s, c);
-  return rc != CUDA_SUCCESS ? rc : then(s, d);
+  if (rc != CUDA_SUCCESS) return rc;
+  c.result = then(s, d);  // the log holds what the call answered (a release never retained fails)
+  return static_cast<CUresult>(c.result);
 }
 // Everything of the primary context goes, whatever its retains (which stay: "resetting the
 // primary context does not release it").
@@ -259,9 +263,21 @@ FAKE_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice d) {
 FAKE_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice d) {
   return primary_call("cuDevicePrimaryCtxReset_v2", d, primary_reset);
 }
+// Honours fake_cuda_delay_next: a slow look, to open the window between a last release and the
+// look at what it ended.
 FAKE_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice d, unsigned int* flags, int* active) {
   if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (d < 0 || d >= kDevices) return CUDA_ERROR_INVALID_DEVICE;
+  int64_t delay_us = 0;
+  {
+    State& s = st();
+    std::lock_guard lock(s.mu);
+    if (auto it = s.delay_next_us.find("cuDevicePrimaryCtxGetState"); it != s.delay_next_us.end()) {
+      delay_us = it->second;
+      s.delay_next_us.erase(it);
+    }
+  }
+  if (delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
   std::lock_guard lock(g_created_mu);
   *flags = 0;
   *active = g_primary[d].ended ? 0 : 1;
