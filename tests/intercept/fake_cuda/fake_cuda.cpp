@@ -65,10 +65,7 @@ uint64_t sid(CUstream s, bool per_thread) {
   return v;
 }
 
-CUresult launch(const char* name, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
-                unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream hs, void** params,
-                void** extra, bool per_thread) {
-  State& s = st();
+void sleep_if_delayed(State& s, const char* name) {
   int64_t delay_us = 0;
   {
     std::lock_guard lock(s.mu);
@@ -78,6 +75,13 @@ CUresult launch(const char* name, CUfunction f, unsigned gx, unsigned gy, unsign
     }
   }
   if (delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+}
+
+CUresult launch(const char* name, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream hs, void** params,
+                void** extra, bool per_thread) {
+  State& s = st();
+  sleep_if_delayed(s, name);
   std::lock_guard lock(s.mu);
   fake_cuda_call& c = begin(s, name);
   c.stream = reinterpret_cast<uint64_t>(hs);

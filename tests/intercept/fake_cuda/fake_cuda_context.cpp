@@ -4,8 +4,6 @@
 #include "fake_cuda_state.h"  // first: it selects cuda.h's internal (all-variants) mode
 
 #include <algorithm>
-#include <thread>
-#include <chrono>
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
@@ -268,16 +266,7 @@ FAKE_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice d) {
 FAKE_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice d, unsigned int* flags, int* active) {
   if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (d < 0 || d >= kDevices) return CUDA_ERROR_INVALID_DEVICE;
-  int64_t delay_us = 0;
-  {
-    State& s = st();
-    std::lock_guard lock(s.mu);
-    if (auto it = s.delay_next_us.find("cuDevicePrimaryCtxGetState"); it != s.delay_next_us.end()) {
-      delay_us = it->second;
-      s.delay_next_us.erase(it);
-    }
-  }
-  if (delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+  sleep_if_delayed(st(), "cuDevicePrimaryCtxGetState");
   std::lock_guard lock(g_created_mu);
   *flags = 0;
   *active = g_primary[d].ended ? 0 : 1;

@@ -138,6 +138,8 @@ struct State {
 State& st();
 // Appends a log entry (under st().mu) and returns it.
 fake_cuda_call& begin(State& s, const char* name);
+// fake_cuda_delay_next: sleeps the delay set for call `name`, if any (outside the lock), once.
+void sleep_if_delayed(State& s, const char* name);
 // Applies a pending failure injection for this call, else returns `ok`.
 CUresult finish(State& s, fake_cuda_call& c, CUresult ok = CUDA_SUCCESS);
 // Stream identity: NULL/legacy -> 0; the per-thread default stream (NULL through a _ptsz entry
