@@ -19,6 +19,11 @@
 #       version, per-thread flag) of the shim's table (driver_functions.inc, from cudaTypedefs.h)
 #       with the ABI symbol the shim maps it to; a mismatch means libcudart or NCCL would get a
 #       wrapper of the wrong ABI (issue 24)
+#   f5  driver_model_check: the fake driver's model of context ends (a primary context's retains,
+#       reset and last release, a green context's destroy, the handles each leaves behind; one
+#       child process per probe) against the real driver, without the shim (a disagreement is a
+#       rule the fake gets wrong: fix tests/intercept/fake_cuda and driver_model.json) and
+#       through it (the shim must change no answer)
 # Logs: OUTDIR/logs/driver_rules_*.log, OUTDIR/nccl_*shim.json.
 # Usage: scripts/gpu/check_driver_rules.sh OUTDIR
 set -uo pipefail
@@ -92,6 +97,32 @@ else
     record "$row" PASS "$(row_text "$summary")"
   else
     record "$row" FAIL "$(row_text "rc=$rc: $summary; $(grep -m 5 '^mismatch' "$OUTDIR/logs/proc_address_check.log" | tr '\n' ';')")"
+    failed=1
+  fi
+fi
+
+row="f5: the fake driver's context-end model against the real driver"
+model_check=$(find "$BUILD_DIR" -name driver_model_check -type f -perm -u+x 2>/dev/null | head -n 1)
+model=$GPU_ROOT/tests/intercept/fake_cuda/driver_model.json
+if [ -z "$model_check" ] || [ ! -f "$SHIM" ]; then
+  record "$row" FAIL "missing driver_model_check under $BUILD_DIR or $SHIM"
+  failed=1
+else
+  timeout 45 "$model_check" --expect "$model" --timeout-s 10 >"$OUTDIR/logs/driver_model_no_shim.log" 2>&1; rc1=$?
+  env "${shim_env[@]}" timeout 45 "$model_check" --expect "$model" --timeout-s 10 --through-shim \
+    >"$OUTDIR/logs/driver_model_shim.log" 2>&1; rc2=$?
+  line1=$(grep '^driver_model_check:' "$OUTDIR/logs/driver_model_no_shim.log" | tail -n 1)
+  line2=$(grep '^driver_model_check:' "$OUTDIR/logs/driver_model_shim.log" | tail -n 1)
+  # Through the shim the answers must be the driver's own, whatever the fake believes.
+  if ! diff <(grep -E '^(agree|DISAGREE) ' "$OUTDIR/logs/driver_model_no_shim.log" | sed 's/^[A-Z]* *//') \
+            <(grep -E '^(agree|DISAGREE) ' "$OUTDIR/logs/driver_model_shim.log" | sed 's/^[A-Z]* *//') \
+            >"$OUTDIR/logs/driver_model_shim.diff" 2>&1; then
+    record "$row" FAIL "$(row_text "the shim changes answers (logs/driver_model_shim.diff): $(head -c 300 "$OUTDIR/logs/driver_model_shim.diff")")"
+    failed=1
+  elif [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ]; then
+    record "$row" PASS "$(row_text "${line1#driver_model_check: }; the shim changes no answer")"
+  else
+    record "$row" FAIL "$(row_text "rc=$rc1 without / rc=$rc2 with the shim (logs/driver_model_*.log: each DISAGREE line gives the real answer): ${line1:-$(tail -n 1 "$OUTDIR/logs/driver_model_no_shim.log")}")"
     failed=1
   fi
 fi

@@ -13,8 +13,8 @@ RUNNER=$BUILD_DIR/trainer/gpipe_runner
 # What the GPU build makes: the programs the checks run and the executables of the tests labelled
 # `gpu` (scripts/gpu/ctest.sh). The archive for later calls holds the programs only (ctest runs in
 # call 1), found by name under the build folder.
-GPU_BUILD_TARGETS="gpipe_runner gpu_scheduler gpu_hp_be_kernels gpu_driver_rules proc_address_check orion-replay-gpu orion-gpud engine_tests replay_gpu_gpu_tests"
-GPU_PACKED_FILES="gpipe_runner libgpu_scheduler.so gpu_hp_be_kernels gpu_driver_rules proc_address_check orion-replay-gpu orion-gpud"
+GPU_BUILD_TARGETS="gpipe_runner gpu_scheduler gpu_hp_be_kernels gpu_driver_rules proc_address_check driver_model_check orion-replay-gpu orion-gpud engine_tests replay_gpu_gpu_tests"
+GPU_PACKED_FILES="gpipe_runner libgpu_scheduler.so gpu_hp_be_kernels gpu_driver_rules proc_address_check driver_model_check orion-replay-gpu orion-gpud"
 # Every call on the GPU machine starts bare: the staged Debian packages (.deps/debs, carried) are
 # unpacked here, by whichever script runs first, not only by the build step (a carried .deps
 # replaces the machine's copy, so an earlier call's .deps/prefix is gone).

@@ -89,6 +89,8 @@ CUresult stream_sync(const char* name, CUstream hs, bool per_thread, bool query)
   c.stream = reinterpret_cast<uint64_t>(hs);
   c.context = current_ctx();
   const uint64_t id = sid(hs, per_thread);
+  // A stream whose context ended answers as it does everywhere else (driver_model.json).
+  if (auto dead = s.dead_streams.find(id); dead != s.dead_streams.end()) return finish(s, c, dead->second);
   if (auto cap = s.captures.find(id); cap != s.captures.end()) {
     cap->second.invalidated = true;  // synchronising with a capturing stream is illegal
     return finish(s, c, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);

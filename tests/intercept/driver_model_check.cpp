@@ -1,0 +1,457 @@
+// driver_model_check: does a driver answer the context-lifecycle probes the way the fake driver
+// (tests/intercept/fake_cuda) models the real one? Each probe is a short driver-API program (a
+// primary context's retains, reset and last release; a green context's create and destroy; a
+// created context's destroy; the handles each leaves behind; a capture; stream flags) whose
+// answer is one line of text. tests/intercept/fake_cuda/driver_model.json holds each probe's
+// answer as the fake gives it, with where that belief comes from (cuda.h, or an assumption).
+//   - ctest runs it on the fake driver, without and with the shim: the fake keeps the model the
+//     file states, and the shim changes no answer (it must be transparent to them).
+//   - scripts/gpu/check_driver_rules.sh (check f5) runs it on the real driver: a disagreement is
+//     a rule the fake gets wrong (fix the fake and the file, then the shim's tests mean more).
+// Every probe runs in a child process of its own: a probe that crashes the driver (a dead handle
+// used), hangs (bounded: --timeout-s) or fails to set up is an answer of its own, never the end of
+// the run. The parent never calls the driver (CUDA does not survive a fork).
+//
+// usage: driver_model_check --expect FILE [--driver libcuda.so.1] [--only NAME]... [--list]
+// exit 0: every probe agrees, 1: some disagree, 2: bad arguments, file or driver.
+#include <dlfcn.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cuda.h"
+
+namespace {
+
+// The driver functions the probes call, each looked up under the ABI name cuda.h maps it to
+// (cuStreamDestroy -> cuStreamDestroy_v2): the same symbol a program built against cuda.h links.
+#define DRIVER_MODEL_FUNCTIONS(X)                                                                  \
+  X(cuInit) X(cuDeviceGet) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)                \
+  X(cuDevicePrimaryCtxReset) X(cuDevicePrimaryCtxGetState) X(cuCtxSetCurrent) X(cuCtxCreate)      \
+  X(cuCtxDestroy) X(cuStreamCreate) X(cuStreamQuery) X(cuStreamDestroy) X(cuStreamGetFlags)       \
+  X(cuEventCreate) X(cuEventQuery) X(cuEventDestroy) X(cuStreamBeginCapture) X(cuStreamEndCapture) \
+  X(cuDeviceGetDevResource) X(cuDevSmResourceSplitByCount) X(cuDevResourceGenerateDesc)           \
+  X(cuGreenCtxCreate) X(cuGreenCtxDestroy) X(cuCtxFromGreenCtx) X(cuGreenCtxStreamCreate)
+#define DRIVER_MODEL_STR(x) #x
+#define DRIVER_MODEL_NAME(x) DRIVER_MODEL_STR(x)
+
+struct Driver {
+#define DRIVER_MODEL_FIELD(fn) decltype(&::fn) fn = nullptr;
+  DRIVER_MODEL_FUNCTIONS(DRIVER_MODEL_FIELD)
+#undef DRIVER_MODEL_FIELD
+  decltype(&::cuGetErrorName) error_name = nullptr;  // optional: answers fall back to the number
+};
+
+// Opens `path` and looks every function up; throws naming the first that is missing.
+Driver open_driver(const std::string& path) {
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) throw std::runtime_error(fmt::format("cannot open {}: {}", path, dlerror()));
+  Driver d;
+#define DRIVER_MODEL_LOOKUP(fn)                                                                  \
+  d.fn = reinterpret_cast<decltype(d.fn)>(dlsym(h, DRIVER_MODEL_NAME(fn)));                       \
+  if (d.fn == nullptr) throw std::runtime_error(fmt::format("{} has no {}", path, DRIVER_MODEL_NAME(fn)));
+  DRIVER_MODEL_FUNCTIONS(DRIVER_MODEL_LOOKUP)
+#undef DRIVER_MODEL_LOOKUP
+  d.error_name = reinterpret_cast<decltype(d.error_name)>(dlsym(h, "cuGetErrorName"));
+  return d;
+}
+
+std::string name_of(const Driver& d, CUresult rc) {
+  const char* name = nullptr;
+  if (d.error_name != nullptr && d.error_name(rc, &name) == CUDA_SUCCESS && name != nullptr) return name;
+  return fmt::format("CUresult {}", static_cast<int>(rc));
+}
+
+// A set-up call that failed: the probe's answer says which (and it will not agree).
+struct SetupFailed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+void must(const Driver& d, CUresult rc, const char* call) {
+  if (rc != CUDA_SUCCESS) throw SetupFailed(fmt::format("set-up failed: {} = {}", call, name_of(d, rc)));
+}
+#define MUST(d, call) must(d, (call), #call)
+
+int primary_active(const Driver& d, CUdevice dev) {
+  unsigned flags = 0;
+  int active = -1;
+  MUST(d, d.cuDevicePrimaryCtxGetState(dev, &flags, &active));
+  return active;
+}
+
+CUcontext retain_current(const Driver& d, CUdevice dev) {
+  CUcontext c = nullptr;
+  MUST(d, d.cuDevicePrimaryCtxRetain(&c, dev));
+  MUST(d, d.cuCtxSetCurrent(c));
+  return c;
+}
+
+CUstream make_stream(const Driver& d) {
+  CUstream s = nullptr;
+  MUST(d, d.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  return s;
+}
+
+CUevent make_event(const Driver& d) {
+  CUevent e = nullptr;
+  MUST(d, d.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+  return e;
+}
+
+// A green context of the smallest SM group the device splits off (8 SMs on sm_90).
+CUgreenCtx make_green(const Driver& d, CUdevice dev) {
+  CUdevResource all{}, part{}, rest{};
+  unsigned groups = 1;
+  CUdevResourceDesc desc = nullptr;
+  CUgreenCtx g = nullptr;
+  MUST(d, d.cuDeviceGetDevResource(dev, &all, CU_DEV_RESOURCE_TYPE_SM));
+  MUST(d, d.cuDevSmResourceSplitByCount(&part, &groups, &all, &rest, 0, 8));
+  MUST(d, d.cuDevResourceGenerateDesc(&desc, &part, 1));
+  MUST(d, d.cuGreenCtxCreate(&g, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM));
+  return g;
+}
+
+// What a stream and an event of the device's primary context (retained, current) answer after
+// `end` ended it, and whether the primary context then reads active.
+struct AfterEnd {
+  CUstream stream = nullptr;
+  int active = -1;
+  CUresult stream_query = CUDA_SUCCESS;
+  CUresult event_query = CUDA_SUCCESS;
+};
+AfterEnd end_primary(const Driver& d, CUdevice dev, const std::function<void()>& end) {
+  retain_current(d, dev);
+  AfterEnd after;
+  after.stream = make_stream(d);
+  CUevent e = make_event(d);
+  end();
+  after.active = primary_active(d, dev);
+  after.stream_query = d.cuStreamQuery(after.stream);
+  after.event_query = d.cuEventQuery(e);
+  return after;
+}
+
+using Probe = std::function<std::string(const Driver&, CUdevice)>;
+
+// name -> probe. Names are what driver_model.json lists; each answer is compared as text. Calls
+// are made one statement each: a format's arguments are evaluated in no set order.
+const std::map<std::string, Probe>& probes() {
+  static const std::map<std::string, Probe> all = {
+      {"primary.retains_are_counted",
+       [](const Driver& d, CUdevice dev) {
+         CUcontext c = nullptr;
+         MUST(d, d.cuDevicePrimaryCtxRetain(&c, dev));
+         MUST(d, d.cuDevicePrimaryCtxRetain(&c, dev));
+         const int two = primary_active(d, dev);
+         MUST(d, d.cuDevicePrimaryCtxRelease(dev));
+         const int one = primary_active(d, dev);
+         MUST(d, d.cuDevicePrimaryCtxRelease(dev));
+         const int none = primary_active(d, dev);
+         return fmt::format("active with 2 retains={} 1 retain={} 0 retains={}", two, one, none);
+       }},
+      {"primary.revived_under_the_same_handle",
+       [](const Driver& d, CUdevice dev) {
+         CUcontext first = nullptr, second = nullptr;
+         MUST(d, d.cuDevicePrimaryCtxRetain(&first, dev));
+         MUST(d, d.cuDevicePrimaryCtxRelease(dev));
+         MUST(d, d.cuDevicePrimaryCtxRetain(&second, dev));
+         return std::string(first == second ? "same handle" : "another handle");
+       }},
+      {"primary.last_release_ends_streams_and_events",
+       [](const Driver& d, CUdevice dev) {
+         const AfterEnd after = end_primary(d, dev, [&] { MUST(d, d.cuDevicePrimaryCtxRelease(dev)); });
+         CUcontext again = nullptr;
+         MUST(d, d.cuDevicePrimaryCtxRetain(&again, dev));
+         const CUresult revived = d.cuStreamQuery(after.stream);
+         return fmt::format("stream query={} event query={}; after a new retain: stream query={}",
+                            name_of(d, after.stream_query), name_of(d, after.event_query), name_of(d, revived));
+       }},
+      {"primary.reset_ends_streams_and_events",
+       [](const Driver& d, CUdevice dev) {
+         const AfterEnd after = end_primary(d, dev, [&] { MUST(d, d.cuDevicePrimaryCtxReset(dev)); });
+         return fmt::format("active={} stream query={} event query={}", after.active, name_of(d, after.stream_query),
+                            name_of(d, after.event_query));
+       }},
+      {"primary.reset_keeps_the_retains",
+       [](const Driver& d, CUdevice dev) {
+         retain_current(d, dev);
+         MUST(d, d.cuDevicePrimaryCtxReset(dev));
+         // The retain taken before the reset: is it still there to release?
+         const CUresult first = d.cuDevicePrimaryCtxRelease(dev);
+         const CUresult second = d.cuDevicePrimaryCtxRelease(dev);
+         return fmt::format("release after the reset={} then a second release={}", name_of(d, first), name_of(d, second));
+       }},
+      {"created.destroy_ends_streams",
+       [](const Driver& d, CUdevice dev) {
+         CUcontext c = nullptr;
+         MUST(d, d.cuCtxCreate(&c, nullptr, 0, dev));
+         CUstream s = make_stream(d);
+         MUST(d, d.cuCtxDestroy(c));
+         return fmt::format("stream query={}", name_of(d, d.cuStreamQuery(s)));
+       }},
+      {"green.holds_a_primary_retain",
+       [](const Driver& d, CUdevice dev) {
+         CUcontext c = nullptr;
+         MUST(d, d.cuDevicePrimaryCtxRetain(&c, dev));
+         CUgreenCtx g = make_green(d, dev);
+         MUST(d, d.cuDevicePrimaryCtxRelease(dev));
+         const int with_green = primary_active(d, dev);
+         MUST(d, d.cuGreenCtxDestroy(g));
+         const int after = primary_active(d, dev);
+         return fmt::format("primary active with only the green context={} after its destroy={}", with_green, after);
+       }},
+      {"green.destroy_leaves_streams_destroyed",
+       [](const Driver& d, CUdevice dev) {
+         CUcontext c = nullptr;
+         MUST(d, d.cuDevicePrimaryCtxRetain(&c, dev));  // the primary outlives the green context
+         CUgreenCtx g = make_green(d, dev);
+         CUstream s = nullptr;
+         MUST(d, d.cuGreenCtxStreamCreate(&s, g, CU_STREAM_NON_BLOCKING, 0));
+         CUcontext gc = nullptr;
+         MUST(d, d.cuCtxFromGreenCtx(&gc, g));
+         MUST(d, d.cuCtxSetCurrent(gc));
+         CUevent e = make_event(d);
+         MUST(d, d.cuCtxSetCurrent(c));
+         MUST(d, d.cuGreenCtxDestroy(g));
+         const CUresult query = d.cuStreamQuery(s);
+         const CUresult destroy = d.cuStreamDestroy(s);
+         const CUresult event = d.cuEventQuery(e);
+         return fmt::format("stream query={} stream destroy={} event query={}", name_of(d, query), name_of(d, destroy),
+                            name_of(d, event));
+       }},
+      {"green.primary_reset_and_its_green_contexts",
+       [](const Driver& d, CUdevice dev) {
+         retain_current(d, dev);
+         CUgreenCtx g = make_green(d, dev);
+         CUstream s = nullptr;
+         MUST(d, d.cuGreenCtxStreamCreate(&s, g, CU_STREAM_NON_BLOCKING, 0));
+         MUST(d, d.cuDevicePrimaryCtxReset(dev));
+         const CUresult query = d.cuStreamQuery(s);
+         const CUresult destroy = d.cuGreenCtxDestroy(g);
+         return fmt::format("green stream query={} green destroy={}", name_of(d, query), name_of(d, destroy));
+       }},
+      {"context.none_current",
+       [](const Driver& d, CUdevice) {
+         CUstream s = nullptr;
+         return fmt::format("stream create={}", name_of(d, d.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)));
+       }},
+      {"capture.query_in_global_mode",
+       [](const Driver& d, CUdevice dev) {
+         retain_current(d, dev);
+         CUstream s = make_stream(d);
+         MUST(d, d.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+         const CUresult query = d.cuStreamQuery(s);
+         CUgraph graph = nullptr;
+         const CUresult end = d.cuStreamEndCapture(s, &graph);
+         return fmt::format("query of the capturing stream={} end capture={}", name_of(d, query), name_of(d, end));
+       }},
+      {"stream.flags",
+       [](const Driver& d, CUdevice dev) {
+         retain_current(d, dev);
+         CUstream blocking = nullptr, non_blocking = nullptr;
+         MUST(d, d.cuStreamCreate(&blocking, CU_STREAM_DEFAULT));
+         MUST(d, d.cuStreamCreate(&non_blocking, CU_STREAM_NON_BLOCKING));
+         unsigned f1 = 99, f2 = 99;
+         MUST(d, d.cuStreamGetFlags(blocking, &f1));
+         MUST(d, d.cuStreamGetFlags(non_blocking, &f2));
+         return fmt::format("default={} non-blocking={}", f1, f2);
+       }},
+      {"event.never_recorded",
+       [](const Driver& d, CUdevice dev) {
+         retain_current(d, dev);
+         CUevent e = make_event(d);
+         const CUresult query = d.cuEventQuery(e);
+         const CUresult destroy = d.cuEventDestroy(e);
+         return fmt::format("query={} destroy={}", name_of(d, query), name_of(d, destroy));
+       }},
+  };
+  return all;
+}
+
+// In the child: the probe's answer on `out`, then _exit (no atexit handler of a driver or shim
+// that a probe may have left in a bad state).
+[[noreturn]] void run_child(const std::string& driver_path, const Probe& probe, int out) {
+  std::string answer;
+  try {
+    const Driver d = open_driver(driver_path);
+    MUST(d, d.cuInit(0));
+    CUdevice dev = 0;
+    MUST(d, d.cuDeviceGet(&dev, 0));
+    answer = probe(d, dev);
+  } catch (const std::exception& e) {
+    answer = e.what();
+  }
+  answer += '\n';
+  size_t done = 0;
+  while (done < answer.size()) {
+    const ssize_t n = write(out, answer.data() + done, answer.size() - done);
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  _exit(0);
+}
+
+// Runs one probe in a child; its answer, or what became of the child, within `timeout_s`.
+std::string run_probe(const std::string& driver_path, const Probe& probe, int timeout_s) {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error(fmt::format("pipe: {}", std::strerror(errno)));
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(fmt::format("fork: {}", std::strerror(errno)));
+  if (pid == 0) {
+    close(fds[0]);
+    run_child(driver_path, probe, fds[1]);
+  }
+  close(fds[1]);
+  std::string text;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  bool timed_out = false;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    const int r = poll(&p, 1, static_cast<int>(left.count()));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) continue;  // the deadline is checked above
+    char buf[512];
+    const ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // the child closed its end (exited)
+    text.append(buf, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  if (timed_out) kill(pid, SIGKILL);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out) return fmt::format("no answer within {} s (killed)", timeout_s);
+  if (WIFSIGNALED(status)) return fmt::format("crashed: {}", strsignal(WTERMSIG(status)));
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  if (text.empty()) return fmt::format("no answer (exit status {})", WEXITSTATUS(status));
+  return text;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Runs the fake driver's context-lifecycle probes on a driver and compares each answer with "
+               "tests/intercept/fake_cuda/driver_model.json"};
+  std::string expect_path, driver_path = "libcuda.so.1";
+  std::vector<std::string> only;
+  int timeout_s = 20;
+  bool list = false;
+  bool through_shim = false;
+  app.add_option("--expect", expect_path, "driver_model.json: each probe's answer as the fake gives it")
+      ->check(CLI::ExistingFile);
+  app.add_option("--driver", driver_path, "the driver library to probe (a path, or a name for dlopen)");
+  app.add_option("--only", only, "run only this probe (repeatable)");
+  app.add_option("--timeout-s", timeout_s, "a probe without an answer by then is killed")->check(CLI::Range(1, 600));
+  app.add_flag("--list", list, "print the probes' names and exit");
+  app.add_flag("--through-shim", through_shim,
+               "fail (exit 2) unless the driver's functions resolve into libgpu_scheduler.so (LD_PRELOAD)");
+  CLI11_PARSE(app, argc, argv);
+
+  if (list) {
+    for (const auto& [name, probe] : probes()) std::printf("%s\n", name.c_str());
+    return 0;
+  }
+  if (expect_path.empty()) {
+    std::fprintf(stderr, "driver_model_check: give --expect tests/intercept/fake_cuda/driver_model.json\n");
+    return 2;
+  }
+  nlohmann::json expected;
+  try {
+    std::ifstream in(expect_path);
+    expected = nlohmann::json::parse(in).at("probes");
+    if (!expected.is_object()) throw std::runtime_error("'probes' is not an object");
+    for (const auto& [name, entry] : expected.items()) {
+      if (probes().count(name) == 0) {
+        throw std::runtime_error(fmt::format("it lists '{}', which this program does not have (--list)", name));
+      }
+      if (!entry.contains("expect") || !entry["expect"].is_string() || !entry.contains("why") ||
+          !entry["why"].is_string()) {
+        throw std::runtime_error(fmt::format("'{}' needs the strings 'expect' and 'why'", name));
+      }
+    }
+    for (const auto& [name, probe] : probes()) {
+      if (!expected.contains(name)) throw std::runtime_error(fmt::format("it has no entry for the probe '{}'", name));
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "driver_model_check: %s: %s\n", expect_path.c_str(), e.what());
+    return 2;
+  }
+  for (const std::string& name : only) {
+    if (probes().count(name) == 0) {
+      std::fprintf(stderr, "driver_model_check: no probe '%s' (--list names them)\n", name.c_str());
+      return 2;
+    }
+  }
+
+  // Which library the probes' calls reach: the driver's, or the shim's wrappers (its dlsym
+  // answers for the driver when it is preloaded). Opening the driver calls nothing in it.
+  std::string reached;
+  try {
+    const Driver d = open_driver(driver_path);
+    Dl_info info{};
+    reached = dladdr(reinterpret_cast<void*>(d.cuStreamQuery), &info) != 0 && info.dli_fname != nullptr
+                  ? info.dli_fname
+                  : "an unknown library";
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "driver_model_check: %s\n", e.what());
+    return 2;
+  }
+  const bool shim = reached.find("libgpu_scheduler") != std::string::npos;
+  if (through_shim && !shim) {
+    std::fprintf(stderr, "driver_model_check: --through-shim, but cuStreamQuery resolves into %s (is "
+                 "libgpu_scheduler.so in LD_PRELOAD?)\n", reached.c_str());
+    return 2;
+  }
+
+  int asked = 0, agreed = 0;
+  std::vector<std::string> disagreeing;
+  for (const auto& [name, probe] : probes()) {
+    if (!only.empty() && std::find(only.begin(), only.end(), name) == only.end()) continue;
+    std::string answer;
+    try {
+      answer = run_probe(driver_path, probe, timeout_s);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "driver_model_check: %s\n", e.what());
+      return 2;
+    }
+    const std::string want = expected[name]["expect"].get<std::string>();
+    ++asked;
+    if (answer == want) {
+      ++agreed;
+      std::printf("agree     %s: %s\n", name.c_str(), answer.c_str());
+    } else {
+      disagreeing.push_back(name);
+      std::printf("DISAGREE  %s: %s\n          the fake's model: %s (%s)\n", name.c_str(), answer.c_str(),
+                  want.c_str(), expected[name]["why"].get<std::string>().c_str());
+    }
+  }
+  std::string list_text;
+  for (const std::string& n : disagreeing) list_text += (list_text.empty() ? "" : ", ") + n;
+  std::printf("driver_model_check: %d of %d probes agree with %s (driver %s, %s)%s%s\n", agreed, asked,
+              expect_path.c_str(), driver_path.c_str(), shim ? "through the shim" : "no shim",
+              disagreeing.empty() ? "" : "; disagree: ", list_text.c_str());
+  return disagreeing.empty() ? 0 : 1;
+}
