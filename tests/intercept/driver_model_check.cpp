@@ -30,6 +30,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -48,7 +49,8 @@ namespace {
   X(cuCtxDestroy) X(cuStreamCreate) X(cuStreamQuery) X(cuStreamDestroy) X(cuStreamGetFlags)       \
   X(cuEventCreate) X(cuEventQuery) X(cuEventDestroy) X(cuStreamBeginCapture) X(cuStreamEndCapture) \
   X(cuDeviceGetDevResource) X(cuDevSmResourceSplitByCount) X(cuDevResourceGenerateDesc)           \
-  X(cuGreenCtxCreate) X(cuGreenCtxDestroy) X(cuCtxFromGreenCtx) X(cuGreenCtxStreamCreate)
+  X(cuGreenCtxCreate) X(cuGreenCtxDestroy) X(cuCtxFromGreenCtx) X(cuGreenCtxStreamCreate)         \
+  X(cuEventRecord) X(cuStreamWaitEvent) X(cuThreadExchangeStreamCaptureMode)
 #define DRIVER_MODEL_STR(x) #x
 #define DRIVER_MODEL_NAME(x) DRIVER_MODEL_STR(x)
 
@@ -145,6 +147,32 @@ AfterEnd end_primary(const Driver& d, CUdevice dev, const std::function<void()>&
   after.stream_query = d.cuStreamQuery(after.stream);
   after.event_query = d.cuEventQuery(e);
   return after;
+}
+
+// A capture in global mode on this thread while another thread, in capture mode `other_mode`,
+// queries a stream that is not capturing: what that query and the capture's end answer.
+std::string capture_beside_another_thread(const Driver& d, CUdevice dev, CUstreamCaptureMode other_mode) {
+  CUcontext c = retain_current(d, dev);
+  CUstream capturing = make_stream(d);
+  CUstream idle = make_stream(d);
+  MUST(d, d.cuStreamBeginCapture(capturing, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CUresult query = CUDA_ERROR_UNKNOWN;
+  std::string other_failed;
+  std::thread other([&] {
+    try {
+      MUST(d, d.cuCtxSetCurrent(c));
+      CUstreamCaptureMode mode = other_mode;
+      MUST(d, d.cuThreadExchangeStreamCaptureMode(&mode));
+      query = d.cuStreamQuery(idle);
+    } catch (const SetupFailed& e) {
+      other_failed = e.what();
+    }
+  });
+  other.join();
+  if (!other_failed.empty()) throw SetupFailed(other_failed);
+  CUgraph graph = nullptr;
+  const CUresult end = d.cuStreamEndCapture(capturing, &graph);
+  return fmt::format("the other thread's query={} end capture={}", name_of(d, query), name_of(d, end));
 }
 
 using Probe = std::function<std::string(const Driver&, CUdevice)>;
@@ -260,6 +288,31 @@ const std::map<std::string, Probe>& probes() {
          CUgraph graph = nullptr;
          const CUresult end = d.cuStreamEndCapture(s, &graph);
          return fmt::format("query of the capturing stream={} end capture={}", name_of(d, query), name_of(d, end));
+       }},
+      {"capture.other_thread_global_mode",
+       [](const Driver& d, CUdevice dev) { return capture_beside_another_thread(d, dev, CU_STREAM_CAPTURE_MODE_GLOBAL); }},
+      {"capture.other_thread_relaxed_mode",
+       [](const Driver& d, CUdevice dev) { return capture_beside_another_thread(d, dev, CU_STREAM_CAPTURE_MODE_RELAXED); }},
+      {"event.create_without_context",
+       [](const Driver& d, CUdevice) {
+         CUevent e = nullptr;
+         return fmt::format("event create={}", name_of(d, d.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING)));
+       }},
+      {"event.across_contexts",
+       [](const Driver& d, CUdevice dev) {
+         CUcontext primary = retain_current(d, dev);
+         CUstream own = make_stream(d);
+         CUevent e = make_event(d);
+         MUST(d, d.cuEventRecord(e, own));
+         CUcontext created = nullptr;
+         MUST(d, d.cuCtxCreate(&created, nullptr, 0, dev));  // current from here on
+         CUstream other = make_stream(d);
+         const CUresult wait = d.cuStreamWaitEvent(other, e, 0);
+         const CUresult record = d.cuEventRecord(e, other);
+         MUST(d, d.cuCtxSetCurrent(primary));
+         MUST(d, d.cuCtxDestroy(created));
+         return fmt::format("wait on a stream of another context={} record on it={}", name_of(d, wait),
+                            name_of(d, record));
        }},
       {"stream.flags",
        [](const Driver& d, CUdevice dev) {
