@@ -112,11 +112,14 @@ void run_thread(ThreadProgram& p, uint64_t seed, int ops, int device) {
   static const uint64_t library = fake_cuda_make_module();
   p.f = partition_run() ? reinterpret_cast<CUfunction>(fake_cuda_make_kernel(library, "diff_kernel", 1, tag_size))
                         : fake_cuda_make_function("diff_kernel", 1, tag_size);
+  // The capture stream is non-blocking (as PyTorch's pool streams are): while a blocking stream
+  // captures, the other threads' legacy-stream launches would fail CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+  // and invalidate the capture, with or without the shim.
   if (cuStreamCreateWithPriority(&p.hp, 0, -5) != CUDA_SUCCESS ||
       cuStreamCreateWithPriority(&p.be, 0, 0) != CUDA_SUCCESS ||
       cuStreamCreateWithPriority(&p.nb, CU_STREAM_NON_BLOCKING, 0) != CUDA_SUCCESS ||
       cuStreamCreate(&p.plain, 0) != CUDA_SUCCESS ||
-      cuStreamCreateWithPriority(&p.cap, 0, pick(2) == 0 ? -5 : 0) != CUDA_SUCCESS ||
+      cuStreamCreateWithPriority(&p.cap, CU_STREAM_NON_BLOCKING, pick(2) == 0 ? -5 : 0) != CUDA_SUCCESS ||
       cuEventCreate(&p.events[0], 0) != CUDA_SUCCESS || cuEventCreate(&p.events[1], 0) != CUDA_SUCCESS ||
       cuEventCreate(&p.events[2], CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
       cuMemAllocHost(&p.host[0], 4096) != CUDA_SUCCESS || cuMemAllocHost(&p.host[1], 4096) != CUDA_SUCCESS) {

@@ -175,6 +175,20 @@ std::string capture_beside_another_thread(const Driver& d, CUdevice dev, CUstrea
   return fmt::format("the other thread's query={} end capture={}", name_of(d, query), name_of(d, end));
 }
 
+// A relaxed-mode capture (so that no unsafe-call rule applies) on a stream made with `flags`, and an
+// event recorded on the legacy stream meanwhile: what the record and the capture's end answer.
+std::string legacy_record_beside_capture(const Driver& d, CUdevice dev, unsigned flags) {
+  retain_current(d, dev);
+  CUstream capturing = nullptr;
+  MUST(d, d.cuStreamCreate(&capturing, flags));
+  CUevent e = make_event(d);
+  MUST(d, d.cuStreamBeginCapture(capturing, CU_STREAM_CAPTURE_MODE_RELAXED));
+  const CUresult record = d.cuEventRecord(e, CU_STREAM_LEGACY);
+  CUgraph graph = nullptr;
+  const CUresult end = d.cuStreamEndCapture(capturing, &graph);
+  return fmt::format("legacy-stream record={} end capture={}", name_of(d, record), name_of(d, end));
+}
+
 using Probe = std::function<std::string(const Driver&, CUdevice)>;
 
 // name -> probe. Names are what driver_model.json lists; each answer is compared as text. Calls
@@ -293,6 +307,10 @@ const std::map<std::string, Probe>& probes() {
        [](const Driver& d, CUdevice dev) { return capture_beside_another_thread(d, dev, CU_STREAM_CAPTURE_MODE_GLOBAL); }},
       {"capture.other_thread_relaxed_mode",
        [](const Driver& d, CUdevice dev) { return capture_beside_another_thread(d, dev, CU_STREAM_CAPTURE_MODE_RELAXED); }},
+      {"capture.legacy_work_beside_a_blocking_capture",
+       [](const Driver& d, CUdevice dev) { return legacy_record_beside_capture(d, dev, CU_STREAM_DEFAULT); }},
+      {"capture.legacy_work_beside_a_non_blocking_capture",
+       [](const Driver& d, CUdevice dev) { return legacy_record_beside_capture(d, dev, CU_STREAM_NON_BLOCKING); }},
       {"event.create_without_context",
        [](const Driver& d, CUdevice) {
          CUevent e = nullptr;

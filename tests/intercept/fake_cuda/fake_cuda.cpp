@@ -89,7 +89,7 @@ CUresult launch(const char* name, CUfunction f, unsigned gx, unsigned gy, unsign
   c.block[0] = bx, c.block[1] = by, c.block[2] = bz;
   c.shared_mem = smem;
   const uint64_t id = sid(hs, per_thread);
-  if (CUresult rc = check_stream(s, id); rc != CUDA_SUCCESS) return finish(s, c, rc);
+  if (CUresult rc = check_enqueue(s, id); rc != CUDA_SUCCESS) return finish(s, c, rc);
   auto fit = s.functions.find(c.function);
   // A function is valid only in the context it was loaded in (a CUkernel in any context).
   if (fit == s.functions.end() || (!fit->second->is_kernel && fit->second->ctx != current_ctx())) {
@@ -127,7 +127,8 @@ CUresult simple(const char* name, CUstream hs, uint64_t value, int64_t duration_
   c.stream = reinterpret_cast<uint64_t>(hs);
   c.value = value;
   const uint64_t id = sid(hs, std::strstr(name, "_pt") != nullptr);
-  if (CUresult rc = check_stream(s, id); rc != CUDA_SUCCESS) return finish(s, c, rc);
+  // A synchronous call (no stream) is an unsafe call during a capture, modelled as such.
+  if (CUresult rc = unsafe ? check_stream(s, id) : check_enqueue(s, id); rc != CUDA_SUCCESS) return finish(s, c, rc);
   if (unsafe) {
     if (CUresult rc = unsafe_call(s); rc != CUDA_SUCCESS) return finish(s, c, rc);
   }
@@ -356,6 +357,7 @@ FAKE_EXPORT CUresult CUDAAPI cuGetErrorName(CUresult error, const char** name) {
     FAKE_CUDA_RESULT_NAME(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
     FAKE_CUDA_RESULT_NAME(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
     FAKE_CUDA_RESULT_NAME(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD)
+    FAKE_CUDA_RESULT_NAME(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)
     FAKE_CUDA_RESULT_NAME(CUDA_ERROR_UNKNOWN)
 #undef FAKE_CUDA_RESULT_NAME
     default:

@@ -136,6 +136,27 @@ uint64_t thread_token() {
   return token;
 }
 
+// Work on the legacy stream of context `ctx` waits for every blocking stream of it, a capturing
+// one too: the driver refuses it (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, "a disallowed implicit
+// dependency on a current capture sequence from cudaStreamLegacy") and, as for every prohibited
+// operation, invalidates the capture, whatever its mode. A per-thread default stream is blocking.
+bool legacy_work_waits_for_a_capture(State& s, uint64_t ctx) {
+  bool implicit = false;
+  for (auto& [id, capture] : s.captures) {
+    bool blocking = (id & kPerThreadStream) != 0;
+    uint64_t stream_ctx = 0;
+    if (auto it = s.streams.find(id); it != s.streams.end()) {
+      blocking = blocking || (it->second.flags & CU_STREAM_NON_BLOCKING) == 0;
+      stream_ctx = it->second.ctx;
+    }
+    if (blocking && (stream_ctx == 0 || stream_ctx == ctx)) {
+      capture.invalidated = true;
+      implicit = true;
+    }
+  }
+  return implicit;
+}
+
 CUresult check_stream(State& s, uint64_t id) {
   const uint64_t cur = current_ctx();
   if (cur == 0) return CUDA_ERROR_INVALID_CONTEXT;
@@ -145,6 +166,12 @@ CUresult check_stream(State& s, uint64_t id) {
   auto it = s.streams.find(id);
   if (it == s.streams.end() || it->second.ctx == 0) return CUDA_SUCCESS;
   return it->second.ctx == cur ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult check_enqueue(State& s, uint64_t id) {
+  if (CUresult rc = check_stream(s, id); rc != CUDA_SUCCESS) return rc;
+  if (id == 0 && legacy_work_waits_for_a_capture(s, current_ctx())) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  return CUDA_SUCCESS;
 }
 
 CUresult unsafe_call(State& s) {

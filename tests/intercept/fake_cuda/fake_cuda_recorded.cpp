@@ -19,7 +19,7 @@ CUresult recorded(const char* name, CUstream hs, uint64_t value, const Args&... 
   c.value = value;
   c.param_bytes = fake_cuda_pack_args(c.params, sizeof c.params, args...);
   const uint64_t id = sid(hs, std::strstr(name, "_pt") != nullptr);
-  if (CUresult rc = check_stream(s, id); rc != CUDA_SUCCESS) return finish(s, c, rc);
+  if (CUresult rc = check_enqueue(s, id); rc != CUDA_SUCCESS) return finish(s, c, rc);
   advance(s, id, 100, c);
   return finish(s, c);
 }

@@ -156,6 +156,12 @@ uint64_t thread_token();
 // Whether the calling thread may use stream `id` (under s.mu): CUDA_ERROR_INVALID_CONTEXT with no
 // current context, CUDA_ERROR_INVALID_HANDLE for a stream of another context.
 CUresult check_stream(State& s, uint64_t id);
+// check_stream for work enqueued on the stream (launches, asynchronous copies and sets, waits),
+// which on the legacy stream may also fail CUDA_ERROR_STREAM_CAPTURE_IMPLICIT (below).
+CUresult check_enqueue(State& s, uint64_t id);
+// True (and the captures invalidated) when work on context `ctx`'s legacy stream would wait for
+// a capturing blocking stream: the call fails CUDA_ERROR_STREAM_CAPTURE_IMPLICIT.
+bool legacy_work_waits_for_a_capture(State& s, uint64_t ctx);
 // A potentially unsafe call (query, synchronise, allocation, free) during a capture, under s.mu:
 // when the calling thread is prohibited from it (its own non-relaxed capture, or another thread's
 // global-mode capture while this thread is not relaxed) the captures in question are

@@ -44,6 +44,7 @@ CUresult record(const char* name, CUevent e, CUstream hs, bool per_thread) {
                                                                               : sit->second.ctx;
   if (stream_ctx == 0) return finish(s, c, CUDA_ERROR_INVALID_CONTEXT);
   if (stream_ctx != it->second.ctx) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
+  if (id == 0 && legacy_work_waits_for_a_capture(s, stream_ctx)) return finish(s, c, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
   // A record into a capture becomes a graph node: the event itself is left as it was.
   if (advance(s, id, 0, c)) return finish(s, c);
   c.value = record_event_now(s, c.event, id);
@@ -290,7 +291,7 @@ FAKE_EXPORT CUresult CUDAAPI cuEventElapsedTime_v2(float* ms, CUevent a, CUevent
     auto it = s.events.find(c.event);                                        \
     if (it == s.events.end()) return finish(s, c, CUDA_ERROR_INVALID_HANDLE); \
     const uint64_t id = sid(hs, per_thread);                                 \
-    if (CUresult rc = check_stream(s, id); rc != CUDA_SUCCESS) return finish(s, c, rc); \
+    if (CUresult rc = check_enqueue(s, id); rc != CUDA_SUCCESS) return finish(s, c, rc); \
     c.value = it->second.record_seq;                                         \
     if (!advance(s, id, 0, c)) {                                             \
       Stream& str = s.streams[id];                                           \
