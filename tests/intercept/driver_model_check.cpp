@@ -50,7 +50,8 @@ namespace {
   X(cuEventCreate) X(cuEventQuery) X(cuEventDestroy) X(cuStreamBeginCapture) X(cuStreamEndCapture) \
   X(cuDeviceGetDevResource) X(cuDevSmResourceSplitByCount) X(cuDevResourceGenerateDesc)           \
   X(cuGreenCtxCreate) X(cuGreenCtxDestroy) X(cuCtxFromGreenCtx) X(cuGreenCtxStreamCreate)         \
-  X(cuEventRecord) X(cuStreamWaitEvent) X(cuThreadExchangeStreamCaptureMode)
+  X(cuEventRecord) X(cuStreamWaitEvent) X(cuThreadExchangeStreamCaptureMode) X(cuStreamGetPriority)        \
+  X(cuStreamCreateWithPriority) X(cuCtxGetStreamPriorityRange)
 #define DRIVER_MODEL_STR(x) #x
 #define DRIVER_MODEL_NAME(x) DRIVER_MODEL_STR(x)
 
@@ -342,6 +343,22 @@ const std::map<std::string, Probe>& probes() {
          MUST(d, d.cuStreamGetFlags(blocking, &f1));
          MUST(d, d.cuStreamGetFlags(non_blocking, &f2));
          return fmt::format("default={} non-blocking={}", f1, f2);
+       }},
+      {"stream.priorities",
+       [](const Driver& d, CUdevice dev) {
+         retain_current(d, dev);
+         int least = 99, greatest = 99;
+         MUST(d, d.cuCtxGetStreamPriorityRange(&least, &greatest));
+         // Asked for far past each end: what the stream runs at.
+         CUstream low = nullptr, high = nullptr;
+         MUST(d, d.cuStreamCreateWithPriority(&low, CU_STREAM_NON_BLOCKING, least + 100));
+         MUST(d, d.cuStreamCreateWithPriority(&high, CU_STREAM_NON_BLOCKING, greatest - 100));
+         int low_reads = 99, high_reads = 99, legacy_reads = 99;
+         MUST(d, d.cuStreamGetPriority(low, &low_reads));
+         MUST(d, d.cuStreamGetPriority(high, &high_reads));
+         MUST(d, d.cuStreamGetPriority(CU_STREAM_LEGACY, &legacy_reads));
+         return fmt::format("range least={} greatest={}; least+100 reads {}, greatest-100 reads {}, legacy reads {}",
+                            least, greatest, low_reads, high_reads, legacy_reads);
        }},
       {"event.never_recorded",
        [](const Driver& d, CUdevice dev) {

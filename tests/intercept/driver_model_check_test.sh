@@ -29,7 +29,7 @@ json.dump(m, open(sys.argv[2], "w"))' "$model" "$1" "$2"
 edit "$work/wrong.json" 'm["probes"]["stream.flags"]["expect"] = "default=1 non-blocking=1"'
 expect 1 "DISAGREE  stream.flags: default=0 non-blocking=1" --driver "$driver" --expect "$work/wrong.json"
 expect 1 "the fake's model: default=1 non-blocking=1" --driver "$driver" --expect "$work/wrong.json" --only stream.flags
-expect 1 "18 of 19 probes agree.*disagree: stream.flags" --driver "$driver" --expect "$work/wrong.json"
+expect 1 "19 of 20 probes agree.*disagree: stream.flags" --driver "$driver" --expect "$work/wrong.json"
 edit "$work/missing.json" 'del m["probes"]["stream.flags"]'
 expect 2 "has no entry for the probe 'stream.flags'" --driver "$driver" --expect "$work/missing.json"
 edit "$work/unknown.json" 'm["probes"]["stream.bogus"] = {"expect": "x", "why": "y"}'
@@ -42,5 +42,5 @@ expect 2 "cannot open /nonexistent/libcuda.so.1" --driver /nonexistent/libcuda.s
 expect 2 "no probe 'bogus'" --driver "$driver" --expect "$model" --only bogus
 expect 2 "give --expect" --driver "$driver"
 expect 2 "is libgpu_scheduler.so in LD_PRELOAD" --driver "$driver" --expect "$model" --through-shim
-expect 0 "19 of 19 probes agree" --driver "$driver" --expect "$model"
+expect 0 "20 of 20 probes agree" --driver "$driver" --expect "$model"
 exit $((failures > 0))

@@ -178,10 +178,31 @@ FAKE_EXPORT int64_t fake_cuda_stream_time_ns(CUstream hs) {
 FAKE_EXPORT CUresult CUDAAPI cuStreamGetFlags(CUstream hs, unsigned int* flags) {
   State& s = st();
   std::lock_guard lock(s.mu);
-  auto it = s.streams.find(sid(hs, false));
+  const uint64_t id = sid(hs, false);
   if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (auto dead = s.dead_streams.find(id); dead != s.dead_streams.end()) return dead->second;
+  auto it = s.streams.find(id);
   *flags = it == s.streams.end() ? 0 : it->second.flags;
   return CUDA_SUCCESS;
+}
+// The priority a stream runs at: the one it was made with, clamped to the device's range
+// (cuCtxGetStreamPriorityRange: 0 .. -5), as the driver clamps at creation (cuda.h); the legacy
+// and per-thread streams run at 0.
+namespace {
+CUresult stream_priority(CUstream hs, bool per_thread, int* priority) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  const uint64_t id = sid(hs, per_thread);
+  if (priority == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (auto dead = s.dead_streams.find(id); dead != s.dead_streams.end()) return dead->second;
+  auto it = s.streams.find(id);
+  *priority = default_stream_id(id) || it == s.streams.end() ? 0 : std::clamp(it->second.priority, -5, 0);
+  return CUDA_SUCCESS;
+}
+}  // namespace
+FAKE_EXPORT CUresult CUDAAPI cuStreamGetPriority(CUstream hs, int* priority) { return stream_priority(hs, false, priority); }
+FAKE_EXPORT CUresult CUDAAPI cuStreamGetPriority_ptsz(CUstream hs, int* priority) {
+  return stream_priority(hs, true, priority);
 }
 FAKE_EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream s) { return stream_sync("cuStreamSynchronize", s, false, false); }
 FAKE_EXPORT CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream s) { return stream_sync("cuStreamSynchronize_ptsz", s, true, false); }
