@@ -448,12 +448,16 @@ int main(int argc, char** argv) {
   int timeout_s = 20;
   bool list = false;
   bool through_shim = false;
+  std::string answers_path;
   app.add_option("--expect", expect_path, "driver_model.json: each probe's answer as the fake gives it")
       ->check(CLI::ExistingFile);
   app.add_option("--driver", driver_path, "the driver library to probe (a path, or a name for dlopen)");
   app.add_option("--only", only, "run only this probe (repeatable)");
   app.add_option("--timeout-s", timeout_s, "a probe without an answer by then is killed")->check(CLI::Range(1, 600));
   app.add_flag("--list", list, "print the probes' names and exit");
+  app.add_option("--answers", answers_path,
+                 "write the driver's answers here, in driver_model.json's form (a disagreeing probe keeps the "
+                 "fake's answer as 'fake_answer'): what to copy into the file and the fake after a GPU run");
   app.add_flag("--through-shim", through_shim,
                "fail (exit 2) unless the driver's functions resolve into libgpu_scheduler.so (LD_PRELOAD)");
   CLI11_PARSE(app, argc, argv);
@@ -516,6 +520,9 @@ int main(int argc, char** argv) {
 
   int asked = 0, agreed = 0;
   std::vector<std::string> disagreeing;
+  nlohmann::json answers = {{"about", fmt::format("driver_model_check's answers from {} ({})", driver_path,
+                                                  shim ? "through the shim" : "no shim")},
+                            {"probes", nlohmann::json::object()}};
   for (const auto& [name, probe] : probes()) {
     if (!only.empty() && std::find(only.begin(), only.end(), name) == only.end()) continue;
     std::string answer;
@@ -527,6 +534,8 @@ int main(int argc, char** argv) {
     }
     const std::string want = expected[name]["expect"].get<std::string>();
     ++asked;
+    answers["probes"][name] = {{"expect", answer}, {"why", expected[name]["why"]}};
+    if (answer != want) answers["probes"][name]["fake_answer"] = want;
     if (answer == want) {
       ++agreed;
       std::printf("agree     %s: %s\n", name.c_str(), answer.c_str());
@@ -534,6 +543,14 @@ int main(int argc, char** argv) {
       disagreeing.push_back(name);
       std::printf("DISAGREE  %s: %s\n          the fake's model: %s (%s)\n", name.c_str(), answer.c_str(),
                   want.c_str(), expected[name]["why"].get<std::string>().c_str());
+    }
+  }
+  if (!answers_path.empty()) {
+    std::ofstream out(answers_path);
+    out << answers.dump(2) << "\n";
+    if (!out) {
+      std::fprintf(stderr, "driver_model_check: cannot write %s\n", answers_path.c_str());
+      return 2;
     }
   }
   std::string list_text;

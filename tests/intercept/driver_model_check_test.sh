@@ -43,4 +43,17 @@ expect 2 "no probe 'bogus'" --driver "$driver" --expect "$model" --only bogus
 expect 2 "give --expect" --driver "$driver"
 expect 2 "is libgpu_scheduler.so in LD_PRELOAD" --driver "$driver" --expect "$model" --through-shim
 expect 0 "20 of 20 probes agree" --driver "$driver" --expect "$model"
+# --answers: the driver's answers in the file's form, the fake's kept beside a disagreeing one.
+expect 1 "19 of 20 probes agree" --driver "$driver" --expect "$work/wrong.json" --answers "$work/answers.json"
+if python3 -c 'import json, sys
+a = json.load(open(sys.argv[1]))["probes"]
+assert a["stream.flags"] == {"expect": "default=0 non-blocking=1", "why": a["stream.flags"]["why"],
+                             "fake_answer": "default=1 non-blocking=1"}, a["stream.flags"]
+assert "fake_answer" not in a["event.never_recorded"] and len(a) == 20, a' "$work/answers.json"; then
+  echo "ok   --answers holds every probe, the disagreeing one with its fake_answer"
+else
+  echo "FAIL --answers"; failures=$((failures + 1))
+fi
+expect 2 "cannot write /nonexistent/answers.json" --driver "$driver" --expect "$model" --only stream.flags \
+  --answers /nonexistent/answers.json
 exit $((failures > 0))
