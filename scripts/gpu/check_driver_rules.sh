@@ -109,9 +109,9 @@ if [ -z "$model_check" ] || [ ! -f "$SHIM" ]; then
   failed=1
 else
   # The real answers come back as logs/driver_model_answers.json (driver_model.json's form).
-  timeout 45 "$model_check" --expect "$model" --timeout-s 10 --answers "$OUTDIR/logs/driver_model_answers.json" \
+  timeout 45 "$model_check" --expect "$model" --timeout-s 5 --answers "$OUTDIR/logs/driver_model_answers.json" \
     >"$OUTDIR/logs/driver_model_no_shim.log" 2>&1; rc1=$?
-  env "${shim_env[@]}" timeout 45 "$model_check" --expect "$model" --timeout-s 10 --through-shim \
+  env "${shim_env[@]}" timeout 45 "$model_check" --expect "$model" --timeout-s 5 --through-shim \
     >"$OUTDIR/logs/driver_model_shim.log" 2>&1; rc2=$?
   line1=$(grep '^driver_model_check:' "$OUTDIR/logs/driver_model_no_shim.log" | tail -n 1)
   line2=$(grep '^driver_model_check:' "$OUTDIR/logs/driver_model_shim.log" | tail -n 1)

@@ -99,7 +99,9 @@ bool partition_run() {
   return p != nullptr && std::string(p) == "partition" && scheduled_mode();
 }
 
-void run_thread(ThreadProgram& p, uint64_t seed, int ops, int device) {
+// `blocking_capture`: the capture stream is blocking, and then no thread of the program launches on
+// the legacy stream (it would wait for the capture: CUDA_ERROR_STREAM_CAPTURE_IMPLICIT).
+void run_thread(ThreadProgram& p, uint64_t seed, int ops, int device, bool blocking_capture) {
   std::mt19937_64 rng(seed);
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
   auto fail = [&](const std::string& what, int rc) {
@@ -112,14 +114,11 @@ void run_thread(ThreadProgram& p, uint64_t seed, int ops, int device) {
   static const uint64_t library = fake_cuda_make_module();
   p.f = partition_run() ? reinterpret_cast<CUfunction>(fake_cuda_make_kernel(library, "diff_kernel", 1, tag_size))
                         : fake_cuda_make_function("diff_kernel", 1, tag_size);
-  // The capture stream is non-blocking (as PyTorch's pool streams are): while a blocking stream
-  // captures, the other threads' legacy-stream launches would fail CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
-  // and invalidate the capture, with or without the shim.
   if (cuStreamCreateWithPriority(&p.hp, 0, -5) != CUDA_SUCCESS ||
       cuStreamCreateWithPriority(&p.be, 0, 0) != CUDA_SUCCESS ||
       cuStreamCreateWithPriority(&p.nb, CU_STREAM_NON_BLOCKING, 0) != CUDA_SUCCESS ||
       cuStreamCreate(&p.plain, 0) != CUDA_SUCCESS ||
-      cuStreamCreateWithPriority(&p.cap, CU_STREAM_NON_BLOCKING, pick(2) == 0 ? -5 : 0) != CUDA_SUCCESS ||
+      cuStreamCreateWithPriority(&p.cap, blocking_capture ? 0 : CU_STREAM_NON_BLOCKING, pick(2) == 0 ? -5 : 0) != CUDA_SUCCESS ||
       cuEventCreate(&p.events[0], 0) != CUDA_SUCCESS || cuEventCreate(&p.events[1], 0) != CUDA_SUCCESS ||
       cuEventCreate(&p.events[2], CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
       cuMemAllocHost(&p.host[0], 4096) != CUDA_SUCCESS || cuMemAllocHost(&p.host[1], 4096) != CUDA_SUCCESS) {
@@ -209,7 +208,7 @@ void run_thread(ThreadProgram& p, uint64_t seed, int ops, int device) {
     if (r < 38) {
       if (int rc = launch_tagged(p.f, s, tag, pick(3) == 0); rc != CUDA_SUCCESS) fail("launch", rc);
       add(s, Kind::kLaunch, tag);
-    } else if (r < 44) {
+    } else if (r < 44 && !blocking_capture) {
       if (int rc = launch_tagged(p.f, nullptr, tag); rc != CUDA_SUCCESS) fail("legacy launch", rc);
       p.barriers.push_back({true, tag, p.issued.size()});
     } else if (r < 54) {
@@ -471,11 +470,14 @@ TEST_F(Differential, RandomProgramsKeepEveryOrderingRule) {
     fake_cuda_reset();
     std::vector<ThreadProgram> threads(kThreads);
     std::vector<std::thread> workers;
+    // Most programs capture on non-blocking streams (as PyTorch's pool streams are) and use the
+    // legacy stream; every fourth captures on blocking streams and leaves the legacy stream alone.
+    const bool blocking_capture = prog % 4 == 3;
     for (int t = 0; t < kThreads; ++t) {
       threads[t].thread = t;
       workers.emplace_back([&, t] {
         run_thread(threads[t], 0x5eed0000ULL * 31 + static_cast<uint64_t>(prog) * kThreads + t, kOps,
-                   t % 2);
+                   t % 2, blocking_capture);
       });
     }
     for (auto& w : workers) w.join();

@@ -15,6 +15,7 @@
 // usage: driver_model_check --expect FILE [--driver libcuda.so.1] [--only NAME]... [--list]
 // exit 0: every probe agrees, 1: some disagree, 2: bad arguments, file or driver.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -228,8 +229,18 @@ const std::map<std::string, Probe>& probes() {
       {"primary.reset_ends_streams_and_events",
        [](const Driver& d, CUdevice dev) {
          const AfterEnd after = end_primary(d, dev, [&] { MUST(d, d.cuDevicePrimaryCtxReset(dev)); });
-         return fmt::format("active={} stream query={} event query={}", after.active, name_of(d, after.stream_query),
+         return fmt::format("stream query={} event query={}", name_of(d, after.stream_query),
                             name_of(d, after.event_query));
+       }},
+      {"primary.reset_reads_inactive_until_a_retain",
+       [](const Driver& d, CUdevice dev) {
+         retain_current(d, dev);
+         MUST(d, d.cuDevicePrimaryCtxReset(dev));
+         const int after_reset = primary_active(d, dev);
+         CUcontext again = nullptr;
+         MUST(d, d.cuDevicePrimaryCtxRetain(&again, dev));
+         const int after_retain = primary_active(d, dev);
+         return fmt::format("active after the reset={} after a new retain={}", after_reset, after_retain);
        }},
       {"primary.reset_keeps_the_retains",
        [](const Driver& d, CUdevice dev) {
@@ -261,22 +272,26 @@ const std::map<std::string, Probe>& probes() {
        }},
       {"green.destroy_leaves_streams_destroyed",
        [](const Driver& d, CUdevice dev) {
-         CUcontext c = nullptr;
-         MUST(d, d.cuDevicePrimaryCtxRetain(&c, dev));  // the primary outlives the green context
+         retain_current(d, dev);  // the primary outlives the green context
          CUgreenCtx g = make_green(d, dev);
          CUstream s = nullptr;
          MUST(d, d.cuGreenCtxStreamCreate(&s, g, CU_STREAM_NON_BLOCKING, 0));
+         MUST(d, d.cuGreenCtxDestroy(g));
+         const CUresult query = d.cuStreamQuery(s);
+         const CUresult destroy = d.cuStreamDestroy(s);
+         return fmt::format("stream query={} stream destroy={}", name_of(d, query), name_of(d, destroy));
+       }},
+      {"green.destroy_then_its_event",
+       [](const Driver& d, CUdevice dev) {
+         CUcontext c = retain_current(d, dev);
+         CUgreenCtx g = make_green(d, dev);
          CUcontext gc = nullptr;
          MUST(d, d.cuCtxFromGreenCtx(&gc, g));
          MUST(d, d.cuCtxSetCurrent(gc));
          CUevent e = make_event(d);
          MUST(d, d.cuCtxSetCurrent(c));
          MUST(d, d.cuGreenCtxDestroy(g));
-         const CUresult query = d.cuStreamQuery(s);
-         const CUresult destroy = d.cuStreamDestroy(s);
-         const CUresult event = d.cuEventQuery(e);
-         return fmt::format("stream query={} stream destroy={} event query={}", name_of(d, query), name_of(d, destroy),
-                            name_of(d, event));
+         return fmt::format("event query={}", name_of(d, d.cuEventQuery(e)));
        }},
       {"green.primary_reset_and_its_green_contexts",
        [](const Driver& d, CUdevice dev) {
@@ -294,11 +309,12 @@ const std::map<std::string, Probe>& probes() {
          CUstream s = nullptr;
          return fmt::format("stream create={}", name_of(d, d.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)));
        }},
-      {"capture.query_in_global_mode",
+      {"capture.query_of_the_capturing_stream",
        [](const Driver& d, CUdevice dev) {
          retain_current(d, dev);
          CUstream s = make_stream(d);
-         MUST(d, d.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+         // Relaxed: no unsafe-call rule applies, only the capture's own.
+         MUST(d, d.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
          const CUresult query = d.cuStreamQuery(s);
          CUgraph graph = nullptr;
          const CUresult end = d.cuStreamEndCapture(s, &graph);
@@ -395,43 +411,82 @@ const std::map<std::string, Probe>& probes() {
   _exit(0);
 }
 
-// Runs one probe in a child; its answer, or what became of the child, within `timeout_s`.
+// Writes `j` to `path` through a temporary file renamed over it (a reader never sees half).
+bool write_json(const std::string& path, const nlohmann::json& j) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << j.dump(2) << "\n";
+    if (!out) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+// A probe's text that is not the driver's answer: the probe could not ask.
+bool is_an_answer(const std::string& text) {
+  for (const char* failed : {"set-up failed:", "crashed:", "no answer"}) {
+    if (text.rfind(failed, 0) == 0) return false;
+  }
+  return true;
+}
+
+// Reads what is in `fd` now (non-blocking) onto `text`; false once the writers are all gone.
+bool read_available(int fd, std::string& text) {
+  char buf[512];
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n > 0) {
+      text.append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    return n < 0;  // EAGAIN: open but empty; 0: end of file
+  }
+}
+
+// Runs one probe in a child; its answer, or what became of the child, within `timeout_s`. The
+// child leads a process group of its own, which is killed whatever happens: a process the driver
+// started (and that holds the pipe) neither delays the answer nor outlives the probe.
 std::string run_probe(const std::string& driver_path, const Probe& probe, int timeout_s) {
   int fds[2];
-  if (pipe(fds) != 0) throw std::runtime_error(fmt::format("pipe: {}", std::strerror(errno)));
+  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(fmt::format("pipe2: {}", std::strerror(errno)));
   std::fflush(nullptr);
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error(fmt::format("fork: {}", std::strerror(errno)));
   if (pid == 0) {
+    setpgid(0, 0);
     close(fds[0]);
     run_child(driver_path, probe, fds[1]);
   }
+  setpgid(pid, pid);  // also here: the group exists before the parent may need to kill it
   close(fds[1]);
+  fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
   std::string text;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-  bool timed_out = false;
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      timed_out = true;
-      break;
-    }
-    pollfd p{fds[0], POLLIN, 0};
-    const int r = poll(&p, 1, static_cast<int>(left.count()));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) continue;  // the deadline is checked above
-    char buf[512];
-    const ssize_t n = read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;  // the child closed its end (exited)
-    text.append(buf, static_cast<size_t>(n));
-  }
-  close(fds[0]);
-  if (timed_out) kill(pid, SIGKILL);
+  bool open = true, exited = false;
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  // Until the child has exited (its answer is in the pipe by then) or the deadline passes.
+  while (!exited && std::chrono::steady_clock::now() < deadline) {
+    if (open) {
+      pollfd p{fds[0], POLLIN, 0};
+      if (poll(&p, 1, 20) > 0) open = read_available(fds[0], text);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    exited = r == pid || (r < 0 && errno != EINTR);
   }
-  if (timed_out) return fmt::format("no answer within {} s (killed)", timeout_s);
+  if (open) read_available(fds[0], text);
+  close(fds[0]);
+  kill(-pid, SIGKILL);  // the group: the child if it hangs, anything it started
+  if (!exited) {
+    // A child stuck in the driver (uninterruptible) dies only when the driver lets go: waited for
+    // 5 s at most, then left to init.
+    for (int i = 0; i < 250 && waitpid(pid, &status, WNOHANG) == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return fmt::format("no answer within {} s (killed)", timeout_s);
+  }
   if (WIFSIGNALED(status)) return fmt::format("crashed: {}", strsignal(WTERMSIG(status)));
   while (!text.empty() && text.back() == '\n') text.pop_back();
   if (text.empty()) return fmt::format("no answer (exit status {})", WEXITSTATUS(status));
@@ -449,6 +504,7 @@ int main(int argc, char** argv) {
   bool list = false;
   bool through_shim = false;
   std::string answers_path;
+  bool judge_undefined = false;
   app.add_option("--expect", expect_path, "driver_model.json: each probe's answer as the fake gives it")
       ->check(CLI::ExistingFile);
   app.add_option("--driver", driver_path, "the driver library to probe (a path, or a name for dlopen)");
@@ -458,6 +514,8 @@ int main(int argc, char** argv) {
   app.add_option("--answers", answers_path,
                  "write the driver's answers here, in driver_model.json's form (a disagreeing probe keeps the "
                  "fake's answer as 'fake_answer'): what to copy into the file and the fake after a GPU run");
+  app.add_flag("--judge-undefined", judge_undefined,
+               "judge the probes marked undefined_behaviour too (on the fake, which must keep its stated answers)");
   app.add_flag("--through-shim", through_shim,
                "fail (exit 2) unless the driver's functions resolve into libgpu_scheduler.so (LD_PRELOAD)");
   CLI11_PARSE(app, argc, argv);
@@ -482,6 +540,9 @@ int main(int argc, char** argv) {
       if (!entry.contains("expect") || !entry["expect"].is_string() || !entry.contains("why") ||
           !entry["why"].is_string()) {
         throw std::runtime_error(fmt::format("'{}' needs the strings 'expect' and 'why'", name));
+      }
+      if (entry.contains("undefined_behaviour") && !entry["undefined_behaviour"].is_boolean()) {
+        throw std::runtime_error(fmt::format("'{}': 'undefined_behaviour' is true or false", name));
       }
     }
     for (const auto& [name, probe] : probes()) {
@@ -518,7 +579,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  int asked = 0, agreed = 0;
+  int asked = 0, agreed = 0, recorded = 0;
   std::vector<std::string> disagreeing;
   nlohmann::json answers = {{"about", fmt::format("driver_model_check's answers from {} ({})", driver_path,
                                                   shim ? "through the shim" : "no shim")},
@@ -533,30 +594,49 @@ int main(int argc, char** argv) {
       return 2;
     }
     const std::string want = expected[name]["expect"].get<std::string>();
-    ++asked;
-    answers["probes"][name] = {{"expect", answer}, {"why", expected[name]["why"]}};
-    if (answer != want) answers["probes"][name]["fake_answer"] = want;
-    if (answer == want) {
+    const std::string why = expected[name]["why"].get<std::string>();
+    nlohmann::json entry = expected[name];
+    if (expected[name].value("undefined_behaviour", false) && !judge_undefined) {
+      // Handles the driver may have freed: any answer is allowed, none is judged; the fake keeps
+      // its own (the shim must never make such a call).
+      ++recorded;
+      std::printf("recorded  %s: %s (undefined behaviour, not judged; the fake answers: %s)\n", name.c_str(),
+                  answer.c_str(), want.c_str());
+      if (answer != want) entry["driver_answer"] = answer;
+    } else if (!is_an_answer(answer)) {
+      ++asked;
+      disagreeing.push_back(name);
+      std::printf("DISAGREE  %s: %s\n          the fake's model: %s (%s)\n", name.c_str(), answer.c_str(),
+                  want.c_str(), why.c_str());
+      entry["no_answer"] = answer;  // the fake's answer stays: a failure to ask is no model
+    } else if (answer == want) {
+      ++asked;
       ++agreed;
       std::printf("agree     %s: %s\n", name.c_str(), answer.c_str());
     } else {
+      ++asked;
       disagreeing.push_back(name);
       std::printf("DISAGREE  %s: %s\n          the fake's model: %s (%s)\n", name.c_str(), answer.c_str(),
-                  want.c_str(), expected[name]["why"].get<std::string>().c_str());
+                  want.c_str(), why.c_str());
+      entry = {{"expect", answer},
+               {"why", fmt::format("measured: {} gave this (driver_model_check --answers); the fake had assumed "
+                                   "otherwise",
+                                   driver_path)},
+               {"fake_answer", want},
+               {"fake_why", why}};
     }
-  }
-  if (!answers_path.empty()) {
-    std::ofstream out(answers_path);
-    out << answers.dump(2) << "\n";
-    if (!out) {
+    answers["probes"][name] = entry;
+    // After every probe: a run killed from outside keeps the answers it had.
+    if (!answers_path.empty() && !write_json(answers_path, answers)) {
       std::fprintf(stderr, "driver_model_check: cannot write %s\n", answers_path.c_str());
       return 2;
     }
   }
   std::string list_text;
   for (const std::string& n : disagreeing) list_text += (list_text.empty() ? "" : ", ") + n;
-  std::printf("driver_model_check: %d of %d probes agree with %s (driver %s, %s)%s%s\n", agreed, asked,
-              expect_path.c_str(), driver_path.c_str(), shim ? "through the shim" : "no shim",
+  std::printf("driver_model_check: %d of %d probes agree with %s (driver %s, %s; %d more recorded, undefined "
+              "behaviour)%s%s\n",
+              agreed, asked, expect_path.c_str(), driver_path.c_str(), shim ? "through the shim" : "no shim", recorded,
               disagreeing.empty() ? "" : "; disagree: ", list_text.c_str());
   return disagreeing.empty() ? 0 : 1;
 }

@@ -5,7 +5,11 @@
 // ops. fake_cuda_streams.cpp: streams, events, capture and cuGetProcAddress.
 #include "fake_cuda_state.h"  // first: it selects cuda.h's internal (all-variants) mode
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <chrono>
 #include <cstring>
@@ -329,7 +333,32 @@ FAKE_EXPORT size_t fake_cuda_proc_lookups(void) {
 
 // ---------------- driver: init, contexts, devices, functions ----------------
 
-FAKE_EXPORT CUresult CUDAAPI cuInit(unsigned int) { return CUDA_SUCCESS; }
+// FAKE_CUDA_INIT_FAULT makes cuInit misbehave, for driver_model_check's tests of a probe that
+// crashes (crash), hangs (hang), or leaves a process behind holding the probe's descriptors, as a
+// driver helper might (spawn: a forked process that sleeps 60 s; its pid is written to the file
+// FAKE_CUDA_INIT_FAULT_FILE names).
+FAKE_EXPORT CUresult CUDAAPI cuInit(unsigned int) {
+  const char* fault = std::getenv("FAKE_CUDA_INIT_FAULT");
+  if (fault == nullptr) return CUDA_SUCCESS;
+  if (std::strcmp(fault, "crash") == 0) std::raise(SIGSEGV);
+  if (std::strcmp(fault, "hang") == 0) {
+    for (;;) pause();
+  }
+  if (std::strcmp(fault, "spawn") == 0) {
+    const pid_t child = fork();
+    if (child == 0) {
+      sleep(60);
+      _exit(0);
+    }
+    if (const char* file = std::getenv("FAKE_CUDA_INIT_FAULT_FILE"); file != nullptr && child > 0) {
+      if (FILE* f = std::fopen(file, "w")) {
+        std::fprintf(f, "%d\n", static_cast<int>(child));
+        std::fclose(f);
+      }
+    }
+  }
+  return CUDA_SUCCESS;
+}
 // The names of the results the fake gives (the real driver knows every CUresult; an unknown one
 // is CUDA_ERROR_INVALID_VALUE with *name set to NULL, as there).
 FAKE_EXPORT CUresult CUDAAPI cuGetErrorName(CUresult error, const char** name) {

@@ -144,12 +144,10 @@ bool legacy_work_waits_for_a_capture(State& s, uint64_t ctx) {
   bool implicit = false;
   for (auto& [id, capture] : s.captures) {
     bool blocking = (id & kPerThreadStream) != 0;
-    uint64_t stream_ctx = 0;
     if (auto it = s.streams.find(id); it != s.streams.end()) {
       blocking = blocking || (it->second.flags & CU_STREAM_NON_BLOCKING) == 0;
-      stream_ctx = it->second.ctx;
     }
-    if (blocking && (stream_ctx == 0 || stream_ctx == ctx)) {
+    if (blocking && capture.ctx == ctx) {
       capture.invalidated = true;
       implicit = true;
     }

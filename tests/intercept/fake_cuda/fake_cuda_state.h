@@ -90,6 +90,7 @@ struct Capture {
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
   bool invalidated = false;
   uint64_t nodes = 0;
+  uint64_t ctx = 0;  // the context current when it began (a per-thread stream has no other)
 };
 
 struct State {

@@ -338,7 +338,7 @@ CUresult begin_capture(const char* name, CUstream hs, bool per_thread, CUstreamC
   if (CUresult rc = check_stream(s, id); rc != CUDA_SUCCESS) return finish(s, c, rc);
   if (s.captures.count(id) != 0) return finish(s, c, CUDA_ERROR_ILLEGAL_STATE);
   CUresult rc = finish(s, c);
-  if (rc == CUDA_SUCCESS) s.captures[id] = Capture{thread_token(), mode, false, 0};
+  if (rc == CUDA_SUCCESS) s.captures[id] = Capture{thread_token(), mode, false, 0, c.context};
   return rc;
 }
 CUresult end_capture(const char* name, CUstream hs, bool per_thread, CUgraph* graph) {
