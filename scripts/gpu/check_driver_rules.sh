@@ -124,7 +124,7 @@ else
   elif [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ]; then
     record "$row" PASS "$(row_text "${line1#driver_model_check: }; the shim changes no answer")"
   else
-    record "$row" FAIL "$(row_text "rc=$rc1 without / rc=$rc2 with the shim (logs/driver_model_*.log: each DISAGREE line gives the real answer): ${line1:-$(tail -n 1 "$OUTDIR/logs/driver_model_no_shim.log")}")"
+    record "$row" FAIL "$(row_text "rc=$rc1 without / rc=$rc2 with the shim (logs/driver_model_*.log, the real answers in logs/driver_model_answers.json): ${line1:-$(tail -n 1 "$OUTDIR/logs/driver_model_no_shim.log")}")"
     failed=1
   fi
 fi
