@@ -1,19 +1,25 @@
 // driver_model_check: does a driver answer the context-lifecycle probes the way the fake driver
 // (tests/intercept/fake_cuda) models the real one? Each probe is a short driver-API program (a
 // primary context's retains, reset and last release; a green context's create and destroy; a
-// created context's destroy; the handles each leaves behind; a capture; stream flags) whose
-// answer is one line of text. tests/intercept/fake_cuda/driver_model.json holds each probe's
-// answer as the fake gives it, with where that belief comes from (cuda.h, or an assumption).
+// created context's destroy; the handles each leaves behind; captures; events across contexts;
+// stream flags and priorities) whose answer is one line of text.
+// tests/intercept/fake_cuda/driver_model.json holds each probe's answer as the fake gives it, with
+// where that belief comes from (cuda.h, the CUDA programming guide, or an assumption). A probe
+// marked undefined_behaviour uses handles the driver may have freed: on a real driver its answer
+// is recorded, never judged (--judge-undefined judges it, for the fake).
 //   - ctest runs it on the fake driver, without and with the shim: the fake keeps the model the
 //     file states, and the shim changes no answer (it must be transparent to them).
 //   - scripts/gpu/check_driver_rules.sh (check f5) runs it on the real driver: a disagreement is
-//     a rule the fake gets wrong (fix the fake and the file, then the shim's tests mean more).
-// Every probe runs in a child process of its own: a probe that crashes the driver (a dead handle
-// used), hangs (bounded: --timeout-s) or fails to set up is an answer of its own, never the end of
-// the run. The parent never calls the driver (CUDA does not survive a fork).
+//     a rule the fake gets wrong (fix the fake and the file, then the shim's tests mean more);
+//     --answers writes the real answers in the file's form.
+// Every probe runs in a child process of its own, leading its own process group (killed after
+// the probe): a probe that crashes the driver, hangs (bounded: --timeout-s) or fails to set up is
+// an answer of its own, never the end of the run. The parent never calls the driver (CUDA does
+// not survive a fork).
 //
-// usage: driver_model_check --expect FILE [--driver libcuda.so.1] [--only NAME]... [--list]
-// exit 0: every probe agrees, 1: some disagree, 2: bad arguments, file or driver.
+// usage: driver_model_check --expect FILE [--driver libcuda.so.1] [--only NAME]... [--answers OUT]
+//                           [--judge-undefined] [--through-shim] [--timeout-s S] [--list]
+// exit 0: every judged probe agrees, 1: some disagree, 2: bad arguments, file or driver.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -51,8 +57,8 @@ namespace {
   X(cuEventCreate) X(cuEventQuery) X(cuEventDestroy) X(cuStreamBeginCapture) X(cuStreamEndCapture) \
   X(cuDeviceGetDevResource) X(cuDevSmResourceSplitByCount) X(cuDevResourceGenerateDesc)           \
   X(cuGreenCtxCreate) X(cuGreenCtxDestroy) X(cuCtxFromGreenCtx) X(cuGreenCtxStreamCreate)         \
-  X(cuEventRecord) X(cuStreamWaitEvent) X(cuThreadExchangeStreamCaptureMode) X(cuStreamGetPriority)        \
-  X(cuStreamCreateWithPriority) X(cuCtxGetStreamPriorityRange)
+  X(cuEventRecord) X(cuStreamWaitEvent) X(cuThreadExchangeStreamCaptureMode)                      \
+  X(cuStreamGetPriority) X(cuStreamCreateWithPriority) X(cuCtxGetStreamPriorityRange)
 #define DRIVER_MODEL_STR(x) #x
 #define DRIVER_MODEL_NAME(x) DRIVER_MODEL_STR(x)
 
