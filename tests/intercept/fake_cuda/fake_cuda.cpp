@@ -1,15 +1,12 @@
 // A fake CUDA driver (libcuda.so.1) for testing the shim without a GPU. Every exported driver
 // function records itself in an in-process log; streams keep a virtual timeline (kernels take a
 // configurable duration), events remember the time they were recorded. Nothing runs on a GPU.
-// This file: state, control API, functions, launches. fake_cuda_copies.cpp: copies, sets, memory
-// ops. fake_cuda_streams.cpp: streams, events, capture and cuGetProcAddress.
+// This file: state, control API, functions, launches. fake_cuda_init.cpp: cuInit, versions, error
+// names. fake_cuda_copies.cpp: copies, sets, memory ops. fake_cuda_streams.cpp: streams, events,
+// capture and cuGetProcAddress.
 #include "fake_cuda_state.h"  // first: it selects cuda.h's internal (all-variants) mode
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <csignal>
-#include <cstdlib>
 #include <cstdio>
 #include <chrono>
 #include <cstring>
@@ -331,73 +328,8 @@ FAKE_EXPORT size_t fake_cuda_proc_lookups(void) {
   return s.proc_lookups;
 }
 
-// ---------------- driver: init, contexts, devices, functions ----------------
+// ---------------- driver: contexts, devices, functions (cuInit: fake_cuda_init.cpp) ----------------
 
-// FAKE_CUDA_INIT_FAULT makes cuInit misbehave, for driver_model_check's tests of a probe that
-// crashes (crash), hangs (hang), or leaves a process behind holding the probe's descriptors, as a
-// driver helper might (spawn: a forked process that sleeps 60 s; its pid is written to the file
-// FAKE_CUDA_INIT_FAULT_FILE names).
-FAKE_EXPORT CUresult CUDAAPI cuInit(unsigned int) {
-  const char* fault = std::getenv("FAKE_CUDA_INIT_FAULT");
-  if (fault == nullptr) return CUDA_SUCCESS;
-  if (std::strcmp(fault, "crash") == 0) std::raise(SIGSEGV);
-  if (std::strcmp(fault, "hang") == 0) {
-    for (;;) pause();
-  }
-  if (std::strcmp(fault, "spawn") == 0) {
-    const pid_t child = fork();
-    if (child == 0) {
-      sleep(60);
-      _exit(0);
-    }
-    if (const char* file = std::getenv("FAKE_CUDA_INIT_FAULT_FILE"); file != nullptr && child > 0) {
-      if (FILE* f = std::fopen(file, "w")) {
-        std::fprintf(f, "%d\n", static_cast<int>(child));
-        std::fclose(f);
-      }
-    }
-  }
-  return CUDA_SUCCESS;
-}
-// The names of the results the fake gives (the real driver knows every CUresult; an unknown one
-// is CUDA_ERROR_INVALID_VALUE with *name set to NULL, as there).
-FAKE_EXPORT CUresult CUDAAPI cuGetErrorName(CUresult error, const char** name) {
-  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  switch (error) {
-#define FAKE_CUDA_RESULT_NAME(r) \
-  case r:                        \
-    *name = #r;                  \
-    return CUDA_SUCCESS;
-    FAKE_CUDA_RESULT_NAME(CUDA_SUCCESS)
-    FAKE_CUDA_RESULT_NAME(CUDA_ERROR_INVALID_VALUE)
-    FAKE_CUDA_RESULT_NAME(CUDA_ERROR_NOT_INITIALIZED)
-    FAKE_CUDA_RESULT_NAME(CUDA_ERROR_INVALID_DEVICE)
-    FAKE_CUDA_RESULT_NAME(CUDA_ERROR_INVALID_CONTEXT)
-    FAKE_CUDA_RESULT_NAME(CUDA_ERROR_CONTEXT_IS_DESTROYED)
-    FAKE_CUDA_RESULT_NAME(CUDA_ERROR_INVALID_HANDLE)
-    FAKE_CUDA_RESULT_NAME(CUDA_ERROR_INVALID_RESOURCE_TYPE)
-    FAKE_CUDA_RESULT_NAME(CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION)
-    FAKE_CUDA_RESULT_NAME(CUDA_ERROR_NOT_FOUND)
-    FAKE_CUDA_RESULT_NAME(CUDA_ERROR_NOT_READY)
-    FAKE_CUDA_RESULT_NAME(CUDA_ERROR_ILLEGAL_STATE)
-    FAKE_CUDA_RESULT_NAME(CUDA_ERROR_NOT_SUPPORTED)
-    FAKE_CUDA_RESULT_NAME(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED)
-    FAKE_CUDA_RESULT_NAME(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED)
-    FAKE_CUDA_RESULT_NAME(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
-    FAKE_CUDA_RESULT_NAME(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
-    FAKE_CUDA_RESULT_NAME(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD)
-    FAKE_CUDA_RESULT_NAME(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)
-    FAKE_CUDA_RESULT_NAME(CUDA_ERROR_UNKNOWN)
-#undef FAKE_CUDA_RESULT_NAME
-    default:
-      *name = nullptr;
-      return CUDA_ERROR_INVALID_VALUE;
-  }
-}
-FAKE_EXPORT CUresult CUDAAPI cuDriverGetVersion(int* v) {
-  *v = 13000;
-  return CUDA_SUCCESS;
-}
 FAKE_EXPORT CUresult CUDAAPI cuCtxGetStreamPriorityRange(int* least, int* greatest) {
   if (least) *least = 0;
   if (greatest) *greatest = -5;
