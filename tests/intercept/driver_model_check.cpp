@@ -2,7 +2,8 @@
 // (tests/intercept/fake_cuda) models the real one? Each probe is a short driver-API program (a
 // primary context's retains, reset and last release; a green context's create and destroy; a
 // created context's destroy; the handles each leaves behind; captures; events across contexts;
-// stream flags and priorities; driver_model_probes.cpp) whose answer is one line of text.
+// stream flags and priorities; a PTX kernel's launches in and out of its context;
+// driver_model_probes.cpp) whose answer is one line of text.
 // tests/intercept/fake_cuda/driver_model.json holds each probe's answer as the fake gives it, with
 // where that belief comes from (cuda.h, the CUDA programming guide, or an assumption). A probe
 // marked undefined_behaviour uses handles the driver may have freed: on a real driver its answer

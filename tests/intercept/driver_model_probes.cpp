@@ -138,6 +138,51 @@ std::string legacy_record_beside_capture(const Driver& d, CUdevice dev, unsigned
   return fmt::format("legacy-stream record={} end capture={}", name_of(d, record), name_of(d, end));
 }
 
+// A kernel that does nothing, as PTX: the real driver compiles it for the device at load time,
+// the fake reads its entry and parameter from the text.
+constexpr const char* kProbePtx = R"(.version 7.8
+.target sm_80
+.address_size 64
+.visible .entry driver_model_probe(.param .u64 driver_model_probe_param_0)
+{
+  ret;
+}
+)";
+
+// The probe kernel, loaded into the current context.
+CUfunction load_probe_kernel(const Driver& d, CUmodule* module = nullptr) {
+  CUmodule m = nullptr;
+  MUST(d, d.cuModuleLoadData(&m, kProbePtx));
+  CUfunction f = nullptr;
+  MUST(d, d.cuModuleGetFunction(&f, m, "driver_model_probe"));
+  if (module != nullptr) *module = m;
+  return f;
+}
+
+// One launch of the probe kernel (one block of 32 threads) on `stream`: the driver's answer.
+CUresult launch_probe(const Driver& d, CUfunction f, CUstream stream) {
+  unsigned long long arg = 0;
+  void* params[] = {&arg};
+  return d.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
+}
+
+// The probe kernel of the primary context (current) and a context made with cuCtxCreate (current
+// when this returns), with a stream each.
+struct TwoContexts {
+  CUcontext primary = nullptr, created = nullptr;
+  CUfunction kernel = nullptr;  // of the primary
+  CUstream primary_stream = nullptr, created_stream = nullptr;
+};
+TwoContexts two_contexts(const Driver& d, CUdevice dev) {
+  TwoContexts t;
+  t.primary = retain_current(d, dev);
+  t.kernel = load_probe_kernel(d);
+  t.primary_stream = make_stream(d);
+  MUST(d, d.cuCtxCreate(&t.created, nullptr, 0, dev));
+  t.created_stream = make_stream(d);
+  return t;
+}
+
 }  // namespace
 
 // Each answer is compared as text. Calls are made one statement each: a format's arguments are
@@ -306,6 +351,50 @@ const std::map<std::string, Probe>& probes() {
          MUST(d, d.cuStreamGetFlags(blocking, &f1));
          MUST(d, d.cuStreamGetFlags(non_blocking, &f2));
          return fmt::format("default={} non-blocking={}", f1, f2);
+       }},
+      {"launch.in_its_context",
+       [](const Driver& d, CUdevice dev) {
+         retain_current(d, dev);
+         CUfunction f = load_probe_kernel(d);
+         CUstream s = make_stream(d);
+         const CUresult launch = launch_probe(d, f, s);
+         const CUresult sync = d.cuStreamSynchronize(s);
+         const char* name = nullptr;
+         const CUresult named = d.cuFuncGetName(&name, f);
+         return fmt::format("launch={} synchronize={} cuFuncGetName={} '{}'", name_of(d, launch), name_of(d, sync),
+                            name_of(d, named), name != nullptr ? name : "(null)");
+       }},
+      {"launch.with_no_current_context",
+       [](const Driver& d, CUdevice dev) {
+         retain_current(d, dev);
+         CUfunction f = load_probe_kernel(d);
+         MUST(d, d.cuCtxSetCurrent(nullptr));
+         return fmt::format("launch on the legacy stream={}", name_of(d, launch_probe(d, f, CU_STREAM_LEGACY)));
+       }},
+      {"launch.function_of_another_context",
+       [](const Driver& d, CUdevice dev) {
+         const TwoContexts t = two_contexts(d, dev);  // the created context is current
+         const CUresult launch = launch_probe(d, t.kernel, t.created_stream);
+         MUST(d, d.cuCtxSetCurrent(t.primary));
+         MUST(d, d.cuCtxDestroy(t.created));
+         return fmt::format("launch of the primary's kernel on the created context's stream={}", name_of(d, launch));
+       }},
+      {"launch.stream_of_another_context",
+       [](const Driver& d, CUdevice dev) {
+         const TwoContexts t = two_contexts(d, dev);
+         MUST(d, d.cuCtxSetCurrent(t.primary));
+         const CUresult launch = launch_probe(d, t.kernel, t.created_stream);
+         MUST(d, d.cuCtxDestroy(t.created));
+         return fmt::format("launch with the primary current on the created context's stream={}", name_of(d, launch));
+       }},
+      {"module.unload_then_launch",
+       [](const Driver& d, CUdevice dev) {
+         retain_current(d, dev);
+         CUmodule m = nullptr;
+         CUfunction f = load_probe_kernel(d, &m);
+         CUstream s = make_stream(d);
+         MUST(d, d.cuModuleUnload(m));
+         return fmt::format("launch of an unloaded module's kernel={}", name_of(d, launch_probe(d, f, s)));
        }},
       {"stream.priorities",
        [](const Driver& d, CUdevice dev) {

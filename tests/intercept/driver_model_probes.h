@@ -22,7 +22,9 @@ namespace driver_model {
   X(cuDeviceGetDevResource) X(cuDevSmResourceSplitByCount) X(cuDevResourceGenerateDesc)           \
   X(cuGreenCtxCreate) X(cuGreenCtxDestroy) X(cuCtxFromGreenCtx) X(cuGreenCtxStreamCreate)         \
   X(cuEventRecord) X(cuStreamWaitEvent) X(cuThreadExchangeStreamCaptureMode)                      \
-  X(cuStreamGetPriority) X(cuStreamCreateWithPriority) X(cuCtxGetStreamPriorityRange)
+  X(cuStreamGetPriority) X(cuStreamCreateWithPriority) X(cuCtxGetStreamPriorityRange)            \
+  X(cuModuleLoadData) X(cuModuleGetFunction) X(cuModuleUnload) X(cuLaunchKernel)                 \
+  X(cuStreamSynchronize) X(cuFuncGetName)
 
 struct Driver {
 #define DRIVER_MODEL_FIELD(fn) decltype(&::fn) fn = nullptr;

@@ -178,7 +178,7 @@ FAKE_EXPORT int fake_cuda_get_call(size_t index, fake_cuda_call* out) {
   *out = s.log[index];
   return 0;
 }
-namespace {
+namespace fake_cuda_impl {
 uint64_t make_function(uint64_t owner, const char* name, size_t count, const size_t* sizes,
                        bool is_kernel) {
   State& s = st();
@@ -209,6 +209,9 @@ uint64_t make_function(uint64_t owner, const char* name, size_t count, const siz
   s.functions[h] = fn;
   return h;
 }
+}  // namespace fake_cuda_impl
+
+namespace {
 // Unloads a module or library: its functions' handles become invalid and reusable.
 CUresult unload(const char* name, uint64_t owner) {
   State& s = st();

@@ -157,6 +157,10 @@ uint64_t thread_token();
 // Whether the calling thread may use stream `id` (under s.mu): CUDA_ERROR_INVALID_CONTEXT with no
 // current context, CUDA_ERROR_INVALID_HANDLE for a stream of another context.
 CUresult check_stream(State& s, uint64_t id);
+// A new function (or, is_kernel, a library's CUkernel) of `owner` (a module, library or 0), in the
+// current context (device 0's primary when none is current); `sizes` null: parameters unknown.
+// Takes State::mu.
+uint64_t make_function(uint64_t owner, const char* name, size_t count, const size_t* sizes, bool is_kernel);
 // check_stream for work enqueued on the stream (launches, asynchronous copies and sets, waits),
 // which on the legacy stream may also fail CUDA_ERROR_STREAM_CAPTURE_IMPLICIT (below).
 CUresult check_enqueue(State& s, uint64_t id);
