@@ -387,6 +387,16 @@ const std::map<std::string, Probe>& probes() {
          MUST(d, d.cuCtxDestroy(t.created));
          return fmt::format("launch with the primary current on the created context's stream={}", name_of(d, launch));
        }},
+      {"launch.in_a_context_not_current",
+       [](const Driver& d, CUdevice dev) {
+         const TwoContexts t = two_contexts(d, dev);  // the created context is current
+         CUfunction own = load_probe_kernel(d);      // the created context's kernel
+         MUST(d, d.cuCtxSetCurrent(t.primary));
+         const CUresult launch = launch_probe(d, own, t.created_stream);
+         MUST(d, d.cuCtxDestroy(t.created));
+         return fmt::format("launch of the created context's kernel on its stream, the primary current={}",
+                            name_of(d, launch));
+       }},
       {"module.unload_then_launch",
        [](const Driver& d, CUdevice dev) {
          retain_current(d, dev);

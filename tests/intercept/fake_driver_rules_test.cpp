@@ -279,4 +279,53 @@ TEST_F(FakeDriverRules, PrimaryContextsEndAtTheirLastReleaseOrAReset) {
   EXPECT_EQ(cuStreamDestroy(gs), CUDA_ERROR_CONTEXT_IS_DESTROYED) << "its streams leak";
 }
 
+// Modules from PTX text: each entry a function of the current context, its parameters laid out
+// from their declarations (arrays, .align); an entry without a list takes none; what the fake
+// cannot size is refused; the module ends with its context.
+TEST_F(FakeDriverRules, ModulesFromPtxLayOutParametersAndEndWithTheirContext) {
+  const char* ptx = R"(.version 7.8
+.target sm_80
+.address_size 64
+.visible .entry no_params
+{
+  ret;
+}
+.visible .entry laid_out(.param .u32 a, .param .u32 b[3], .param .align 16 .b8 c[20], .param .u64 d)
+{
+  ret;
+}
+)";
+  CUcontext created = nullptr;
+  ASSERT_EQ(cuCtxCreate(&created, nullptr, 0, 0), CUDA_SUCCESS);
+  CUmodule m = nullptr;
+  ASSERT_EQ(cuModuleLoadData(&m, ptx), CUDA_SUCCESS);
+  CUfunction none = nullptr, laid = nullptr, missing = nullptr;
+  ASSERT_EQ(cuModuleGetFunction(&none, m, "no_params"), CUDA_SUCCESS);
+  ASSERT_EQ(cuModuleGetFunction(&laid, m, "laid_out"), CUDA_SUCCESS);
+  EXPECT_EQ(cuModuleGetFunction(&missing, m, "nowhere"), CUDA_ERROR_NOT_FOUND);
+  size_t off = 0, size = 0;
+  EXPECT_EQ(cuFuncGetParamInfo(none, 0, &off, &size), CUDA_ERROR_INVALID_VALUE) << "the next entry's list is not its own";
+  const size_t want[][2] = {{0, 4}, {4, 12}, {16, 20}, {40, 8}};
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_EQ(cuFuncGetParamInfo(laid, i, &off, &size), CUDA_SUCCESS) << i;
+    EXPECT_EQ(off, want[i][0]) << "parameter " << i;
+    EXPECT_EQ(size, want[i][1]) << "parameter " << i;
+  }
+  const char* name = nullptr;
+  ASSERT_EQ(cuFuncGetName(&name, laid), CUDA_SUCCESS);
+  EXPECT_STREQ(name, "laid_out");
+  CUmodule bad = nullptr;
+  EXPECT_EQ(cuModuleLoadData(&bad, ".version 7.8\n.visible .entry k(.param .f128 x)\n{ ret; }"), CUDA_ERROR_INVALID_PTX)
+      << "a type the fake cannot size";
+  EXPECT_EQ(cuModuleLoadData(&bad, ".version 7.8\n.visible .entry k(.param .u32 x[ ])\n{ ret; }"), CUDA_ERROR_INVALID_PTX);
+  EXPECT_EQ(cuModuleLoadData(&bad, ".visible .entry k()\n{ ret; }"), CUDA_ERROR_INVALID_PTX) << "no .version";
+  // The module and its functions end with the context.
+  CUcontext popped = nullptr;
+  ASSERT_EQ(cuCtxPopCurrent(&popped), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxDestroy(created), CUDA_SUCCESS);
+  CUfunction after = nullptr;
+  EXPECT_EQ(cuModuleGetFunction(&after, m, "laid_out"), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuModuleUnload(m), CUDA_ERROR_INVALID_HANDLE) << "unloaded with its context";
+}
+
 }  // namespace

@@ -179,8 +179,8 @@ FAKE_EXPORT int fake_cuda_get_call(size_t index, fake_cuda_call* out) {
   return 0;
 }
 namespace fake_cuda_impl {
-uint64_t make_function(uint64_t owner, const char* name, size_t count, const size_t* sizes,
-                       bool is_kernel) {
+uint64_t make_function(uint64_t owner, const char* name, size_t count, const size_t* sizes, bool is_kernel,
+                       const size_t* aligns) {
   State& s = st();
   std::lock_guard lock(s.mu);
   auto* fn = new Function();
@@ -192,7 +192,7 @@ uint64_t make_function(uint64_t owner, const char* name, size_t count, const siz
     fn->params_known = true;
     size_t off = 0;
     for (size_t i = 0; i < count; ++i) {
-      size_t align = std::min<size_t>(sizes[i], 8);
+      const size_t align = std::max<size_t>(1, aligns != nullptr ? aligns[i] : std::min<size_t>(sizes[i], 8));
       off = (off + align - 1) / align * align;
       fn->offsets.push_back(off);
       fn->sizes.push_back(sizes[i]);

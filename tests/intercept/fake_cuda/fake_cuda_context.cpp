@@ -85,6 +85,9 @@ void take_context_along(State& s, uint64_t ctx, CUresult streams_answer) {
     }
   }
   // Its modules are unloaded with it: their functions' handles are invalid and handed out again.
+  for (auto& [module, module_ctx] : s.module_context) {
+    if (module_ctx == ctx) s.modules[module] = false;
+  }
   // A library's CUkernels are not of any context (cuLibraryLoad is context-independent).
   for (auto f = s.functions.begin(); f != s.functions.end();) {
     if (f->second->ctx == ctx && !f->second->is_kernel) {

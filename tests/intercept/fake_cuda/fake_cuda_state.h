@@ -104,6 +104,7 @@ struct State {
   std::vector<uint64_t> free_function_handles;  // of unloaded functions: reused, like addresses
   std::vector<Function*> unloaded;  // kept (their names may still be referenced), never freed
   std::unordered_map<uint64_t, bool> modules;   // module/library handles (true: loaded)
+  std::unordered_map<uint64_t, uint64_t> module_context;  // a module loaded into a context: which
   std::unordered_map<uint64_t, bool> graph_execs_destroyed;
   std::unordered_map<uint64_t, std::vector<uint64_t>> graphs;  // graph -> its nodes
   std::unordered_map<uint64_t, GraphNode> graph_nodes;
@@ -160,7 +161,9 @@ CUresult check_stream(State& s, uint64_t id);
 // A new function (or, is_kernel, a library's CUkernel) of `owner` (a module, library or 0), in the
 // current context (device 0's primary when none is current); `sizes` null: parameters unknown.
 // Takes State::mu.
-uint64_t make_function(uint64_t owner, const char* name, size_t count, const size_t* sizes, bool is_kernel);
+// `aligns`: each parameter's alignment (null: its size, at most 8).
+uint64_t make_function(uint64_t owner, const char* name, size_t count, const size_t* sizes, bool is_kernel,
+                       const size_t* aligns = nullptr);
 // check_stream for work enqueued on the stream (launches, asynchronous copies and sets, waits),
 // which on the legacy stream may also fail CUDA_ERROR_STREAM_CAPTURE_IMPLICIT (below).
 CUresult check_enqueue(State& s, uint64_t id);
