@@ -19,9 +19,10 @@
 #       version, per-thread flag) of the shim's table (driver_functions.inc, from cudaTypedefs.h)
 #       with the ABI symbol the shim maps it to; a mismatch means libcudart or NCCL would get a
 #       wrapper of the wrong ABI (issue 24)
-#   f5  driver_model_check: the fake driver's model of context ends (a primary context's retains,
-#       reset and last release, a green context's destroy, the handles each leaves behind; one
-#       child process per probe) against the real driver, without the shim (a disagreement is a
+#   f5  driver_model_check: the fake driver's model of context ends, captures and launches (a
+#       primary context's retains, reset and last release, a green context's destroy, the handles
+#       each leaves behind, a PTX kernel in and out of its context; one child process per probe;
+#       probes on freed handles recorded, not judged) against the real driver, without the shim (a disagreement is a
 #       rule the fake gets wrong: fix tests/intercept/fake_cuda and driver_model.json) and
 #       through it (the shim must change no answer)
 # Logs: OUTDIR/logs/driver_rules_*.log, OUTDIR/nccl_*shim.json.
@@ -101,7 +102,7 @@ else
   fi
 fi
 
-row="f5: the fake driver's context-end model against the real driver"
+row="f5: the fake driver's model (context ends, captures, launches) against the real driver"
 model_check=$(find "$BUILD_DIR" -name driver_model_check -type f -perm -u+x 2>/dev/null | head -n 1)
 model=$GPU_ROOT/tests/intercept/fake_cuda/driver_model.json
 if [ -z "$model_check" ] || [ ! -f "$SHIM" ]; then
@@ -114,7 +115,6 @@ else
   env "${shim_env[@]}" timeout 45 "$model_check" --expect "$model" --timeout-s 5 --through-shim \
     >"$OUTDIR/logs/driver_model_shim.log" 2>&1; rc2=$?
   line1=$(grep '^driver_model_check:' "$OUTDIR/logs/driver_model_no_shim.log" | tail -n 1)
-  line2=$(grep '^driver_model_check:' "$OUTDIR/logs/driver_model_shim.log" | tail -n 1)
   # Through the shim the answers must be the driver's own, whatever the fake believes.
   if ! diff <(grep -E '^(agree|DISAGREE) ' "$OUTDIR/logs/driver_model_no_shim.log" | sed 's/^[A-Z]* *//') \
             <(grep -E '^(agree|DISAGREE) ' "$OUTDIR/logs/driver_model_shim.log" | sed 's/^[A-Z]* *//') \

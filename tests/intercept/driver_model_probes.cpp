@@ -124,6 +124,19 @@ std::string capture_beside_another_thread(const Driver& d, CUdevice dev, CUstrea
   return fmt::format("the other thread's query={} end capture={}", name_of(d, query), name_of(d, end));
 }
 
+// The device's primary context retained and current, and a green context with a stream of its own.
+struct GreenStream {
+  CUgreenCtx ctx = nullptr;
+  CUstream stream = nullptr;
+};
+GreenStream green_stream(const Driver& d, CUdevice dev) {
+  retain_current(d, dev);
+  GreenStream g;
+  g.ctx = make_green(d, dev);
+  MUST(d, d.cuGreenCtxStreamCreate(&g.stream, g.ctx, CU_STREAM_NON_BLOCKING, 0));
+  return g;
+}
+
 // A relaxed-mode capture (so that no unsafe-call rule applies) on a stream made with `flags`, and an
 // event recorded on the legacy stream meanwhile: what the record and the capture's end answer.
 std::string legacy_record_beside_capture(const Driver& d, CUdevice dev, unsigned flags) {
@@ -264,13 +277,10 @@ const std::map<std::string, Probe>& probes() {
        }},
       {"green.destroy_leaves_streams_destroyed",
        [](const Driver& d, CUdevice dev) {
-         retain_current(d, dev);  // the primary outlives the green context
-         CUgreenCtx g = make_green(d, dev);
-         CUstream s = nullptr;
-         MUST(d, d.cuGreenCtxStreamCreate(&s, g, CU_STREAM_NON_BLOCKING, 0));
-         MUST(d, d.cuGreenCtxDestroy(g));
-         const CUresult query = d.cuStreamQuery(s);
-         const CUresult destroy = d.cuStreamDestroy(s);
+         const GreenStream green = green_stream(d, dev);  // the primary outlives the green context
+         MUST(d, d.cuGreenCtxDestroy(green.ctx));
+         const CUresult query = d.cuStreamQuery(green.stream);
+         const CUresult destroy = d.cuStreamDestroy(green.stream);
          return fmt::format("stream query={} stream destroy={}", name_of(d, query), name_of(d, destroy));
        }},
       {"green.destroy_then_its_event",
@@ -287,13 +297,10 @@ const std::map<std::string, Probe>& probes() {
        }},
       {"green.primary_reset_and_its_green_contexts",
        [](const Driver& d, CUdevice dev) {
-         retain_current(d, dev);
-         CUgreenCtx g = make_green(d, dev);
-         CUstream s = nullptr;
-         MUST(d, d.cuGreenCtxStreamCreate(&s, g, CU_STREAM_NON_BLOCKING, 0));
+         const GreenStream green = green_stream(d, dev);
          MUST(d, d.cuDevicePrimaryCtxReset(dev));
-         const CUresult query = d.cuStreamQuery(s);
-         const CUresult destroy = d.cuGreenCtxDestroy(g);
+         const CUresult query = d.cuStreamQuery(green.stream);
+         const CUresult destroy = d.cuGreenCtxDestroy(green.ctx);
          return fmt::format("green stream query={} green destroy={}", name_of(d, query), name_of(d, destroy));
        }},
       {"context.none_current",

@@ -220,8 +220,8 @@ CUresult unload(const char* name, uint64_t owner) {
   c.value = owner;
   c.context = current_ctx();
   auto it = s.modules.find(owner);
-  if (it == s.modules.end() || !it->second) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
-  it->second = false;
+  if (it == s.modules.end() || !it->second.loaded) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
+  it->second.loaded = false;
   for (auto f = s.functions.begin(); f != s.functions.end();) {
     if (f->second->owner == owner) {
       s.free_function_handles.push_back(f->first);
@@ -267,7 +267,7 @@ FAKE_EXPORT uint64_t fake_cuda_make_module(void) {
   State& s = st();
   std::lock_guard lock(s.mu);
   uint64_t h = (s.next_handle += 0x100);
-  s.modules[h] = true;
+  s.modules[h] = Module{};
   return h;
 }
 FAKE_EXPORT CUfunction fake_cuda_make_function_in(uint64_t module, const char* name, size_t count,

@@ -85,8 +85,8 @@ void take_context_along(State& s, uint64_t ctx, CUresult streams_answer) {
     }
   }
   // Its modules are unloaded with it: their functions' handles are invalid and handed out again.
-  for (auto& [module, module_ctx] : s.module_context) {
-    if (module_ctx == ctx) s.modules[module] = false;
+  for (auto& [handle, module] : s.modules) {
+    if (module.ctx == ctx) module.loaded = false;
   }
   // A library's CUkernels are not of any context (cuLibraryLoad is context-independent).
   for (auto f = s.functions.begin(); f != s.functions.end();) {
@@ -158,11 +158,16 @@ bool legacy_work_waits_for_a_capture(State& s, uint64_t ctx) {
   return implicit;
 }
 
+CUresult dead_stream_answer(const State& s, uint64_t id) {
+  const auto dead = s.dead_streams.find(id);
+  return dead == s.dead_streams.end() ? CUDA_SUCCESS : dead->second;
+}
+
 CUresult check_stream(State& s, uint64_t id) {
   const uint64_t cur = current_ctx();
   if (cur == 0) return CUDA_ERROR_INVALID_CONTEXT;
   if (context_destroyed(cur)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
-  if (auto dead = s.dead_streams.find(id); dead != s.dead_streams.end()) return dead->second;
+  if (CUresult dead = dead_stream_answer(s, id); dead != CUDA_SUCCESS) return dead;
   if (default_stream_id(id)) return CUDA_SUCCESS;  // the current context's legacy / per-thread stream
   auto it = s.streams.find(id);
   if (it == s.streams.end() || it->second.ctx == 0) return CUDA_SUCCESS;

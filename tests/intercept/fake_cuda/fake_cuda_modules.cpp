@@ -8,6 +8,8 @@
 
 #include <cctype>
 #include <charconv>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -38,19 +40,13 @@ bool is_space(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0;
 // One `.param [.align N] .type name[[count]]` declaration: its size and alignment; false when it
 // is not one the fake can size.
 bool param_layout(std::string_view decl, size_t* size, size_t* align) {
-  std::vector<std::string_view> tokens;
-  for (size_t i = 0; i < decl.size();) {
-    while (i < decl.size() && is_space(decl[i])) ++i;
-    size_t j = i;
-    while (j < decl.size() && !is_space(decl[j])) ++j;
-    if (j > i) tokens.push_back(decl.substr(i, j - i));
-    i = j;
-  }
-  size_t t = 0;
-  if (t >= tokens.size() || tokens[t++] != ".param") return false;
+  std::istringstream words{std::string(decl)};
+  const std::vector<std::string> tokens{std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
+  if (tokens.empty() || tokens[0] != ".param") return false;
+  size_t t = 1;
   size_t explicit_align = 0;
   if (t + 1 < tokens.size() && tokens[t] == ".align") {
-    const std::string_view n = tokens[t + 1];
+    const std::string& n = tokens[t + 1];
     if (std::from_chars(n.data(), n.data() + n.size(), explicit_align).ec != std::errc() || explicit_align == 0) {
       return false;
     }
@@ -60,10 +56,10 @@ bool param_layout(std::string_view decl, size_t* size, size_t* align) {
   const size_t element = type_size(tokens[t++]);
   if (element == 0 || t >= tokens.size()) return false;
   size_t count = 1;
-  const std::string_view name = tokens[t];
-  if (const size_t open = name.find('['); open != std::string_view::npos) {
+  const std::string& name = tokens[t];
+  if (const size_t open = name.find('['); open != std::string::npos) {
     const size_t close = name.find(']', open);
-    if (close == std::string_view::npos) return false;
+    if (close == std::string::npos) return false;
     if (std::from_chars(name.data() + open + 1, name.data() + close, count).ec != std::errc() || count == 0) {
       return false;
     }
@@ -127,8 +123,7 @@ FAKE_EXPORT CUresult CUDAAPI cuModuleLoadData(CUmodule* module, const void* imag
     h = (s.next_handle += 0x100);
     c.value = h;
     if (CUresult rc = finish(s, c); rc != CUDA_SUCCESS) return rc;
-    s.modules[h] = true;
-    s.module_context[h] = ctx;  // unloaded with it (take_context_along)
+    s.modules[h] = Module{true, ctx};  // unloaded with its context (take_context_along)
   }
   // Not atomic with the load (make_function takes the lock): no other thread knows `h` yet.
   static const size_t kNoParameters = 0;  // an empty list is a known one (sizes must not be null)
@@ -146,7 +141,7 @@ FAKE_EXPORT CUresult CUDAAPI cuModuleGetFunction(CUfunction* f, CUmodule module,
   std::lock_guard lock(s.mu);
   if (current_ctx() == 0) return CUDA_ERROR_INVALID_CONTEXT;
   const auto m = reinterpret_cast<uint64_t>(module);
-  if (auto it = s.modules.find(m); it == s.modules.end() || !it->second) return CUDA_ERROR_INVALID_HANDLE;
+  if (auto it = s.modules.find(m); it == s.modules.end() || !it->second.loaded) return CUDA_ERROR_INVALID_HANDLE;
   for (const auto& [handle, fn] : s.functions) {
     if (fn->owner == m && !fn->is_kernel && fn->name == name) {
       *f = reinterpret_cast<CUfunction>(handle);

@@ -93,6 +93,11 @@ struct Capture {
   uint64_t ctx = 0;  // the context current when it began (a per-thread stream has no other)
 };
 
+struct Module {
+  bool loaded = true;
+  uint64_t ctx = 0;  // the context it was loaded into, unloaded with it (0: a library, of none)
+};
+
 struct State {
   std::mutex mu;
   std::vector<fake_cuda_call> log;
@@ -103,8 +108,7 @@ struct State {
   std::unordered_map<uint64_t, Function*> functions;
   std::vector<uint64_t> free_function_handles;  // of unloaded functions: reused, like addresses
   std::vector<Function*> unloaded;  // kept (their names may still be referenced), never freed
-  std::unordered_map<uint64_t, bool> modules;   // module/library handles (true: loaded)
-  std::unordered_map<uint64_t, uint64_t> module_context;  // a module loaded into a context: which
+  std::unordered_map<uint64_t, Module> modules;  // module/library handles
   std::unordered_map<uint64_t, bool> graph_execs_destroyed;
   std::unordered_map<uint64_t, std::vector<uint64_t>> graphs;  // graph -> its nodes
   std::unordered_map<uint64_t, GraphNode> graph_nodes;
@@ -155,13 +159,14 @@ inline bool default_stream_id(uint64_t id) { return id == 0 || (id & kPerThreadS
 uint64_t current_ctx();
 CUstreamCaptureMode& thread_capture_mode();
 uint64_t thread_token();
+// What every call on stream `id` answers once its context ended (CUDA_SUCCESS: it has not).
+CUresult dead_stream_answer(const State& s, uint64_t id);
 // Whether the calling thread may use stream `id` (under s.mu): CUDA_ERROR_INVALID_CONTEXT with no
 // current context, CUDA_ERROR_INVALID_HANDLE for a stream of another context.
 CUresult check_stream(State& s, uint64_t id);
 // A new function (or, is_kernel, a library's CUkernel) of `owner` (a module, library or 0), in the
-// current context (device 0's primary when none is current); `sizes` null: parameters unknown.
-// Takes State::mu.
-// `aligns`: each parameter's alignment (null: its size, at most 8).
+// current context (device 0's primary when none is current); `sizes` null: parameters unknown;
+// `aligns` null: each parameter aligned to its size, at most 8. Takes State::mu.
 uint64_t make_function(uint64_t owner, const char* name, size_t count, const size_t* sizes, bool is_kernel,
                        const size_t* aligns = nullptr);
 // check_stream for work enqueued on the stream (launches, asynchronous copies and sets, waits),

@@ -91,7 +91,7 @@ CUresult stream_sync(const char* name, CUstream hs, bool per_thread, bool query)
   c.context = current_ctx();
   const uint64_t id = sid(hs, per_thread);
   // A stream whose context ended answers as it does everywhere else (driver_model.json).
-  if (auto dead = s.dead_streams.find(id); dead != s.dead_streams.end()) return finish(s, c, dead->second);
+  if (CUresult dead = dead_stream_answer(s, id); dead != CUDA_SUCCESS) return finish(s, c, dead);
   if (auto cap = s.captures.find(id); cap != s.captures.end()) {
     cap->second.invalidated = true;  // synchronising with a capturing stream is illegal
     return finish(s, c, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
@@ -159,8 +159,8 @@ CUresult destroy_stream(const char* name, CUstream hs) {
   const uint64_t id = sid(hs, false);
   // A destroyed green context's stream: "any subsequent API calls involving these streams
   // (including cuStreamDestroy) will return CUDA_ERROR_CONTEXT_IS_DESTROYED".
-  if (auto dead = s.dead_streams.find(id); dead != s.dead_streams.end() && dead->second == CUDA_ERROR_CONTEXT_IS_DESTROYED) {
-    return finish(s, c, dead->second);
+  if (dead_stream_answer(s, id) == CUDA_ERROR_CONTEXT_IS_DESTROYED) {
+    return finish(s, c, CUDA_ERROR_CONTEXT_IS_DESTROYED);
   }
   if (!default_stream_id(id)) s.streams.erase(id);  // the legacy stream no longer waits for it
   return finish(s, c);
@@ -180,7 +180,7 @@ FAKE_EXPORT CUresult CUDAAPI cuStreamGetFlags(CUstream hs, unsigned int* flags) 
   std::lock_guard lock(s.mu);
   const uint64_t id = sid(hs, false);
   if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (auto dead = s.dead_streams.find(id); dead != s.dead_streams.end()) return dead->second;
+  if (CUresult dead = dead_stream_answer(s, id); dead != CUDA_SUCCESS) return dead;
   auto it = s.streams.find(id);
   *flags = it == s.streams.end() ? 0 : it->second.flags;
   return CUDA_SUCCESS;
@@ -194,7 +194,7 @@ CUresult stream_priority(CUstream hs, bool per_thread, int* priority) {
   std::lock_guard lock(s.mu);
   const uint64_t id = sid(hs, per_thread);
   if (priority == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (auto dead = s.dead_streams.find(id); dead != s.dead_streams.end()) return dead->second;
+  if (CUresult dead = dead_stream_answer(s, id); dead != CUDA_SUCCESS) return dead;
   auto it = s.streams.find(id);
   *priority = default_stream_id(id) || it == s.streams.end() ? 0 : std::clamp(it->second.priority, -5, 0);
   return CUDA_SUCCESS;
