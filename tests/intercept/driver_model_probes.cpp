@@ -214,6 +214,14 @@ const std::map<std::string, Probe>& probes() {
          const int none = primary_active(d, dev);
          return fmt::format("active with 2 retains={} 1 retain={} 0 retains={}", two, one, none);
        }},
+      {"primary.inactive_before_its_first_retain",
+       [](const Driver& d, CUdevice dev) {
+         const int before = primary_active(d, dev);
+         CUcontext c = nullptr;
+         MUST(d, d.cuDevicePrimaryCtxRetain(&c, dev));
+         const int after = primary_active(d, dev);
+         return fmt::format("active before any retain={} after one={}", before, after);
+       }},
       {"primary.revived_under_the_same_handle",
        [](const Driver& d, CUdevice dev) {
          CUcontext first = nullptr, second = nullptr;

@@ -48,11 +48,12 @@ int device_of(uint64_t ctx) {
 // stack), and work in it fails with CUDA_ERROR_CONTEXT_IS_DESTROYED ("a primary context which has
 // not yet been initialized") until a retain makes it active again, under the same handle: the
 // harder case for the shim, whose streams of the old and the new context then share it.
-// Not modelled: a primary context never retained counts as active (the fake's tests make device
-// 1's current without a retain; the real driver hands the handle out only through one).
+// A primary context never retained is not active either (cuDevicePrimaryCtxGetState answers 0,
+// work in it fails as in one that ended): the real driver hands its handle out only through a
+// retain, which initializes it.
 struct Primary {
   int retains = 0;
-  bool ended = false;
+  bool ended = true;  // not initialized: never retained, or its last release or a reset ended it
 };
 Primary g_primary[kDevices];
 
@@ -120,7 +121,7 @@ CUresult primary_release(State& s, int device) {
 
 void primary_reset_all() {
   std::lock_guard lock(g_created_mu);
-  for (Primary& p : g_primary) p.ended = false;
+  for (Primary& p : g_primary) p.ended = p.retains == 0;
 }
 
 uint64_t current_ctx() {
