@@ -215,6 +215,45 @@ TEST_F(FakeDriverRules, GreenContextsFollowTheDriversRules) {
 // CUDA_ERROR_CONTEXT_IS_DESTROYED, cuDevicePrimaryCtxGetState reports it inactive, until a retain
 // makes it active again under the same handle. A destroyed green context's streams answer
 // CUDA_ERROR_CONTEXT_IS_DESTROYED, cuStreamDestroy included (CUDA 13's cuda.h).
+// "The legacy default stream is an implicit stream which synchronizes with all other streams in
+// the same CUcontext except for non-blocking streams": each context has its own, blind to the
+// blocking streams of every other context (the fake's virtual clocks say which work waited).
+TEST_F(FakeDriverRules, EachContextHasItsOwnLegacyStream) {
+  CUstream blocking0 = nullptr, blocking1 = nullptr;
+  ASSERT_EQ(cuStreamCreate(&blocking0, 0), CUDA_SUCCESS);
+  CUfunction k0 = fake_cuda_make_function("legacy_order_kernel", 0, nullptr);
+  fake_cuda_set_kernel_duration_ns(k0, 1'000'000);
+  ASSERT_NE(use_device(1), nullptr);
+  ASSERT_EQ(cuStreamCreate(&blocking1, 0), CUDA_SUCCESS);
+  CUfunction k1 = fake_cuda_make_function("long_kernel_of_device_1", 0, nullptr);
+  constexpr int64_t kLong = 1'000'000'000'000;  // far past anything earlier tests queued
+  fake_cuda_set_kernel_duration_ns(k1, kLong);
+  ASSERT_EQ(cuLaunchKernel(k1, 1, 1, 1, 32, 1, 1, 0, blocking1, nullptr, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);  // whatever the shim held is at the driver
+  const int64_t device1_busy_until = fake_cuda_stream_time_ns(blocking1);
+  ASSERT_GE(device1_busy_until, kLong);
+
+  ASSERT_NE(use_device(0), nullptr);
+  ASSERT_EQ(cuLaunchKernel(k0, 1, 1, 1, 32, 1, 1, 0, CU_STREAM_LEGACY, nullptr, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  const int64_t legacy0 = fake_cuda_stream_time_ns(CU_STREAM_LEGACY);
+  EXPECT_LT(legacy0, device1_busy_until) << "device 0's legacy stream waited for a blocking stream of device 1";
+  ASSERT_EQ(cuLaunchKernel(k0, 1, 1, 1, 32, 1, 1, 0, blocking0, nullptr, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  EXPECT_GE(fake_cuda_stream_time_ns(blocking0), legacy0 + 1'000'000)
+      << "a blocking stream did not wait for its context's legacy stream";
+
+  ASSERT_NE(use_device(1), nullptr);
+  CUfunction k1_short = fake_cuda_make_function("legacy_order_kernel_of_device_1", 0, nullptr);
+  ASSERT_EQ(cuLaunchKernel(k1_short, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  EXPECT_GT(fake_cuda_stream_time_ns(CU_STREAM_LEGACY), device1_busy_until)
+      << "device 1's legacy stream did not wait for its own blocking stream";
+  EXPECT_EQ(cuStreamDestroy(blocking1), CUDA_SUCCESS);
+  ASSERT_NE(use_device(0), nullptr);
+  EXPECT_EQ(cuStreamDestroy(blocking0), CUDA_SUCCESS);
+}
+
 TEST_F(FakeDriverRules, PrimaryContextsEndAtTheirLastReleaseOrAReset) {
   auto active = [](CUdevice d) {
     unsigned flags = 0;

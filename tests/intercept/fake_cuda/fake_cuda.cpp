@@ -60,8 +60,8 @@ CUresult finish(State& s, fake_cuda_call& c, CUresult ok) {
 
 uint64_t sid(CUstream s, bool per_thread) {
   auto v = reinterpret_cast<uint64_t>(s);
-  if (v == 1) return 0;
   if ((v == 0 && per_thread) || v == 2) return kPerThreadStream | thread_token();
+  if (v == 0 || v == 1) return legacy_stream_of(current_ctx());
   return v;
 }
 

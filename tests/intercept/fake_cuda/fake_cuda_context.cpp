@@ -177,7 +177,9 @@ CUresult check_stream(State& s, uint64_t id) {
 
 CUresult check_enqueue(State& s, uint64_t id) {
   if (CUresult rc = check_stream(s, id); rc != CUDA_SUCCESS) return rc;
-  if (id == 0 && legacy_work_waits_for_a_capture(s, current_ctx())) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  if (legacy_stream_id(id) && legacy_work_waits_for_a_capture(s, legacy_stream_ctx(id))) {
+    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  }
   return CUDA_SUCCESS;
 }
 
@@ -203,13 +205,19 @@ bool advance(State& s, uint64_t id, int64_t duration_ns, fake_cuda_call& c) {
   }
   Stream& str = s.streams[id];
   int64_t start = str.time_ns;
-  if (id == 0) {
-    // The legacy stream waits for every blocking stream.
+  if (legacy_stream_id(id)) {
+    // A context's legacy stream waits for every blocking stream of that context (a per-thread
+    // stream, or a handle the fake never made, counts as one of every context).
+    const uint64_t ctx = legacy_stream_ctx(id);
     for (const auto& [other, o] : s.streams) {
-      if (other != 0 && (o.flags & CU_STREAM_NON_BLOCKING) == 0) start = std::max(start, o.time_ns);
+      if (!legacy_stream_id(other) && (o.ctx == ctx || o.ctx == 0) && (o.flags & CU_STREAM_NON_BLOCKING) == 0) {
+        start = std::max(start, o.time_ns);
+      }
     }
   } else if ((str.flags & CU_STREAM_NON_BLOCKING) == 0) {
-    start = std::max(start, s.streams[0].time_ns);  // a blocking stream waits for the legacy one
+    // A blocking stream waits for its context's legacy stream.
+    const uint64_t ctx = str.ctx != 0 ? str.ctx : current_ctx();
+    start = std::max(start, s.streams[legacy_stream_of(ctx)].time_ns);
   }
   s.streams[id].time_ns = start + duration_ns;
   return false;
@@ -405,7 +413,7 @@ FAKE_EXPORT CUresult CUDAAPI cuStreamGetCtx(CUstream hs, CUcontext* c) {
   std::lock_guard lock(s.mu);
   const uint64_t id = sid(hs, false);
   uint64_t ctx = current_ctx();
-  if (id != 0) {
+  if (!legacy_stream_id(id)) {
     auto it = s.streams.find(id);
     if (it == s.streams.end() || it->second.ctx == 0) return CUDA_ERROR_INVALID_HANDLE;
     ctx = it->second.ctx;

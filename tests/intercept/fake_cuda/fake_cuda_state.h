@@ -103,7 +103,7 @@ struct State {
   std::vector<fake_cuda_call> log;
   std::map<std::string, int> fail_next;
   std::map<std::string, int64_t> delay_next_us;
-  std::unordered_map<uint64_t, Stream> streams;  // 0 = legacy, 2 = per-thread
+  std::unordered_map<uint64_t, Stream> streams;  // by sid(): created, legacy (per context), per-thread
   std::unordered_map<uint64_t, Event> events;
   std::unordered_map<uint64_t, Function*> functions;
   std::vector<uint64_t> free_function_handles;  // of unloaded functions: reused, like addresses
@@ -148,12 +148,19 @@ fake_cuda_call& begin(State& s, const char* name);
 void sleep_if_delayed(State& s, const char* name);
 // Applies a pending failure injection for this call, else returns `ok`.
 CUresult finish(State& s, fake_cuda_call& c, CUresult ok = CUDA_SUCCESS);
-// Stream identity: NULL/legacy -> 0; the per-thread default stream (NULL through a _ptsz entry
-// point, or CU_STREAM_PER_THREAD) -> kPerThreadStream | the calling thread's token: each thread's
-// own stream, as in the driver.
+// Stream identity: NULL/legacy -> kLegacyStream | the current context: each context's own legacy
+// stream ("an implicit stream which synchronizes with all other streams in the same CUcontext
+// except for non-blocking streams", the CUDA runtime's stream synchronization behavior); the
+// per-thread default stream (NULL through a _ptsz entry point, or CU_STREAM_PER_THREAD) ->
+// kPerThreadStream | the calling thread's token: each thread's own stream, as in the driver (not
+// modelled: a thread's per-thread streams of different contexts are one).
 constexpr uint64_t kPerThreadStream = uint64_t{1} << 62;
+constexpr uint64_t kLegacyStream = uint64_t{1} << 61;
 uint64_t sid(CUstream s, bool per_thread);
-inline bool default_stream_id(uint64_t id) { return id == 0 || (id & kPerThreadStream) != 0; }
+inline uint64_t legacy_stream_of(uint64_t ctx) { return kLegacyStream | ctx; }
+inline bool legacy_stream_id(uint64_t id) { return (id & kLegacyStream) != 0; }
+inline uint64_t legacy_stream_ctx(uint64_t id) { return id & ~kLegacyStream; }
+inline bool default_stream_id(uint64_t id) { return legacy_stream_id(id) || (id & kPerThreadStream) != 0; }
 
 // The calling thread's current context (0: none), its capture mode, and a token naming it.
 uint64_t current_ctx();

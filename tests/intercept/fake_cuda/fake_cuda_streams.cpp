@@ -44,7 +44,9 @@ CUresult record(const char* name, CUevent e, CUstream hs, bool per_thread) {
                                                                               : sit->second.ctx;
   if (stream_ctx == 0) return finish(s, c, CUDA_ERROR_INVALID_CONTEXT);
   if (stream_ctx != it->second.ctx) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
-  if (id == 0 && legacy_work_waits_for_a_capture(s, stream_ctx)) return finish(s, c, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  if (legacy_stream_id(id) && legacy_work_waits_for_a_capture(s, stream_ctx)) {
+    return finish(s, c, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  }
   // A record into a capture becomes a graph node: the event itself is left as it was.
   if (advance(s, id, 0, c)) return finish(s, c);
   c.value = record_event_now(s, c.event, id);
@@ -134,7 +136,8 @@ CUresult ctx_sync(const char* name, CUcontext arg) {
   if (ctx == 0) return finish(s, c, CUDA_ERROR_INVALID_CONTEXT);
   if (CUresult rc = unsafe_call(s); rc != CUDA_SUCCESS) return finish(s, c, rc);
   for (auto& [id, str] : s.streams) {
-    if (str.ctx != 0 && str.ctx != ctx) continue;
+    const bool other_context = legacy_stream_id(id) ? legacy_stream_ctx(id) != ctx : str.ctx != 0 && str.ctx != ctx;
+    if (other_context) continue;
     if (str.busy) ++str.busy_epoch;
     str.busy = false;
   }
@@ -334,7 +337,7 @@ CUresult begin_capture(const char* name, CUstream hs, bool per_thread, CUstreamC
   c.value = static_cast<uint64_t>(mode);
   c.context = current_ctx();
   const uint64_t id = sid(hs, per_thread);
-  if (id == 0) return finish(s, c, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);  // legacy stream
+  if (legacy_stream_id(id)) return finish(s, c, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);  // legacy stream
   if (CUresult rc = check_stream(s, id); rc != CUDA_SUCCESS) return finish(s, c, rc);
   if (s.captures.count(id) != 0) return finish(s, c, CUDA_ERROR_ILLEGAL_STATE);
   CUresult rc = finish(s, c);
@@ -535,7 +538,7 @@ FAKE_EXPORT CUresult CUDAAPI cuCtxRecordEvent(CUcontext ctx, CUevent e) {
   if (!s.captures.empty()) return finish(s, *c, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   int64_t latest = 0;
   for (const auto& [id, str] : s.streams) {
-    if (str.ctx == c->context || id == 0) latest = std::max(latest, str.time_ns);
+    if (str.ctx == c->context || id == legacy_stream_of(c->context)) latest = std::max(latest, str.time_ns);
   }
   ev->time_ns = latest;
   ev->held = false;
