@@ -282,6 +282,9 @@ void DriverDevice::poll() {
   if (!t_shim_thread && capturing()) return;
   std::unique_lock poll_lock(poll_mutex_, std::try_to_lock);
   if (!poll_lock.owns_lock()) return;  // another thread is polling right now
+  // Again under the lock: a capture that began since the check above raised its count under it
+  // (with_records_blocked), and this thread must not query beside it.
+  if (!t_shim_thread && capturing()) return;
   // Tail records only from the shim's own thread (relaxed capture mode; off the launch path).
   if (t_shim_thread) record_tails();
   // Only this poller pops from the queues, so the events seen here stay valid outside mutex_.

@@ -67,10 +67,14 @@ class DriverDevice final : public sched::Device {
 
   // The batch window (see the top): 0 records an event after every tracked op.
   void set_completion_batch_ns(int64_t ns) { batch_ns_.store(ns, std::memory_order_relaxed); }
-  // Runs `raise_capture_count` under the lock the helper's tail records take, so that no tail
-  // record is in progress once a capture begins (Shim::begin_capture).
+  // Runs `raise_capture_count` under the lock the helper's tail records take and the one every
+  // poll holds, so that once a capture begins (Shim::begin_capture) no tail record is in progress
+  // and no program thread is still querying events: a poll that passed its capturing() check
+  // before the count went up would otherwise query from a thread in global capture mode during
+  // the new capture, and invalidate it. poll() checks again once it holds the lock.
   template <typename F>
   void with_records_blocked(F&& raise_capture_count) {
+    std::lock_guard poll_lock(poll_mutex_);
     std::lock_guard lock(mutex_);
     raise_capture_count();
   }

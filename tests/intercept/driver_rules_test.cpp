@@ -313,4 +313,45 @@ TEST_F(DriverRules, TheShimsPollingDoesNotInvalidateAGlobalModeCapture) {
   EXPECT_EQ(cuStreamDestroy(cap), CUDA_SUCCESS);
 }
 
+// A program thread (global capture mode) whose poll passed its capture check just before another
+// thread began a global-mode capture must not query events beside it: the capture waits for
+// that poll to end. The poller's event query is held 300 ms in the fake to open the window.
+TEST_F(DriverRules, ACaptureBegunDuringAProgramThreadsPollIsNotInvalidatedByIt) {
+  if (!scheduled_) GTEST_SKIP() << "pass-through: the shim polls nothing";
+  hold_high_priority();  // a tracked op in flight: a poll queries its completion event
+  std::thread poller([&] {  // a program thread launching best-effort work; its launches poll
+    ASSERT_NE(use_device(0), nullptr);
+    fake_cuda_delay_next_on_this_thread("cuEventQuery", 300'000);
+    for (int i = 0; i < 5000 && fake_cuda_delay_pending_on_this_thread("cuEventQuery"); ++i) {
+      EXPECT_EQ(launch(k_other_, be_, i), CUDA_SUCCESS);
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  });
+  bool in_query = false;
+  for (int i = 0; i < 2000 && !in_query; ++i) {
+    in_query = fake_cuda_delays_sleeping() > 0;
+    if (!in_query) std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  CUstream cap = nullptr;
+  ASSERT_EQ(cuStreamCreateWithPriority(&cap, 0, -5), CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  CUresult end = CUDA_ERROR_UNKNOWN;
+  if (in_query) {  // the program thread is inside its poll's query now
+    ASSERT_EQ(cuStreamBeginCapture(cap, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    CUfunction captured = fake_cuda_make_function("captured_beside_a_poll", 0, nullptr);
+    EXPECT_EQ(cuLaunchKernel(captured, 1, 1, 1, 1, 1, 1, 0, cap, nullptr, nullptr), CUDA_SUCCESS);
+    // The capture stays open until the poller's held query has gone to the driver.
+    for (int i = 0; i < 2000 && fake_cuda_delays_sleeping() > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    end = cuStreamEndCapture(cap, &graph);
+  }
+  poller.join();
+  ASSERT_TRUE(in_query) << "the program thread's launches never polled: the race was not set up";
+  EXPECT_EQ(end, CUDA_SUCCESS) << "a program thread's poll invalidated the capture";
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_EQ(cuStreamDestroy(cap), CUDA_SUCCESS);
+}
+
 }  // namespace

@@ -65,16 +65,32 @@ uint64_t sid(CUstream s, bool per_thread) {
   return v;
 }
 
+namespace {
+// fake_cuda_delay_next_on_this_thread's delays, and how many calls sleep in a delay right now.
+std::map<std::string, int64_t>& thread_delays() {
+  thread_local std::map<std::string, int64_t> delays;
+  return delays;
+}
+std::atomic<int> g_sleeping_in_delays{0};
+}  // namespace
+
 void sleep_if_delayed(State& s, const char* name) {
   int64_t delay_us = 0;
-  {
+  if (auto it = thread_delays().find(name); it != thread_delays().end()) {
+    delay_us = it->second;
+    thread_delays().erase(it);
+  } else {
     std::lock_guard lock(s.mu);
     if (auto it = s.delay_next_us.find(name); it != s.delay_next_us.end()) {
       delay_us = it->second;
       s.delay_next_us.erase(it);
     }
   }
-  if (delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+  if (delay_us > 0) {
+    g_sleeping_in_delays.fetch_add(1);
+    std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+    g_sleeping_in_delays.fetch_sub(1);
+  }
 }
 
 CUresult launch(const char* name, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
@@ -317,6 +333,11 @@ FAKE_EXPORT void fake_cuda_delay_next(const char* symbol, int64_t us) {
   State& s = st();
   std::lock_guard lock(s.mu);
   s.delay_next_us[symbol] = us;
+}
+FAKE_EXPORT void fake_cuda_delay_next_on_this_thread(const char* symbol, int64_t us) { thread_delays()[symbol] = us; }
+FAKE_EXPORT int fake_cuda_delays_sleeping(void) { return g_sleeping_in_delays.load(); }
+FAKE_EXPORT int fake_cuda_delay_pending_on_this_thread(const char* symbol) {
+  return thread_delays().count(symbol) != 0 ? 1 : 0;
 }
 FAKE_EXPORT void fake_cuda_set_stream_busy(CUstream hs, int busy) {
   State& s = st();

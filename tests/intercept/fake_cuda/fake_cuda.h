@@ -81,6 +81,11 @@ void fake_cuda_fail_next(const char* symbol, int result);
  * `us` microseconds before the fake handles it (outside the fake's lock): a slow driver call, to
  * open a race window. */
 void fake_cuda_delay_next(const char* symbol, int64_t us);
+/* The same for the calling thread's next call of `symbol` only (cuEventQuery too), whatever other
+ * threads call meanwhile; whether it is still pending, and how many calls sleep in a delay now. */
+void fake_cuda_delay_next_on_this_thread(const char* symbol, int64_t us);
+int fake_cuda_delay_pending_on_this_thread(const char* symbol);
+int fake_cuda_delays_sleeping(void);
 
 /* A busy stream holds its work: events recorded on it while busy and cuStreamQuery report
  * CUDA_ERROR_NOT_READY until the stream is released (busy = 0) or synchronised. */

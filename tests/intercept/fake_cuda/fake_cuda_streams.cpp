@@ -109,6 +109,7 @@ CUresult stream_sync(const char* name, CUstream hs, bool per_thread, bool query)
 }
 CUresult event_sync(const char* name, CUevent e, bool query) {
   State& s = st();
+  sleep_if_delayed(s, name);
   std::lock_guard lock(s.mu);
   fake_cuda_call& c = begin(s, name);
   c.event = reinterpret_cast<uint64_t>(e);
