@@ -57,13 +57,16 @@ ORION_STREAM_OP2(cuMemsetD2D32Async, cuMemsetD2D32Async_ptsz, kMemset, true, s, 
 
 // --- events and waits (the dispatcher orders streams through them) ---
 // A record of an interprocess event is never held: another process waits on whatever record the
-// driver has (the caller returns once it is in the driver, in order on its stream).
+// driver has (the caller returns once it is in the driver, in order on its stream). Nor is a
+// wait on one: the wait binds to the record the driver has when it gets the wait ("the most
+// recently captured state at the time of the API call"), and another process may record the
+// event again meanwhile, where the dispatcher cannot see it.
 ORION_STREAM_OP2(cuEventRecord, cuEventRecord_ptsz, kEventRecord, !shim->interprocess_event(e), s,
                  orion::event_id(e), 0, (CUevent e, CUstream s), (e, s))
 ORION_STREAM_OP2(cuEventRecordWithFlags, cuEventRecordWithFlags_ptsz, kEventRecord,
                  !shim->interprocess_event(e), s, orion::event_id(e), 0,
                  (CUevent e, CUstream s, unsigned int flags), (e, s, flags))
-ORION_STREAM_OP2(cuStreamWaitEvent, cuStreamWaitEvent_ptsz, kStreamWaitEvent, true, s,
+ORION_STREAM_OP2(cuStreamWaitEvent, cuStreamWaitEvent_ptsz, kStreamWaitEvent, !shim->interprocess_event(e), s,
                  orion::event_id(e), 0, (CUstream s, CUevent e, unsigned int flags), (s, e, flags))
 
 // --- stream-ordered memory pools ---
