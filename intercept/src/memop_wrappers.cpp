@@ -14,7 +14,9 @@
 //    sets the flag) is in the driver before the wait can block a stream on it. A producer issued
 //    after the wait on a best-effort stream is admitted by the policy or, at the latest, by the
 //    starvation bound (ORION_BE_MAX_WAIT_US), so it is never held back forever.
-// Deferred ops own their arguments: value arguments, and a copy of the batch's parameter array.
+// The caller waits until its op is in the driver (never cloned) and gets the driver's own answer:
+// cuda.h documents errors these calls return at once (CUDA_ERROR_NOT_SUPPORTED where the device
+// lacks stream memory ops), and programs probe support with them.
 #include <vector>
 
 #include "wrapper_support.h"
@@ -64,18 +66,16 @@ bool has_wait(unsigned count, const CUstreamBatchMemOpParams* params) {
   return false;
 }
 
-// Submits `call` in order on its stream and releases the stream so that it reached the driver
-// before returning; `waits`: release every stream first. Deferred errors of the released work
-// are not this call's: they stay for the call that synchronises with their op (finding 7).
+// Submits `call` in order on its stream, the caller waiting until it reached the driver (work
+// queued ahead of it is forced out first) and returning the driver's answer to it; `waits`:
+// release every stream first. Deferred errors of the released work are not this call's: they
+// stay for the call that synchronises with their op (finding 7).
 template <typename Call>
 CUresult submit_memop(Shim* shim, CUstream s, bool per_thread, const Call& call, bool waits,
                       sched::OpKind kind, uint64_t bytes) {
   const sched::StreamId id = Shim::stream_id(s, per_thread);
   if (waits) shim->dispatcher().release_all();
-  CUresult rc = orion::submit_call(shim, kind, id, call, /*clonable=*/true, 0, bytes);
-  if (rc != CUDA_SUCCESS) return rc;
-  shim->dispatcher().release_stream(id);
-  return CUDA_SUCCESS;
+  return orion::submit_call(shim, kind, id, call, /*clonable=*/false, 0, bytes);
 }
 
 }  // namespace

@@ -40,6 +40,25 @@ TEST_F(Scheduling, StreamWriteValueKeepsStreamOrderAndReachesTheDriverBeforeRetu
   EXPECT_EQ(log.at(w2).value, 0x1234567890ull);
 }
 
+// The driver's answer to a memory op is the caller's, also when the op went out behind queued
+// best-effort work: programs probe support with it (CUDA_ERROR_NOT_SUPPORTED).
+TEST_F(Scheduling, AStreamMemoryOpsDriverErrorIsReturnedToItsCaller) {
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  expect_deferred(k_be_);
+  fake_cuda_fail_next("cuStreamWriteValue32_v2", CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(cuStreamWriteValue32(be_, 0x1000, 7, 0), CUDA_ERROR_NOT_SUPPORTED);
+  ASSERT_EQ(launch(k_other_, be_, 2), CUDA_SUCCESS);
+  CUstreamBatchMemOpParams op{};
+  op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+  op.writeValue.address = 0x1000;
+  op.writeValue.value = 3;
+  fake_cuda_fail_next("cuStreamBatchMemOp_v2", CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuStreamBatchMemOp(be_, 1, &op, 0), CUDA_ERROR_INVALID_VALUE);
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS) << "the memory ops' errors were left for a later call";
+}
+
 TEST_F(Scheduling, StreamWaitValueFirstSubmitsWorkQueuedOnEveryStream) {
   hold_high_priority();
   // A best-effort producer (it could be the kernel that sets the flag) is queued...

@@ -111,6 +111,28 @@ TEST_F(ReleaseRules, TheFakeDriverFailsACopyFromFreedHostMemory) {
 
 // Finding 2: a context-wide record captures all work submitted to the context so far; a held
 // best-effort kernel was left out of it.
+// CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION answers the last location the program asked to
+// prefetch the range to: a held prefetch goes to the driver before the question.
+TEST_F(ReleaseRules, AskingARangesAttributesFirstReleasesAHeldPrefetch) {
+  hold_high_priority();
+  CUmemLocation device0{};
+  device0.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  device0.id = 0;
+  ASSERT_EQ(cuMemPrefetchAsync(0x5000, 4096, device0, 0, be_), CUDA_SUCCESS);  // the _v2 symbol
+  expect_held("cuMemPrefetchAsync_v2", be_);
+  int location = -1;
+  ASSERT_EQ(cuMemRangeGetAttribute(&location, sizeof location, CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION,
+                                   0x5000, 4096),
+            CUDA_SUCCESS);
+  const auto log = calls();
+  const long prefetch = find_named(log, "cuMemPrefetchAsync_v2", h(be_));
+  const long ask = find_call(log, [](const fake_cuda_call& c) { return std::strcmp(c.name, "cuMemRangeGetAttribute") == 0; });
+  ASSERT_GE(prefetch, 0) << "the held prefetch was still held when the program asked where it went";
+  ASSERT_GE(ask, 0);
+  EXPECT_LT(prefetch, ask);
+  fake_cuda_set_stream_busy(hp_, 0);
+}
+
 TEST_F(ReleaseRules, AContextEventRecordsTheHeldWorkToo) {
   CUevent e = nullptr;
   ASSERT_EQ(cuEventCreate(&e, 0), CUDA_SUCCESS);
@@ -273,6 +295,33 @@ TEST_F(ReleaseRules, ARecordOfAnInterprocessEventIsNeverHeld) {
   ASSERT_GE(record, 0) << "the interprocess event's record was held back";
   ASSERT_GE(kernel, 0) << "the work before the record did not reach the driver before it";
   EXPECT_LT(kernel, record);
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy(ipc), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy(plain), CUDA_SUCCESS);
+}
+
+// A wait on an interprocess event binds to the record the driver has when the wait reaches it;
+// another process may record the event again at any time, so a held wait could bind to a later
+// record than the program's. The wait reaches the driver, behind its stream's earlier work,
+// before the call returns; a wait on an ordinary event is still held.
+TEST_F(ReleaseRules, AWaitOnAnInterprocessEventIsNeverHeld) {
+  CUevent ipc = nullptr, plain = nullptr;
+  ASSERT_EQ(cuEventCreate(&ipc, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventCreate(&plain, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamWaitEvent(be_, plain, 0), CUDA_SUCCESS);
+  expect_held("cuStreamWaitEvent", be_);
+  ASSERT_EQ(cuStreamWaitEvent(be_, ipc, 0), CUDA_SUCCESS);
+  auto log = calls();
+  const long kernel = find_launch(log, k_be_);
+  const long wait = find_call(log, [&](const fake_cuda_call& c) {
+    return std::strcmp(c.name, "cuStreamWaitEvent") == 0 && c.event == h(ipc);
+  });
+  ASSERT_GE(wait, 0) << "the wait on an interprocess event was held back";
+  ASSERT_GE(kernel, 0) << "the work before the wait did not reach the driver before it";
+  EXPECT_LT(kernel, wait);
   fake_cuda_set_stream_busy(hp_, 0);
   EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
   EXPECT_EQ(cuEventDestroy(ipc), CUDA_SUCCESS);

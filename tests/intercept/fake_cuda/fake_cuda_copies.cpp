@@ -4,6 +4,7 @@
 // a capture. Host memory's own rules are in fake_cuda_memory.cpp.
 #include "fake_cuda_state.h"  // first: it selects cuda.h's internal (all-variants) mode
 
+#include <cstring>
 #include <cstddef>
 #include <mutex>
 #include <type_traits>
@@ -113,6 +114,12 @@ FAKE_SIMPLE2(cuStreamBatchMemOp_v2, cuStreamBatchMemOp_v2_ptsz, (CUstream s, uns
   }
 FAKE_STREAM_CALLBACK(cuStreamAddCallback)
 FAKE_STREAM_CALLBACK(cuStreamAddCallback_ptsz)
+// The range's attributes (synchronous, no stream): logged, their value the first byte zeroed.
+FAKE_EXPORT CUresult CUDAAPI cuMemRangeGetAttribute(void* data, size_t size, CUmem_range_attribute, CUdeviceptr p, size_t) {
+  if (data == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  std::memset(data, 0, size);
+  return simple("cuMemRangeGetAttribute", nullptr, p, 0, true);
+}
 FAKE_SIMPLE2(cuMemPrefetchAsync, cuMemPrefetchAsync_ptsz, (CUdeviceptr, size_t n, CUdevice, CUstream s), s, n)
 FAKE_SIMPLE2(cuMemPrefetchAsync_v2, cuMemPrefetchAsync_v2_ptsz, (CUdeviceptr, size_t n, CUmemLocation, unsigned int, CUstream s), s, n)
 FAKE_SIMPLE2(cuMemcpyHtoAAsync_v2, cuMemcpyHtoAAsync_v2_ptsz, (CUarray, size_t, const void*, size_t n, CUstream s), s, n)
