@@ -394,7 +394,10 @@ int DriverDevice::max_active_blocks_per_sm(const sched::KernelInfo& kernel) {
                                                              kernel.shared_mem_bytes);
     }
   }
-  if (rc != CUDA_SUCCESS || blocks <= 0) blocks = 1;  // unknown: assume one block per SM
+  // Not kept: the query fails on a thread without a current context (the helper thread estimating
+  // a queued op; a CUkernel's occupancy is the current context's), and a launching thread asks
+  // again with one.
+  if (rc != CUDA_SUCCESS) return kOccupancyUnknown;
   std::lock_guard lock(occupancy_mutex_);
   occupancy_[key] = blocks;
   return blocks;

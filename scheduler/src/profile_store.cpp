@@ -129,12 +129,15 @@ OpEstimate ProfileStore::estimate(const KernelInfo& kernel, Device& device) {
       }
     }
   }
-  // First sight of this kernel or launch shape: ask the device outside any lock.
-  const int blocks_per_sm = device.max_active_blocks_per_sm(kernel);
+  // First sight of this kernel or launch shape: ask the device outside any lock. An answer the
+  // device cannot give now (the helper thread has no context) counts as one block per SM for
+  // this estimate only: the shape is asked again next time, from a thread that may have one.
+  const int answer = device.max_active_blocks_per_sm(kernel);
+  const int blocks_per_sm = answer == Device::kOccupancyUnknown ? 1 : answer;
   std::unique_lock lock(impl_->mu);
   Entry& e = impl_->get_or_create(kernel.id);
   if (kernel.name != nullptr) impl_->name_entry(e, kernel.name);
-  bool cached = false;
+  bool cached = answer == Device::kOccupancyUnknown;
   for (const ShapeSms& s : e.shapes) cached = cached || same_shape(s, kernel);
   if (!cached) e.shapes.push_back({kernel.block, kernel.shared_mem_bytes, blocks_per_sm});
   est.duration_ns = e.duration_ns.load(std::memory_order_relaxed);

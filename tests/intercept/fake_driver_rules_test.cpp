@@ -51,10 +51,18 @@ TEST_F(FakeDriverRules, StreamsEventsAndFunctionsBelongToTheirContext) {
   EXPECT_EQ(cuLaunchKernel(f1, 1, 1, 1, 1, 1, 1, 0, s1, nullptr, nullptr), CUDA_SUCCESS);
   EXPECT_EQ(cuEventRecord(e0, s1), CUDA_ERROR_INVALID_HANDLE) << "event and stream of two contexts";
   EXPECT_EQ(cuStreamWaitEvent(s1, e0, 0), CUDA_SUCCESS) << "a wait may name another context's event";
+  int blocks = 0;
+  EXPECT_EQ(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f0, 128, 0), CUDA_ERROR_INVALID_HANDLE)
+      << "occupancy of another context's function";
+  EXPECT_EQ(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f1, 128, 0), CUDA_SUCCESS);
+  EXPECT_GT(blocks, 0);
   EXPECT_EQ(cuStreamSynchronize(s1), CUDA_SUCCESS);
   ASSERT_NE(use_device(0), nullptr);
   std::thread no_context([&] {
     EXPECT_EQ(cuLaunchKernel(f0, 1, 1, 1, 1, 1, 1, 0, s0, nullptr, nullptr), CUDA_ERROR_INVALID_CONTEXT);
+    int none = 0;
+    EXPECT_EQ(cuOccupancyMaxActiveBlocksPerMultiprocessor(&none, f0, 128, 0), CUDA_ERROR_INVALID_CONTEXT)
+        << "occupancy is the current context's (the shim's helper thread has none)";
     CUevent e = nullptr;
     EXPECT_EQ(cuEventCreate(&e, 0), CUDA_ERROR_INVALID_CONTEXT);
   });

@@ -42,6 +42,7 @@ class FakeDevice final : public Device {
       : sm_count_(sm_count), blocks_per_sm_(blocks_per_sm) {}
 
   // ---- test controls ----
+  int occupancy_unknown_answers = 0;  // the next N occupancy questions answer kOccupancyUnknown
   bool auto_complete = false;  // set before use: ops complete at a poll once they are...
   int64_t complete_after_ns = 0;  // ...this old (device clock), in submission order
   bool real_clock = false;     // set before use: now_ns() is the steady clock
@@ -120,6 +121,10 @@ class FakeDevice final : public Device {
   int sm_count() const override { return sm_count_; }
   int max_active_blocks_per_sm(const KernelInfo&) override {
     occupancy_queries_.fetch_add(1);
+    if (occupancy_unknown_answers > 0) {
+      --occupancy_unknown_answers;
+      return kOccupancyUnknown;
+    }
     return blocks_per_sm_;
   }
   int64_t now_ns() const override {

@@ -41,6 +41,19 @@ TEST(ProfileStore, SmNeedAskedOncePerShape) {
   EXPECT_EQ(dev.occupancy_queries(), 4);
 }
 
+// A device that cannot tell a shape's occupancy now (the shim's helper thread has no context) is
+// asked again next time: its non-answer is neither kept nor taken for one block per SM forever.
+TEST(ProfileStore, AnOccupancyTheDeviceCannotTellIsAskedAgain) {
+  FakeDevice dev(/*sm_count=*/50, /*blocks_per_sm=*/4);
+  dev.occupancy_unknown_answers = 1;
+  ProfileStore store;
+  EXPECT_EQ(store.estimate(shape(1, 40, 128), dev).sms_needed, 40) << "unknown: one block per SM, for now";
+  EXPECT_EQ(store.estimate(shape(1, 40, 128), dev).sms_needed, 10) << "asked again: 4 blocks per SM";
+  EXPECT_EQ(dev.occupancy_queries(), 2);
+  store.estimate(shape(1, 40, 128), dev);
+  EXPECT_EQ(dev.occupancy_queries(), 2) << "a known answer is kept";
+}
+
 // Review regression: an empty (non-null) kernel name used to make every estimate take the
 // exclusive lock and ask the device for occupancy again.
 TEST(ProfileStore, EmptyNameDoesNotDefeatTheShapeCache) {

@@ -47,7 +47,10 @@ class Device {
   // Streaming multiprocessors on the device. Asked at every admission decision (cheap; may
   // change from a placeholder to the real count once the backend can tell).
   virtual int sm_count() const = 0;
-  // Resident blocks per SM for this launch shape (cuOccupancyMaxActiveBlocksPerMultiprocessor).
+  // Resident blocks per SM for this launch shape (cuOccupancyMaxActiveBlocksPerMultiprocessor);
+  // 0: the shape cannot launch; kOccupancyUnknown: cannot be told now (the asking thread has no
+  // context, a driver error): nothing may keep that answer, a later call asks again.
+  static constexpr int kOccupancyUnknown = -1;
   virtual int max_active_blocks_per_sm(const KernelInfo& kernel) = 0;
   // The device clock used for arrival/submission stamps, in ns (virtual time for the simulator).
   virtual int64_t now_ns() const = 0;

@@ -365,8 +365,17 @@ FAKE_EXPORT CUresult CUDAAPI cuFuncGetName(const char** name, CUfunction f) {
 FAKE_EXPORT CUresult CUDAAPI cuFuncGetParamInfo(CUfunction f, size_t i, size_t* off, size_t* size) {
   return param_info(reinterpret_cast<uint64_t>(f), false, i, off, size);
 }
-FAKE_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* n, CUfunction,
+// Needs a current context (a CUkernel's occupancy is computed for it, cuda.h) and a function of it.
+FAKE_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* n, CUfunction f,
                                                                          int block, size_t) {
+  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  const uint64_t ctx = current_ctx();
+  if (ctx == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (context_destroyed(ctx)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  auto it = s.functions.find(reinterpret_cast<uint64_t>(f));
+  if (it == s.functions.end() || (!it->second->is_kernel && it->second->ctx != ctx)) return CUDA_ERROR_INVALID_HANDLE;
   *n = std::max(1, std::min(32, 2048 / std::max(block, 1)));
   return CUDA_SUCCESS;
 }
