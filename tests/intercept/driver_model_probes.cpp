@@ -386,6 +386,18 @@ const std::map<std::string, Probe>& probes() {
          MUST(d, d.cuCtxSetCurrent(nullptr));
          return fmt::format("launch on the legacy stream={}", name_of(d, launch_probe(d, f, CU_STREAM_LEGACY)));
        }},
+      {"launch.occupancy_needs_a_current_context",
+       [](const Driver& d, CUdevice dev) {
+         CUcontext c = retain_current(d, dev);
+         CUfunction f = load_probe_kernel(d);
+         int blocks = 0;
+         MUST(d, d.cuCtxSetCurrent(nullptr));
+         const CUresult none = d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 32, 0);
+         MUST(d, d.cuCtxSetCurrent(c));
+         const CUresult own = d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 32, 0);
+         return fmt::format("occupancy with no current context={} in its context={}", name_of(d, none),
+                            name_of(d, own));
+       }},
       {"launch.function_of_another_context",
        [](const Driver& d, CUdevice dev) {
          const TwoContexts t = two_contexts(d, dev);  // the created context is current
