@@ -136,6 +136,24 @@ TEST_F(FakeDriverRules, AWaitBindsToTheRecordCurrentWhenItReachesTheDriver) {
   EXPECT_EQ(cuStreamDestroy(b), CUDA_SUCCESS);
 }
 
+// cuEventElapsedTime: CUDA_ERROR_INVALID_HANDLE "if either event was created with the
+// CU_EVENT_DISABLE_TIMING flag" (the shim's timing events must never carry it). A record keeps the
+// event's creation flags (the fake's records used to clear them, CU_EVENT_INTERPROCESS too).
+TEST_F(FakeDriverRules, ElapsedTimeNeedsTwoTimingEvents) {
+  CUevent a = nullptr, b = nullptr, untimed = nullptr;
+  ASSERT_EQ(cuEventCreate(&a, CU_EVENT_DEFAULT), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventCreate(&b, CU_EVENT_DEFAULT), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventCreate(&untimed, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  for (CUevent e : {a, b, untimed}) ASSERT_EQ(cuEventRecord(e, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  float ms = -1;
+  EXPECT_EQ(cuEventElapsedTime(&ms, a, b), CUDA_SUCCESS);
+  EXPECT_GE(ms, 0.0f);
+  EXPECT_EQ(cuEventElapsedTime(&ms, a, untimed), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuEventElapsedTime(&ms, untimed, b), CUDA_ERROR_INVALID_HANDLE);
+  for (CUevent e : {a, b, untimed}) EXPECT_EQ(cuEventDestroy(e), CUDA_SUCCESS);
+}
+
 TEST_F(FakeDriverRules, FunctionNamesAreTheLibrariesRealManglings) {
   const char* names[] = {kNcclAllReduceMangled, kNcclSymkName, kCublasName, kCudnnName, kTritonName};
   for (const char* n : names) {

@@ -107,10 +107,24 @@ TEST_F(ReleaseRules, TheFakeDriverFailsACopyFromFreedHostMemory) {
   const uint64_t before = fake_cuda_host_use_after_free();
   EXPECT_EQ(copy(kDev, host, 256, plain_), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(fake_cuda_host_use_after_free(), before + 1);
+  // Every copy with a host side the shim may hold: unified (either side), and array copies.
+  using UnifiedFn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  auto unified = reinterpret_cast<UnifiedFn>(fake_cuda_own_symbol("cuMemcpyAsync"));
+  ASSERT_NE(unified, nullptr);
+  EXPECT_EQ(unified(kDev, reinterpret_cast<CUdeviceptr>(host), 256, plain_), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(unified(reinterpret_cast<CUdeviceptr>(host), kDev, 256, plain_), CUDA_ERROR_INVALID_VALUE);
+  using ToArrayFn = CUresult (*)(CUarray, size_t, const void*, size_t, CUstream);
+  auto to_array = reinterpret_cast<ToArrayFn>(fake_cuda_own_symbol("cuMemcpyHtoAAsync_v2"));
+  using FromArrayFn = CUresult (*)(void*, CUarray, size_t, size_t, CUstream);
+  auto from_array = reinterpret_cast<FromArrayFn>(fake_cuda_own_symbol("cuMemcpyAtoHAsync_v2_ptsz"));
+  ASSERT_NE(to_array, nullptr);
+  ASSERT_NE(from_array, nullptr);
+  EXPECT_EQ(to_array(nullptr, 0, host, 256, plain_), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(from_array(host, nullptr, 0, 256, plain_), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(fake_cuda_host_use_after_free(), before + 5);
+  EXPECT_EQ(unified(kDev, kDev, 256, plain_), CUDA_SUCCESS) << "device memory on both sides";
 }
 
-// Finding 2: a context-wide record captures all work submitted to the context so far; a held
-// best-effort kernel was left out of it.
 // CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION answers the last location the program asked to
 // prefetch the range to: a held prefetch goes to the driver before the question.
 TEST_F(ReleaseRules, AskingARangesAttributesFirstReleasesAHeldPrefetch) {
@@ -133,6 +147,8 @@ TEST_F(ReleaseRules, AskingARangesAttributesFirstReleasesAHeldPrefetch) {
   fake_cuda_set_stream_busy(hp_, 0);
 }
 
+// Finding 2: a context-wide record captures all work submitted to the context so far; a held
+// best-effort kernel was left out of it.
 TEST_F(ReleaseRules, AContextEventRecordsTheHeldWorkToo) {
   CUevent e = nullptr;
   ASSERT_EQ(cuEventCreate(&e, 0), CUDA_SUCCESS);

@@ -24,7 +24,6 @@ using namespace fake_cuda_impl;
   FAKE_SIMPLE(sym, PARAMS, stream, value)                \
   FAKE_SIMPLE(sym_pt, PARAMS, stream, value)
 
-FAKE_SIMPLE2(cuMemcpyAsync, cuMemcpyAsync_ptsz, (CUdeviceptr, CUdeviceptr, size_t n, CUstream s), s, n)
 FAKE_SIMPLE2(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz, (CUdeviceptr, CUdeviceptr, size_t n, CUstream s), s, n)
 FAKE_SIMPLE2(cuMemcpy2DAsync_v2, cuMemcpy2DAsync_v2_ptsz, (const CUDA_MEMCPY2D*, CUstream s), s, 0)
 FAKE_SIMPLE2(cuMemcpy3DAsync_v2, cuMemcpy3DAsync_v2_ptsz, (const CUDA_MEMCPY3D*, CUstream s), s, 0)
@@ -122,8 +121,6 @@ FAKE_EXPORT CUresult CUDAAPI cuMemRangeGetAttribute(void* data, size_t size, CUm
 }
 FAKE_SIMPLE2(cuMemPrefetchAsync, cuMemPrefetchAsync_ptsz, (CUdeviceptr, size_t n, CUdevice, CUstream s), s, n)
 FAKE_SIMPLE2(cuMemPrefetchAsync_v2, cuMemPrefetchAsync_v2_ptsz, (CUdeviceptr, size_t n, CUmemLocation, unsigned int, CUstream s), s, n)
-FAKE_SIMPLE2(cuMemcpyHtoAAsync_v2, cuMemcpyHtoAAsync_v2_ptsz, (CUarray, size_t, const void*, size_t n, CUstream s), s, n)
-FAKE_SIMPLE2(cuMemcpyAtoHAsync_v2, cuMemcpyAtoHAsync_v2_ptsz, (void*, CUarray, size_t, size_t n, CUstream s), s, n)
 FAKE_SIMPLE2(cuStreamAttachMemAsync, cuStreamAttachMemAsync_ptsz, (CUstream s, CUdeviceptr, size_t n, unsigned int), s, n)
 // External semaphores log the number of semaphores.
 FAKE_SIMPLE2(cuSignalExternalSemaphoresAsync, cuSignalExternalSemaphoresAsync_ptsz, (const CUexternalSemaphore*, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS*, unsigned int n, CUstream s), s, n)

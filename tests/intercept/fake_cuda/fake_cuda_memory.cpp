@@ -85,13 +85,13 @@ FAKE_EXPORT CUresult CUDAAPI cuMemHostUnregister(void* p) {
   return end_range("cuMemHostUnregister", p, false);
 }
 // Copies with a host side: host memory freed or unregistered before the copy reached the driver
-// fails it (counted by fake_cuda_host_use_after_free).
-#define FAKE_HOST_COPY(sym, PARAMS, host)                                                 \
+// fails it (counted by fake_cuda_host_use_after_free). `freed` names the sides to look at.
+#define FAKE_HOST_COPY(sym, PARAMS, freed)                                                \
   FAKE_EXPORT CUresult CUDAAPI sym PARAMS {                                             \
     {                                                                                   \
       State& st_ = st();                                                                \
       std::lock_guard lock(st_.mu);                                                     \
-      if (host_freed(st_, host, n)) {                                                   \
+      if (freed) {                                                                      \
         ++st_.host_use_after_free;                                                      \
         fake_cuda_call& c = begin(st_, #sym);                                           \
         c.stream = reinterpret_cast<uint64_t>(s);                                       \
@@ -101,10 +101,17 @@ FAKE_EXPORT CUresult CUDAAPI cuMemHostUnregister(void* p) {
     }                                                                                   \
     return simple(#sym, s, n, 100, false);                                              \
   }
-FAKE_HOST_COPY(cuMemcpyHtoDAsync_v2, (CUdeviceptr, const void* src, size_t n, CUstream s), src)
-FAKE_HOST_COPY(cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr, const void* src, size_t n, CUstream s), src)
-FAKE_HOST_COPY(cuMemcpyDtoHAsync_v2, (void* dst, CUdeviceptr, size_t n, CUstream s), dst)
-FAKE_HOST_COPY(cuMemcpyDtoHAsync_v2_ptsz, (void* dst, CUdeviceptr, size_t n, CUstream s), dst)
+#define FAKE_HOST_COPY2(sym, PARAMS, freed) \
+  FAKE_HOST_COPY(sym, PARAMS, freed)        \
+  FAKE_HOST_COPY(sym##_ptsz, PARAMS, freed)
+FAKE_HOST_COPY2(cuMemcpyHtoDAsync_v2, (CUdeviceptr, const void* src, size_t n, CUstream s), host_freed(st_, src, n))
+FAKE_HOST_COPY2(cuMemcpyDtoHAsync_v2, (void* dst, CUdeviceptr, size_t n, CUstream s), host_freed(st_, dst, n))
+FAKE_HOST_COPY2(cuMemcpyHtoAAsync_v2, (CUarray, size_t, const void* src, size_t n, CUstream s), host_freed(st_, src, n))
+FAKE_HOST_COPY2(cuMemcpyAtoHAsync_v2, (void* dst, CUarray, size_t, size_t n, CUstream s), host_freed(st_, dst, n))
+// Unified addressing: either side may be host memory.
+FAKE_HOST_COPY2(cuMemcpyAsync, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s),
+                host_freed(st_, reinterpret_cast<const void*>(dst), n) ||
+                    host_freed(st_, reinterpret_cast<const void*>(src), n))
 
 FAKE_EXPORT uint64_t fake_cuda_host_use_after_free(void) {
   State& s = st();

@@ -21,9 +21,15 @@ uint64_t record_event_now(State& s, uint64_t event_handle, uint64_t id) {
   auto it = s.events.find(event_handle);
   if (it == s.events.end()) return 0;
   Stream& str = s.streams[id];
-  const uint64_t ctx = it->second.ctx;
-  it->second = {str.time_ns, id, str.busy, str.busy_epoch, ctx, s.next_record_seq++};
-  return it->second.record_seq;
+  // The event's own context and creation flags stay (a record used to reset the flags, and with
+  // them CU_EVENT_INTERPROCESS and CU_EVENT_DISABLE_TIMING).
+  Event& e = it->second;
+  e.time_ns = str.time_ns;
+  e.stream = id;
+  e.held = str.busy;
+  e.epoch = str.busy_epoch;
+  e.record_seq = s.next_record_seq++;
+  return e.record_seq;
 }
 
 namespace {
@@ -287,7 +293,8 @@ FAKE_EXPORT CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, 
 }
 FAKE_EXPORT CUresult CUDAAPI cuEventQuery(CUevent e) { return event_sync("cuEventQuery", e, true); }
 FAKE_EXPORT CUresult CUDAAPI cuEventSynchronize(CUevent e) { return event_sync("cuEventSynchronize", e, false); }
-// Both events must have been recorded (else CUDA_ERROR_INVALID_HANDLE) and be complete (else
+// Both events must be timing events and have been recorded (else CUDA_ERROR_INVALID_HANDLE: "if
+// either event was created with the CU_EVENT_DISABLE_TIMING flag", cuda.h) and be complete (else
 // CUDA_ERROR_NOT_READY).
 namespace {
 CUresult elapsed(float* ms, CUevent a, CUevent b) {
@@ -297,6 +304,7 @@ CUresult elapsed(float* ms, CUevent a, CUevent b) {
   auto ib = s.events.find(reinterpret_cast<uint64_t>(b));
   if (ia == s.events.end() || ib == s.events.end()) return CUDA_ERROR_INVALID_HANDLE;
   if (ia->second.record_seq == 0 || ib->second.record_seq == 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (((ia->second.flags | ib->second.flags) & CU_EVENT_DISABLE_TIMING) != 0) return CUDA_ERROR_INVALID_HANDLE;
   if (!event_ready(s, ia->second) || !event_ready(s, ib->second)) return CUDA_ERROR_NOT_READY;
   *ms = static_cast<float>(ib->second.time_ns - ia->second.time_ns) / 1e6f;
   return CUDA_SUCCESS;
