@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end checks of the gpipe_runner executable: exit codes and messages for bad input, the
 # schedule grid, and a short real run that writes its outputs.
-# Usage: runner_cli_test.sh /path/to/gpipe_runner /path/to/repo
+# Usage: runner_cli_test.sh /path/to/gpipe_runner /path/to/repo /path/to/python (with torch)
 set -u
-runner=$1; repo=$2
+runner=$1; repo=$2; python=${3:-}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 failures=0
 expect() {  # expect NAME WANT_RC PATTERN -- ARGS...
@@ -22,6 +22,8 @@ expect microbatches_divide 2 "does not divide dataset.batch_size" -- --config "$
 expect stages_vs_layers 2 "every stage needs at least one transformer block" -- --config "$cfg" --stages 64 --validate-only
 expect unknown_schedule 2 "parallel.schedule" -- --config "$cfg" --schedule nope --validate-only
 expect unknown_flag 2 "--bogus" -- --bogus
+expect nproc_zero 2 "--nproc-per-node: Value 0 not in range 1 to 2147483647" -- --config "$cfg" --nproc-per-node 0
+expect link_gbps_zero 2 "'0' is not a number > 0" -- --config "$cfg" --plan --link-gbps 0
 printf 'model:\n  hidden_size: [1\n' >"$tmp/bad.yaml"
 expect bad_yaml 2 "bad.yaml:[0-9]+:[0-9]+" -- --config "$tmp/bad.yaml"
 expect model_too_large 2 "the model cannot fit: model.num_layers=1000000000000" -- --config "$cfg" --steps 1 \
@@ -133,8 +135,7 @@ done
 # torch's own LoopedBFS / InterleavedZeroBubble / ZBV / DualPipeV orders (4 ranks x 2 stages, V
 # placement for the last two) run through gpipe_runner and give the generated interleaved 1F1B's
 # losses (same model, same data: the order changes nothing but rounding).
-python=${OURGPIPE_PYTHON:-$repo/.venv/bin/python}
-if [ -x "$python" ] && "$python" -c "import torch" 2>/dev/null; then
+if [ -n "$python" ] && "$python" -c "import torch" 2>/dev/null; then
   expect interleaved_run 0 "Training summary" -- --config "$cfg" --steps 2 --virtual-stages 2 \
     --schedule interleaved_1f1b --output-dir "$tmp/run_i1f1b"
   for s in looped_bfs interleaved_zb zbv dualpipev; do
@@ -150,7 +151,10 @@ sys.exit(0 if len(a) == len(b) and all(math.isclose(x, y, rel_tol=1e-6) for x, y
 PY
   done
 else
-  echo "skip torch_schedules: no python with torch at $python (scripts/install-deps.sh installs it)"
+  # The build's Python (OURGPIPE_PYTHON) always has torch (scripts/install-deps.sh): its absence is
+  # a broken install, not a reason to pass without these checks.
+  echo "FAIL torch_schedules: no python with torch at '$python' (OURGPIPE_PYTHON; scripts/install-deps.sh installs it)"
+  failures=$((failures + 1))
 fi
 ORION_SCHEDULER_LIB=/no/such.so expect orion_library_missing 2 "ORION_SCHEDULER_LIB=/no/such.so is not a file" -- \
   --config "$cfg" --steps 1 --device auto --set parallel.use_orion_scheduler=true --output-dir "$tmp/run_orion2"

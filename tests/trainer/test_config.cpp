@@ -310,6 +310,8 @@ INSTANTIATE_TEST_SUITE_P(
                 {"dualpipev needs training.num_microbatches / parallel.data_parallel_size (4)"}},
         BadCase{{"parallel.data_parallel_size=0"}, {"parallel.data_parallel_size", "an integer >= 1"}},
         BadCase{{"parallel.dp_bucket_mb=0"}, {"parallel.dp_bucket_mb", "a number of MiB > 0"}},
+        BadCase{{"parallel.peer_timeout_s=1e300"}, {"parallel.peer_timeout_s", "0.001 to 31536000"}},
+        BadCase{{"parallel.peer_timeout_s=0.0001"}, {"parallel.peer_timeout_s", "0.001 to 31536000"}},
         BadCase{{"parallel.asp_window_steps=0"}, {"asp_window_steps is 0 but parallel.sync_mode is bsp",
                                                    "only asp runs steps without draining"}},
         BadCase{{"parallel.asp_window_steps=-1"}, {"parallel.asp_window_steps", "an integer >= 0"}},

@@ -164,6 +164,24 @@ TEST(TrainerTest, SmallGptLossFallsOnTheEmbeddedCorpus) {
   testing::remove_tree(out.string());
 }
 
+// The LR schedule spans the steps the run takes: the epochs' end when it comes before
+// training.max_steps (the cosine schedule used to span max_steps and never decay).
+TEST(TrainerTest, TheLearningRateScheduleSpansTheStepsTheRunTakes) {
+  PipelineConfig c = small_gpt_config();
+  c.training.epochs = 1;
+  c.training.max_steps = 1'000'000;
+  PipelineComponents parts = create_components(c);
+  const int64_t batches = parts.dataset->num_batches();
+  ASSERT_GT(batches, 0);
+  ASSERT_LT(batches, 1'000'000);
+  PipelineTrainer trainer(c, std::move(parts));
+  EXPECT_EQ(trainer.planned_steps(), batches);
+  EXPECT_EQ(trainer.total_steps(), batches);
+  PipelineConfig sooner = small_gpt_config();  // max_steps 40 before 100 epochs' end
+  PipelineTrainer by_max_steps(sooner, create_components(sooner));
+  EXPECT_EQ(by_max_steps.total_steps(), 40);
+}
+
 // The synthetic model (model.name: synthetic) trains through the runner's path under plain and
 // zero-bubble schedules: every layer's input-gradient and weight-gradient wait runs exactly once
 // per micro-batch (ZB-H1 defers the weight part to W), and no activation outlives its backward.

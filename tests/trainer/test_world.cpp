@@ -79,6 +79,14 @@ TEST(World, LocalRankAndSizeDefault) {
   EXPECT_EQ(w.local_world_size, 1);
 }
 
+// LOCAL_RANK without LOCAL_WORLD_SIZE is a valid env:// launch (an MPI wrapper): at least
+// LOCAL_RANK + 1 processes on the node, not a refusal against a default of 1.
+TEST(World, LocalRankWithoutLocalWorldSizeIsAccepted) {
+  const WorldInfo w = world_of(without(kTorchrun, "LOCAL_WORLD_SIZE"));
+  EXPECT_EQ(w.local_rank, 1);
+  EXPECT_EQ(w.local_world_size, 2);
+}
+
 TEST(World, OneProcessWorldNeedsNoMaster) {
   const WorldInfo w = world_of({{"RANK", "0"}, {"WORLD_SIZE", "1"}});
   EXPECT_EQ(w.source, "env");

@@ -3,7 +3,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <ostream>
 #include <sstream>
 
@@ -12,6 +14,26 @@
 #include "trainer/launch/world.h"
 
 namespace gpipe {
+
+namespace {
+// CLI11's PositiveNumber and NonNegativeNumber print their range as doubles ("Value 0 not in
+// range 0.000000 to 179769...0000.000000"): these name the bound plainly.
+const CLI::Validator kCount = CLI::Range(1, std::numeric_limits<int>::max()).description("INT >= 1");
+const CLI::Validator kPositive(
+    [](std::string& in) -> std::string {
+      double v = 0;
+      if (!CLI::detail::lexical_cast(in, v) || !std::isfinite(v) || v <= 0) return "'" + in + "' is not a number > 0";
+      return {};
+    },
+    "NUMBER > 0");
+const CLI::Validator kNonNegative(
+    [](std::string& in) -> std::string {
+      double v = 0;
+      if (!CLI::detail::lexical_cast(in, v) || !std::isfinite(v) || v < 0) return "'" + in + "' is not a number >= 0";
+      return {};
+    },
+    "NUMBER >= 0");
+}  // namespace
 
 RunOptions parse_cli(int argc, const char* const* argv) {
   CLI::App app{"gpipe_runner: pipeline-parallel GPT training (GPipe / 1F1B / interleaved 1F1B / ZB-H1)",
@@ -60,9 +82,10 @@ RunOptions parse_cli(int argc, const char* const* argv) {
   app.add_option("--peer-timeout", peer_timeout, "Seconds to wait for a peer rank (parallel.peer_timeout_s)");
   auto* nproc = app.add_option("--nproc-per-node", nproc_per_node,
                                "Launch N worker processes on this node (like torchrun --nproc_per_node)");
-  nproc->check(CLI::PositiveNumber);
-  app.add_option("--nnodes", nnodes, "Nodes of a --nproc-per-node launch")->check(CLI::PositiveNumber);
-  app.add_option("--node-rank", node_rank, "This node's index in a --nproc-per-node launch")->check(CLI::NonNegativeNumber);
+  nproc->check(kCount);
+  app.add_option("--nnodes", nnodes, "Nodes of a --nproc-per-node launch")->check(kCount);
+  app.add_option("--node-rank", node_rank, "This node's index in a --nproc-per-node launch")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()).description("INT >= 0"));
   app.add_option("--master-addr", master_addr, "Rendezvous host of a --nproc-per-node launch (rank 0's node)");
   app.add_option("--master-port", master_port, "Rendezvous port of a --nproc-per-node launch")->check(CLI::Range(1, 65535));
   auto* plan_flag = app.add_flag("--plan", opts.plan.enabled,
@@ -70,26 +93,26 @@ RunOptions parse_cli(int argc, const char* const* argv) {
                                  "the best and write it as YAML (see --plan-output), then exit");
   app.add_option("--plan-output", opts.plan.output, "Where --plan writes the chosen config (default <output_dir>/plan.yaml)")
       ->needs(plan_flag);
-  app.add_option("--plan-rows", opts.plan.rows, "Candidates --plan prints")->check(CLI::PositiveNumber)->needs(plan_flag);
+  app.add_option("--plan-rows", opts.plan.rows, "Candidates --plan prints")->check(kCount)->needs(plan_flag);
   app.add_option("--verify", opts.plan.verify, "With --plan: run the top K candidates a few steps each and print "
-                 "predicted against measured step time and peak memory")->check(CLI::NonNegativeNumber)->needs(plan_flag);
+                 "predicted against measured step time and peak memory")->check(CLI::Range(0, std::numeric_limits<int>::max()).description("INT >= 0"))->needs(plan_flag);
   app.add_option("--verify-steps", opts.plan.verify_steps, "Steps per verified candidate (the first two are warm-up)")
       ->check(CLI::Range(3, 1000))->needs(plan_flag);
   app.add_option("--world-size", opts.plan.world_size, "With --plan: ranks of the real run (pipeline ranks x replicas)")
-      ->check(CLI::PositiveNumber)->needs(plan_flag);
+      ->check(kCount)->needs(plan_flag);
   app.add_option("--memory-budget-gib", opts.plan.memory_budget_gib, "With --plan: memory per device (default: all of it)")
-      ->check(CLI::PositiveNumber)->needs(plan_flag);
+      ->check(kPositive)->needs(plan_flag);
   app.add_option("--link-gbps", opts.plan.link_gbps, "With --plan: GB/s between processes or nodes (default: measured "
-                 "in-process for pipeline transfers, assumed for replicas)")->check(CLI::PositiveNumber)->needs(plan_flag);
+                 "in-process for pipeline transfers, assumed for replicas)")->check(kPositive)->needs(plan_flag);
   app.add_option("--link-latency-us", opts.plan.link_latency_us, "With --plan: latency of one transfer in microseconds")
-      ->check(CLI::NonNegativeNumber)->needs(plan_flag);
+      ->check(kNonNegative)->needs(plan_flag);
   app.add_option("--plan-schedules", opts.plan.schedules, "With --plan: only these schedules (comma separated)")
       ->delimiter(',')->needs(plan_flag);
   app.add_option("--plan-calibrate", opts.plan.calibrate, "With --plan: first run the configuration as given, with "
                  "the most virtual stages and as 2 replicas, 5 steps each, and fit how well ranks share a device, the "
                  "hand-off time and the replicas' step cost (1, the default; 0: skip)")->needs(plan_flag);
   app.add_option("--plan-max-microbatches", opts.plan.max_microbatches, "With --plan: the most micro-batches tried")
-      ->check(CLI::PositiveNumber)->needs(plan_flag);
+      ->check(kCount)->needs(plan_flag);
   app.add_flag("--print-config", opts.print_config, "Print the effective config as YAML and exit");
   auto* print_schedule = app.add_flag("--print-schedule", opts.print_schedule, "Print the schedule's step x rank grid and exit");
   app.add_option("--format", opts.print_format,

@@ -276,7 +276,10 @@ const std::vector<Field>& field_table() {
       field<double>("parallel", "dp_bucket_mb", [](C& c) -> auto& { return c.parallel.dp_bucket_mb; },
                     "a number of MiB > 0", [](double v) { return finite(v) && v > 0; }),
       field<double>("parallel", "peer_timeout_s", [](C& c) -> auto& { return c.parallel.peer_timeout_s; },
-                    "a number of seconds > 0", [](double v) { return finite(v) && v > 0; }),
+                    // Whole milliseconds up to a year: the waits take milliseconds (a larger value
+                    // overflowed into a negative wait, a smaller one truncated to none).
+                    "a number of seconds from 0.001 to 31536000 (a year)",
+                    [](double v) { return finite(v) && v >= 0.001 && v <= 31'536'000.0; }),
   };
   return table;
 }

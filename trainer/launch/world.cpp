@@ -74,7 +74,13 @@ WorldInfo from_torch_env(const GetEnv& getenv) {
   w.rank = int_at_least("RANK", *rank, 0);
   w.world_size = int_at_least("WORLD_SIZE", *world, 1);
   if (auto v = lookup(getenv, "LOCAL_RANK")) w.local_rank = int_at_least("LOCAL_RANK", *v, 0);
-  if (auto v = lookup(getenv, "LOCAL_WORLD_SIZE")) w.local_world_size = int_at_least("LOCAL_WORLD_SIZE", *v, 1);
+  // A launcher that sets LOCAL_RANK alone (an MPI wrapper; c10d does not need LOCAL_WORLD_SIZE):
+  // at least local_rank + 1 processes share the node (only the CPU thread split reads it).
+  if (auto v = lookup(getenv, "LOCAL_WORLD_SIZE")) {
+    w.local_world_size = int_at_least("LOCAL_WORLD_SIZE", *v, 1);
+  } else {
+    w.local_world_size = w.local_rank + 1;
+  }
   check_ranks(w, {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"});
 
   const auto addr = lookup(getenv, "MASTER_ADDR");

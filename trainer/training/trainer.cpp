@@ -412,11 +412,16 @@ int64_t PipelineTrainer::num_parameters() const {
   return n;
 }
 
-int64_t PipelineTrainer::total_steps() const {
-  if (config_.training.max_steps > 0) return config_.training.max_steps;
+int64_t PipelineTrainer::planned_steps() const {
   const int64_t per_epoch = components_.dataset ? components_.dataset->num_batches() : 1;
-  return std::max<int64_t>(1, per_epoch * config_.training.epochs);
+  int64_t steps = per_epoch * config_.training.epochs;
+  // The sooner end: a max_steps past the epochs' end left the cosine schedule at its peak to the
+  // last step (it spanned steps the run never takes).
+  if (config_.training.max_steps >= 0) steps = std::min(steps, config_.training.max_steps);
+  return steps;
 }
+
+int64_t PipelineTrainer::total_steps() const { return std::max<int64_t>(1, planned_steps()); }
 
 double PipelineTrainer::forward_backward(const Batch& batch, ActionRecorder* recorder) {
   return forward_backward_steps({batch}, async_step_, recorder).front();

@@ -152,10 +152,8 @@ nlohmann::json PipelineTrainer::train() {
   if (resume_) std::tie(step, first_epoch, first_index) = load_checkpoint();
   const int64_t first_step = step;
   const int64_t batches = components_.dataset->num_batches();
-  // The steps this run ends at (the last epoch's end, or training.max_steps if sooner), for the
-  // log's "step N/total" and the time left.
-  int64_t planned_steps = batches * static_cast<int64_t>(t.epochs);
-  if (t.max_steps >= 0) planned_steps = std::min(planned_steps, t.max_steps);
+  // For the log's "step N/total" and the time left.
+  const int64_t run_steps = planned_steps();
   const auto run_start = std::chrono::steady_clock::now();
   std::optional<OrionCounts> orion_before = read_orion_counts();
   // asp windows: steps run as one pipeline that does not drain between them (bsp: one step).
@@ -277,11 +275,11 @@ nlohmann::json PipelineTrainer::train() {
       // this run's mean step time (a resumed run counts only its own steps).
       const int64_t done = step + 1;
       if (main_process && t.log_interval > 0 &&
-          (done % t.log_interval == 0 || done == first_step + 1 || done == planned_steps)) {
+          (done % t.log_interval == 0 || done == first_step + 1 || done == run_steps)) {
         const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-        const double left = elapsed / static_cast<double>(done - first_step) * static_cast<double>(planned_steps - done);
+        const double left = elapsed / static_cast<double>(done - first_step) * static_cast<double>(run_steps - done);
         log_info("step {}/{} (epoch {}) | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.1f} ms | {:.0f} tokens/s | "
-                 "bubble {:.1f}%{} | elapsed {} | left {}", done, planned_steps, it.epoch, it.loss, it.learning_rate,
+                 "bubble {:.1f}%{} | elapsed {} | left {}", done, run_steps, it.epoch, it.loss, it.learning_rate,
                  grad_norm, it.step_time_ms, it.tokens_per_s, 100.0 * it.bubble_fraction,
                  it.mfu ? fmt::format(" | MFU {:.2f}%", 100.0 * *it.mfu) : "", format_duration(elapsed),
                  format_duration(std::max(0.0, left)));

@@ -73,7 +73,9 @@ class PipelineTrainer {
   // parallel.partition=time: the per-layer forward+backward ms the split was made from
   // (layer_costs() order); empty for the other partitions.
   const std::vector<double>& measured_layer_ms() const { return measured_layer_ms_; }
-  // Optimizer steps the LR schedule spans: max_steps if set, else epochs x batches per epoch.
+  // Optimizer steps this run ends at: epochs x batches per epoch, or training.max_steps if sooner.
+  // The LR schedule spans total_steps() = max(1, planned_steps()).
+  int64_t planned_steps() const;
   int64_t total_steps() const;
 
   // Splits `batch` into micro-batches (with parallel.data_parallel_size D, this replica's rows
