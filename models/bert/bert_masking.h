@@ -70,6 +70,7 @@ class MaskedLmDataset : public DatasetInterface {
   void load_dataset(const DatasetConfig& dataset, const ModelConfig& model) override;
   const Tokenizer& get_tokenizer() const override;
   int64_t num_batches() const override { return text_.num_batches(); }
+  std::string content_digest() const override { return text_.content_digest(); }
   Batch process_batch(int64_t epoch, int64_t index) override;
   void set_seed(uint64_t seed) override {
     seed_ = seed;

@@ -63,7 +63,7 @@ def losses(folder):
 class Ranks:
     """WORLD_SIZE processes started by the test itself (so it can kill one)."""
 
-    def __init__(self, world, args, port=None, env_extra=None, ranks=None):
+    def __init__(self, world, args, port=None, env_extra=None, ranks=None, cwd=None):
         self.port = port or free_port()
         self.procs = {}
         self.logs = {}
@@ -76,7 +76,8 @@ class Ranks:
             env.update((env_extra or {}).get(r, {}))
             log = open(os.path.join(self.dir, f"rank{r}.log"), "w+")
             self.logs[r] = log
-            self.procs[r] = subprocess.Popen([RUNNER] + args, env=env, stdout=log, stderr=subprocess.STDOUT)
+            self.procs[r] = subprocess.Popen([RUNNER] + args, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                             cwd=(cwd or {}).get(r))
 
     def wait(self, timeout):
         codes = {}
@@ -396,6 +397,30 @@ class DistributedTest(unittest.TestCase):
         finally:
             ranks.close()
             other.close()
+
+    def test_ranks_that_loaded_different_data_are_refused(self):
+        # The same config on both ranks, but each node's copy of the relative dataset.path holds
+        # other text: stage 0's inputs and the last stage's targets would come from different
+        # samples. The rank that differs from rank 0 names it (exit 2) and rank 0 stops with it.
+        nodes = {}
+        for r, text in ((0, "alpha beta gamma delta\n" * 200), (1, "epsilon zeta eta theta\n" * 150)):
+            nodes[r] = os.path.join(self.tmp, f"node{r}")
+            os.makedirs(os.path.join(nodes[r], "data"))
+            with open(os.path.join(nodes[r], "data", "a.txt"), "w") as f:
+                f.write(text)
+        args = self.common(os.path.join(self.tmp, "datamismatch"),
+                           ["--steps", "1", "--peer-timeout", "20", "--set", "dataset.name=text",
+                            "--set", "dataset.path=data"])
+        ranks = Ranks(2, args, cwd=nodes)
+        try:
+            codes = ranks.wait(timeout=60)
+            self.assertEqual(codes[1], 2, ranks.log(1)[-2000:])
+            self.assertIn("this process loaded other data than rank 0", ranks.log(1))
+            self.assertIn("dataset.path 'data'", ranks.log(1))
+            self.assertIsNotNone(codes[0], "rank 0 did not stop")
+            self.assertNotEqual(codes[0], 0, ranks.log(0)[-2000:])
+        finally:
+            ranks.close()
 
     def test_a_mismatch_among_three_ranks_reaches_every_rank(self):
         # Ranks 0 and 1 agree, rank 2 does not: rank 1 must hear it from rank 0's verdict, not time

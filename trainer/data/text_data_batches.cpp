@@ -2,6 +2,9 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <zlib.h>
+
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
 
@@ -29,6 +32,16 @@ TokenBatcher::TokenBatcher(std::vector<int32_t> tokens, int64_t batch_size, int6
   if (sequence_length_ <= 0) {
     throw std::runtime_error("model.sequence_length must be positive, got " + std::to_string(sequence_length_));
   }
+  // Chunks of at most 1 GiB: crc32() takes a uInt length.
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const auto* bytes = reinterpret_cast<const Bytef*>(tokens_.data());
+  for (size_t left = tokens_.size() * sizeof(int32_t); left > 0;) {
+    const size_t n = std::min<size_t>(left, size_t{1} << 30);
+    crc = crc32(crc, bytes, static_cast<uInt>(n));
+    bytes += n;
+    left -= n;
+  }
+  tokens_crc32_ = static_cast<uint32_t>(crc);
   // Samples overlap by one token: sample i covers tokens [i*T, i*T + T] inclusive.
   num_samples_ = tokens_.size() > 1 ? static_cast<int64_t>(tokens_.size() - 1) / sequence_length_ : 0;
   if (num_batches() == 0) {

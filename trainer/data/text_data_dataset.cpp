@@ -58,6 +58,13 @@ const Tokenizer& TextDataset::get_tokenizer() const {
 
 int64_t TextDataset::num_batches() const { return batcher().num_batches(); }
 
+std::string TextDataset::content_digest() const {
+  char crc[16];
+  std::snprintf(crc, sizeof crc, "%08x", batcher().tokens_crc32());
+  return std::to_string(batcher().num_tokens()) + " tokens, " + std::to_string(num_batches()) +
+         " batches per epoch, token CRC-32 " + crc;
+}
+
 Batch TextDataset::process_batch(int64_t epoch, int64_t index) { return batcher().batch(epoch, index, seed_); }
 
 }  // namespace gpipe

@@ -218,6 +218,18 @@ PipelineTrainer::PipelineTrainer(PipelineConfig config, PipelineComponents compo
     }
     replica_group_ = dist_->new_group(fmt::format("replica{}", placement_.replica), members, "gloo");
   }
+  if (dist_ && dist_->world_size() > 1 && components_.dataset) {
+    // Every process reads dataset.path itself; stage 0's gives the inputs and the last stage's the
+    // targets, so different data on two nodes would train on mismatched pairs without a word.
+    const std::string mine = components_.dataset->content_digest();
+    const std::string rank0 = dist_->broadcast_from_rank0("dataset_digest", mine);
+    if (mine != rank0) {
+      throw ConfigError(fmt::format(
+          "this process loaded other data than rank 0: {} here, {} on rank 0 (dataset.path '{}', dataset.name '{}'): "
+          "give every node the same files (a shared file system, or identical copies)",
+          mine, rank0, config_.dataset.path, config_.dataset.name));
+    }
+  }
   if (dist_) {
     // One device per process (cuda:LOCAL_RANK, as torchrun runs), shared by its ranks.
     const int local_rank = dist_->world().local_rank;

@@ -49,6 +49,8 @@ class TokenBatcher {
   TokenBatcher(std::vector<int32_t> tokens, int64_t batch_size, int64_t sequence_length, const std::string& origin);
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens_.size()); }
+  // CRC-32 (zlib) of the token stream's bytes, taken at construction.
+  uint32_t tokens_crc32() const { return tokens_crc32_; }
   int64_t num_samples() const { return num_samples_; }
   int64_t num_batches() const { return num_samples_ / batch_size_; }
   // Global batch `index` of `epoch`: int64 CPU tensors [batch_size, sequence_length].
@@ -57,6 +59,7 @@ class TokenBatcher {
 
  private:
   std::vector<int32_t> tokens_;
+  uint32_t tokens_crc32_ = 0;
   int64_t batch_size_;
   int64_t sequence_length_;
   int64_t num_samples_;
@@ -80,6 +83,8 @@ class TextDataset : public DatasetInterface {
   int64_t num_batches() const override;
   Batch process_batch(int64_t epoch, int64_t index) override;
   void set_seed(uint64_t seed) override { seed_ = seed; }
+  // Tokens, batches and the token stream's CRC-32.
+  std::string content_digest() const override;
 
   const TokenBatcher& batcher() const;
 

@@ -47,6 +47,10 @@ class DatasetInterface {
   // Seed of the per-epoch shuffle (the runner passes training.seed; call any time before
   // process_batch). Default: a dataset without randomness ignores it.
   virtual void set_seed(uint64_t /*seed*/) {}
+  // A short text that differs when two processes loaded different data (each process reads
+  // dataset.path itself, and stage 0's process gives the inputs while the last stage's gives the
+  // targets): the trainer compares every rank's with rank 0's. Default: the batch count.
+  virtual std::string content_digest() const { return "batches " + std::to_string(num_batches()); }
 };
 
 // What one layer of the model costs, for partition balancing. Layer 0 is the embedding, the last
