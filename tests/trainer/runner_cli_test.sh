@@ -68,6 +68,9 @@ expect checkpointed_run 0 "Training summary" -- --config "$cfg" --steps 2 --outp
   --checkpoint-interval 1
 expect resume_longer 0 "this run trains 4 steps in all" -- --config "$cfg" --steps 4 --output-dir "$tmp/run_ckpt" \
   --checkpoint-interval 1 --resume
+# The resumed run keeps the metrics of the steps before its checkpoint in the same folder.
+steps=$(grep -o '"step":[0-9]*' "$tmp/run_ckpt/metrics.jsonl" | cut -d: -f2 | tr '\n' ' ')
+[ "$steps" = "0 1 2 3 " ] || { echo "FAIL resume_metrics: metrics.jsonl steps '$steps', wanted '0 1 2 3 '"; failures=$((failures + 1)); }
 # ... but not with another learning rate, and the refusal names the field.
 expect resume_other_lr 2 "training.learning_rate: 0.002 vs 0.005" -- --config "$cfg" --steps 5 \
   --output-dir "$tmp/run_ckpt" --lr 0.005 --resume

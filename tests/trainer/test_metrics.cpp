@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -47,6 +48,7 @@ TEST(MetricsTest, JsonlAndSummary) {
   info.num_gpus = 4;
   {
     MetricsLog log(dir, info);
+    log.begin_at(0, /*resumed=*/false);
     for (int i = 0; i < 3; ++i) {
       IterationMetrics m;
       m.step = i;
@@ -102,6 +104,36 @@ TEST(MetricsTest, JsonlAndSummary) {
   EXPECT_EQ(lines, 3);
   std::ifstream summary(dir + "/summary.json");
   EXPECT_EQ(nlohmann::json::parse(summary).at("schedule"), "1f1b");
+  testing::remove_tree(dir);
+}
+
+// A run resumed into its own output folder keeps the metrics of the steps before its checkpoint
+// (the lines of steps it takes again go, and so does a line that is not a step's); a fresh run
+// starts the file empty.
+TEST(MetricsTest, AResumedRunKeepsTheEarlierStepsLines) {
+  const std::string dir = testing::fresh_temp_dir("metrics_resume_test");
+  auto run = [&](int64_t first, int64_t last, bool resumed) {
+    MetricsLog log(dir, RunInfo{});
+    log.begin_at(first, resumed);
+    for (int64_t i = first; i < last; ++i) {
+      IterationMetrics m;
+      m.step = i;
+      m.loss = 10.0 - static_cast<double>(i);
+      log.add(m);
+    }
+  };
+  auto steps = [&] {
+    std::vector<int64_t> out;
+    std::ifstream in(dir + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line).at("step").get<int64_t>());
+    return out;
+  };
+  run(0, 5, false);  // steps 0-4; the checkpoint was at step 3
+  { std::ofstream(dir + "/metrics.jsonl", std::ios::app) << "not json\n"; }
+  run(3, 6, true);
+  EXPECT_EQ(steps(), (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
+  run(0, 2, false);
+  EXPECT_EQ(steps(), (std::vector<int64_t>{0, 1})) << "a fresh run starts the file empty";
   testing::remove_tree(dir);
 }
 

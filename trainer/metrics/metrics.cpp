@@ -101,8 +101,8 @@ MetricsLog::MetricsLog(const std::string& output_dir, RunInfo info) : output_dir
   std::error_code ec;
   std::filesystem::create_directories(output_dir_, ec);
   const std::string path = (std::filesystem::path(output_dir_) / "metrics.jsonl").string();
-  jsonl_.open(path, std::ios::trunc);
-  if (!jsonl_) {
+  std::ofstream probe(path, std::ios::app);  // writable, and nothing truncated before begin_at
+  if (!probe) {
     throw std::runtime_error("cannot write metrics to '" + path +
                              "': set training.output_dir to a writable folder");
   }
@@ -126,7 +126,28 @@ std::optional<double> MetricsLog::mfu(double tokens_per_s) const {
   return info_.flops_per_token * tokens_per_s / (*info_.peak_flops_per_gpu * info_.num_gpus);
 }
 
+void MetricsLog::begin_at(int64_t first_step, bool resumed) {
+  const std::string path = (std::filesystem::path(output_dir_) / "metrics.jsonl").string();
+  std::string kept;
+  if (resumed) {
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      // Lines of steps this run takes again (after the checkpoint), or that are not ours, go.
+      if (j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+          j["step"].get<int64_t>() < first_step) {
+        kept += line + '\n';
+      }
+    }
+  }
+  jsonl_.open(path, std::ios::trunc);
+  if (!jsonl_) throw std::runtime_error("cannot write metrics to '" + path + "'");
+  jsonl_ << kept;
+  jsonl_.flush();
+}
+
 void MetricsLog::add(const IterationMetrics& m) {
+  if (!jsonl_.is_open()) throw std::logic_error("MetricsLog::add before begin_at");
   iterations_.push_back(m);
   jsonl_ << to_json(m).dump() << '\n';
   jsonl_.flush();

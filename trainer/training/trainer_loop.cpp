@@ -151,6 +151,7 @@ nlohmann::json PipelineTrainer::train() {
   int64_t first_index = 0;
   if (resume_) std::tie(step, first_epoch, first_index) = load_checkpoint();
   const int64_t first_step = step;
+  if (metrics) metrics->begin_at(first_step, resume_.has_value());
   const int64_t batches = components_.dataset->num_batches();
   // For the log's "step N/total" and the time left.
   const int64_t run_steps = planned_steps();

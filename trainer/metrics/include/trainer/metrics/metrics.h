@@ -81,10 +81,15 @@ std::vector<std::pair<std::string, double>> tensorboard_scalars(const IterationM
 // output folder as it comes; summarises at the end.
 class MetricsLog {
  public:
-  // Opens `<output_dir>/metrics.jsonl` (truncating it) and a new TensorBoard event file
-  // `<output_dir>/events.out.tfevents.*` (when this build has the writer); throws
-  // std::runtime_error naming the file.
+  // Checks that `<output_dir>/metrics.jsonl` can be written (nothing in it is lost yet: see
+  // begin_at) and opens a new TensorBoard event file `<output_dir>/events.out.tfevents.*` (when
+  // this build has the writer); throws std::runtime_error naming the file.
   MetricsLog(const std::string& output_dir, RunInfo info);
+  // Starts metrics.jsonl for a run whose first step is `first_step`: a run that resumed keeps
+  // the lines of the steps before it (a resume into the same output folder used to lose them),
+  // any other run starts the file empty. Call once, before add(); summary() covers this run's
+  // steps only.
+  void begin_at(int64_t first_step, bool resumed);
   ~MetricsLog();
   MetricsLog(MetricsLog&&) noexcept;
   // The event file, or nullopt when this build writes none (tensorboard_unavailable_reason()).
