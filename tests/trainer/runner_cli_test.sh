@@ -105,6 +105,16 @@ fi
 grep -q "\"schedule\": \"file $tmp/1f1b.csv\"" "$tmp/run_csv/summary.json" \
   || { echo "FAIL schedule_file_run: summary.json does not name the schedule file"; failures=$((failures + 1)); }
 sed '1s/^0F0/0Z0/' "$tmp/1f1b.csv" >"$tmp/bad.csv"
+# With replicas, --print-schedule and --validate-only schedule one replica's share of the
+# micro-batches, as the run does: its grid loads back for the same launch, and a whole step's
+# (8) is refused naming the per-replica count.
+dp=(--config "$cfg" --stages 2 --data-parallel-size 2)
+expect dp_print_schedule 0 "2 rank\(s\) x 1 stage\(s\) per rank, 4 micro-batch\(es\)" -- "${dp[@]}" --print-schedule
+"$runner" "${dp[@]}" --print-schedule --format csv_compute_only >"$tmp/dp.csv" 2>/dev/null
+expect dp_schedule_file 0 "config ok" -- "${dp[@]}" --schedule-file "$tmp/dp.csv" --validate-only
+"$runner" --config "$cfg" --stages 2 --print-schedule --format csv_compute_only >"$tmp/whole.csv" 2>/dev/null
+expect dp_whole_step_file 2 "training.num_microbatches / parallel.data_parallel_size \(one replica's\) 4" -- \
+  "${dp[@]}" --schedule-file "$tmp/whole.csv" --validate-only
 expect schedule_file_bad_cell 2 "bad.csv.*0Z0" -- --config "$cfg" --steps 1 --schedule-file "$tmp/bad.csv" --output-dir "$tmp/run_bad"
 # The same four schedules generated natively (parallel.schedule): the same losses as interleaved
 # 1F1B's run of the same steps.

@@ -230,8 +230,10 @@ int report_error(const std::exception& e, std::ostream& out, std::ostream& err) 
 
 namespace {
 
-// What the executors would run: the schedule file's (read and validated) or the generated one.
-Schedule schedule_to_run(const PipelineConfig& config) {
+// What the executors would run: the schedule file's (read and validated) or the generated one,
+// of one replica's pipeline as the run schedules it (replica_config).
+Schedule schedule_to_run(const PipelineConfig& global) {
+  const PipelineConfig config = replica_config(global);
   if (!config.parallel.schedule_file.empty()) return schedule_from_file(config.parallel, config.training);
   return with_communication(make_schedule(config));
 }

@@ -500,6 +500,12 @@ void PipelineConfig::validate() const {
   detail::check_cross_fields(*this);
 }
 
+PipelineConfig replica_config(const PipelineConfig& config) {
+  PipelineConfig replica = config;
+  replica.training.num_microbatches /= std::max(1, config.parallel.data_parallel_size);
+  return replica;
+}
+
 std::string run_fingerprint_text(const PipelineConfig& config) {
   std::string text = config.to_yaml();
   for (const auto& [field, path] : {std::pair<const char*, const std::string&>{"parallel.schedule_file", config.parallel.schedule_file},

@@ -395,7 +395,10 @@ Schedule schedule_from_file(const ParallelConfig& parallel, const TrainingConfig
                            std::to_string(s.num_microbatches) + " micro-batch(es), but the config has " +
                            "parallel.model_parallel_size " + std::to_string(parallel.model_parallel_size) +
                            ", parallel.virtual_stages " + std::to_string(parallel.virtual_stages) +
-                           " and training.num_microbatches " + std::to_string(training.num_microbatches) +
+                           (parallel.data_parallel_size > 1
+                                ? " and training.num_microbatches / parallel.data_parallel_size (one replica's) "
+                                : " and training.num_microbatches ") +
+                           std::to_string(training.num_microbatches) +
                            "; make them agree (--stages, --virtual-stages, --microbatches)");
   const OverlapMode overlap = parse_overlap_mode(parallel.overlap_f_b);
   if (communicates(s)) {

@@ -36,10 +36,11 @@ namespace gpipe {
 
 namespace {
 Schedule generate_or_read_schedule(const ParallelConfig& parallel, const TrainingConfig& global_training) {
-  // One replica's pipeline: with parallel.data_parallel_size replicas, each runs its share of the
-  // micro-batches (validate() checked that they divide).
-  TrainingConfig training = global_training;
-  training.num_microbatches /= std::max(1, parallel.data_parallel_size);
+  // One replica's pipeline (replica_config).
+  PipelineConfig whole;
+  whole.parallel = parallel;
+  whole.training = global_training;
+  const TrainingConfig training = replica_config(whole).training;
   if (!parallel.schedule_file.empty()) {
     // Read, checked against the config's shape, lowered if compute-only, and validated.
     Schedule from_file;

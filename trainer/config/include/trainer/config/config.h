@@ -179,6 +179,11 @@ struct PipelineConfig {
 // files under one path. A file that cannot be read adds its path only (the run's own check names it).
 std::string run_fingerprint_text(const PipelineConfig& config);
 
+// One replica's pipeline: with parallel.data_parallel_size D replicas each runs
+// training.num_microbatches / D of a step's micro-batches (validate() checked that they divide).
+// The run, --print-schedule and --validate-only all schedule this config.
+PipelineConfig replica_config(const PipelineConfig& config);
+
 // The fields whose values differ between `a` and `b`, each as "section.key: <a's> vs <b's>"
 // (values as to_yaml() writes them), in to_yaml()'s order.
 std::vector<std::string> config_differences(const PipelineConfig& a, const PipelineConfig& b);
