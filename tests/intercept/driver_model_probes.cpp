@@ -214,6 +214,13 @@ const std::map<std::string, Probe>& probes() {
          const int none = primary_active(d, dev);
          return fmt::format("active with 2 retains={} 1 retain={} 0 retains={}", two, one, none);
        }},
+      {"stream.use_after_destroy",
+       [](const Driver& d, CUdevice dev) {
+         retain_current(d, dev);
+         CUstream s = make_stream(d);
+         MUST(d, d.cuStreamDestroy(s));
+         return fmt::format("query of a destroyed stream={}", name_of(d, d.cuStreamQuery(s)));
+       }},
       {"primary.inactive_before_its_first_retain",
        [](const Driver& d, CUdevice dev) {
          const int before = primary_active(d, dev);

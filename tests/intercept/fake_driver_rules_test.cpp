@@ -69,6 +69,11 @@ TEST_F(FakeDriverRules, StreamsEventsAndFunctionsBelongToTheirContext) {
   no_context.join();
   EXPECT_EQ(cuStreamDestroy(s1), CUDA_SUCCESS);
   EXPECT_EQ(cuStreamDestroy(s0), CUDA_SUCCESS);
+  // A destroyed stream's handle: work on it fails (held work the shim submitted after the
+  // destroy would show), and nothing waits for it any more.
+  EXPECT_EQ(cuLaunchKernel(f0, 1, 1, 1, 1, 1, 1, 0, s0, nullptr, nullptr), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuEventRecord(e0, s0), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuStreamQuery(s0), CUDA_ERROR_INVALID_HANDLE);
   EXPECT_EQ(cuEventDestroy(e0), CUDA_SUCCESS);
 }
 

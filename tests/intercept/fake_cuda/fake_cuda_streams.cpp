@@ -44,6 +44,7 @@ CUresult record(const char* name, CUevent e, CUstream hs, bool per_thread) {
   auto it = s.events.find(c.event);
   if (it == s.events.end()) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
   const uint64_t id = sid(hs, per_thread);
+  if (CUresult dead = dead_stream_answer(s, id); dead != CUDA_SUCCESS) return finish(s, c, dead);
   auto sit = s.streams.find(id);
   const uint64_t stream_ctx =
       (default_stream_id(id) || sit == s.streams.end() || sit->second.ctx == 0) ? current_ctx()
@@ -172,7 +173,14 @@ CUresult destroy_stream(const char* name, CUstream hs) {
   if (dead_stream_answer(s, id) == CUDA_ERROR_CONTEXT_IS_DESTROYED) {
     return finish(s, c, CUDA_ERROR_CONTEXT_IS_DESTROYED);
   }
-  if (!default_stream_id(id)) s.streams.erase(id);  // the legacy stream no longer waits for it
+  if (!default_stream_id(id)) {
+    auto it = s.streams.find(id);
+    // A stream the fake made is gone: every later use of its handle fails, as at its context's
+    // end, until a new stream gets the handle (held work the shim submits after the destroy is
+    // caught). A handle it never made (tests' made-up ones) is only forgotten.
+    if (it != s.streams.end() && it->second.ctx != 0) s.dead_streams[id] = CUDA_ERROR_INVALID_HANDLE;
+    s.streams.erase(id);  // the legacy stream no longer waits for it
+  }
   return finish(s, c);
 }
 }  // namespace
