@@ -221,6 +221,28 @@ const std::map<std::string, Probe>& probes() {
          MUST(d, d.cuStreamDestroy(s));
          return fmt::format("query of a destroyed stream={}", name_of(d, d.cuStreamQuery(s)));
        }},
+      {"capture.context_synchronize_beside_a_relaxed_capture",
+       [](const Driver& d, CUdevice dev) {
+         retain_current(d, dev);
+         CUstream capturing = make_stream(d);
+         MUST(d, d.cuStreamBeginCapture(capturing, CU_STREAM_CAPTURE_MODE_RELAXED));
+         const CUresult sync = d.cuCtxSynchronize();
+         CUgraph graph = nullptr;
+         const CUresult end = d.cuStreamEndCapture(capturing, &graph);
+         return fmt::format("context synchronize={} end capture={}", name_of(d, sync), name_of(d, end));
+       }},
+      {"capture.legacy_is_capturing_beside_a_blocking_capture",
+       [](const Driver& d, CUdevice dev) {
+         retain_current(d, dev);
+         CUstream capturing = nullptr;
+         MUST(d, d.cuStreamCreate(&capturing, CU_STREAM_DEFAULT));
+         MUST(d, d.cuStreamBeginCapture(capturing, CU_STREAM_CAPTURE_MODE_RELAXED));
+         CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+         const CUresult asked = d.cuStreamIsCapturing(CU_STREAM_LEGACY, &status);
+         CUgraph graph = nullptr;
+         const CUresult end = d.cuStreamEndCapture(capturing, &graph);
+         return fmt::format("legacy is capturing={} end capture={}", name_of(d, asked), name_of(d, end));
+       }},
       {"primary.inactive_before_its_first_retain",
        [](const Driver& d, CUdevice dev) {
          const int before = primary_active(d, dev);

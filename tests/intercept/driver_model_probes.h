@@ -24,7 +24,8 @@ namespace driver_model {
   X(cuEventRecord) X(cuStreamWaitEvent) X(cuThreadExchangeStreamCaptureMode)                      \
   X(cuStreamGetPriority) X(cuStreamCreateWithPriority) X(cuCtxGetStreamPriorityRange)            \
   X(cuModuleLoadData) X(cuModuleGetFunction) X(cuModuleUnload) X(cuLaunchKernel)                 \
-  X(cuStreamSynchronize) X(cuFuncGetName) X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
+  X(cuStreamSynchronize) X(cuFuncGetName) X(cuOccupancyMaxActiveBlocksPerMultiprocessor) \
+  X(cuCtxSynchronize) X(cuStreamIsCapturing)
 
 struct Driver {
 #define DRIVER_MODEL_FIELD(fn) decltype(&::fn) fn = nullptr;

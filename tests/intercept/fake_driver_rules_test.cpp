@@ -115,6 +115,35 @@ TEST_F(FakeDriverRules, GlobalCaptureIsInvalidatedByAnotherThreadsQueryUnlessItI
   EXPECT_EQ(cuStreamDestroy(other), CUDA_SUCCESS);
 }
 
+// Rules of every capture mode (relaxed here, so that no thread-mode rule applies): synchronizing
+// a context that encompasses an active capture is invalid and invalidates it (CUDA programming
+// guide); beside a blocking stream's capture the legacy stream is unusable, and asking whether
+// it captures answers CUDA_ERROR_STREAM_CAPTURE_IMPLICIT without invalidating the capture (cuda.h).
+TEST_F(FakeDriverRules, ACaptureMakesItsContextAndTheLegacyStreamUnusable) {
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  ASSERT_EQ(cuThreadExchangeStreamCaptureMode(&mode), CUDA_SUCCESS);
+  CUstream non_blocking = nullptr, blocking = nullptr;
+  ASSERT_EQ(cuStreamCreate(&non_blocking, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamCreate(&blocking, CU_STREAM_DEFAULT), CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  ASSERT_EQ(cuStreamBeginCapture(non_blocking, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(cuStreamEndCapture(non_blocking, &graph), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  ASSERT_EQ(cuStreamBeginCapture(blocking, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamIsCapturing(CU_STREAM_LEGACY, &status), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  EXPECT_EQ(cuStreamEndCapture(blocking, &graph), CUDA_SUCCESS) << "asking does not invalidate the capture";
+  ASSERT_EQ(cuStreamBeginCapture(blocking, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamQuery(CU_STREAM_LEGACY), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  EXPECT_EQ(cuStreamEndCapture(blocking, &graph), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  EXPECT_EQ(cuStreamIsCapturing(CU_STREAM_LEGACY, &status), CUDA_SUCCESS);
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_NONE);
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS) << "no capture any more";
+  EXPECT_EQ(cuStreamDestroy(blocking), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy(non_blocking), CUDA_SUCCESS);
+  ASSERT_EQ(cuThreadExchangeStreamCaptureMode(&mode), CUDA_SUCCESS);
+}
+
 TEST_F(FakeDriverRules, AWaitBindsToTheRecordCurrentWhenItReachesTheDriver) {
   CUstream a = nullptr, b = nullptr;
   ASSERT_EQ(cuStreamCreate(&a, 0), CUDA_SUCCESS);

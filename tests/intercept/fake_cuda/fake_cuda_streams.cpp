@@ -105,6 +105,11 @@ CUresult stream_sync(const char* name, CUstream hs, bool per_thread, bool query)
     cap->second.invalidated = true;  // synchronising with a capturing stream is illegal
     return finish(s, c, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   }
+  // "When a blocking stream is capturing, the legacy stream is in an unusable state" (cuda.h): a
+  // query or sync of it would depend on the capture, in any capture mode.
+  if (legacy_stream_id(id) && legacy_work_waits_for_a_capture(s, legacy_stream_ctx(id))) {
+    return finish(s, c, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  }
   if (CUresult rc = unsafe_call(s); rc != CUDA_SUCCESS) return finish(s, c, rc);
   Stream& str = s.streams[id];
   if (query) return finish(s, c, str.busy ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS);
@@ -142,6 +147,16 @@ CUresult ctx_sync(const char* name, CUcontext arg) {
   c.context = current_ctx();
   const uint64_t ctx = arg != nullptr ? reinterpret_cast<uint64_t>(arg) : c.context;
   if (ctx == 0) return finish(s, c, CUDA_ERROR_INVALID_CONTEXT);
+  // Synchronizing "a broader handle which encompasses an active stream capture, such as a device
+  // or context handle" is invalid in every capture mode (CUDA programming guide) and invalidates it.
+  bool encompasses = false;
+  for (auto& [id, capture] : s.captures) {
+    if (capture.ctx == ctx && !capture.invalidated) {
+      capture.invalidated = true;
+      encompasses = true;
+    }
+  }
+  if (encompasses) return finish(s, c, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   if (CUresult rc = unsafe_call(s); rc != CUDA_SUCCESS) return finish(s, c, rc);
   for (auto& [id, str] : s.streams) {
     const bool other_context = legacy_stream_id(id) ? legacy_stream_ctx(id) != ctx : str.ctx != 0 && str.ctx != ctx;
@@ -416,7 +431,18 @@ FAKE_EXPORT CUresult CUDAAPI cuStreamIsCapturing(CUstream hs, CUstreamCaptureSta
   State& s = st();
   std::lock_guard lock(s.mu);
   if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  auto it = s.captures.find(sid(hs, false));
+  const uint64_t id = sid(hs, false);
+  // The legacy stream beside a blocking capture of its context: CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
+  // and "the blocking stream capture is not invalidated" (cuda.h).
+  if (legacy_stream_id(id)) {
+    for (const auto& [capturing, capture] : s.captures) {
+      auto str = s.streams.find(capturing);
+      const bool blocking = (capturing & kPerThreadStream) != 0 ||
+                            (str != s.streams.end() && (str->second.flags & CU_STREAM_NON_BLOCKING) == 0);
+      if (blocking && capture.ctx == legacy_stream_ctx(id)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    }
+  }
+  auto it = s.captures.find(id);
   *status = it == s.captures.end() ? CU_STREAM_CAPTURE_STATUS_NONE
             : it->second.invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
                                      : CU_STREAM_CAPTURE_STATUS_ACTIVE;
