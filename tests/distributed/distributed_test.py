@@ -422,6 +422,27 @@ class DistributedTest(unittest.TestCase):
         finally:
             ranks.close()
 
+    def test_a_checkpoint_folder_the_ranks_do_not_share_is_refused_before_training(self):
+        # A relative --checkpoint-dir from two working directories (node-local folders): named
+        # before the first step by the rank that cannot see rank 0's probe file, not at the first
+        # save hours in.
+        nodes = {r: os.path.join(self.tmp, f"ckptnode{r}") for r in (0, 1)}
+        for d in nodes.values():
+            os.makedirs(d)
+        args = (["--config", os.path.join(ROOT, "configs/gpt_cpu_tiny.yaml")] + TINY +
+                ["--output-dir", os.path.join(self.tmp, "ckptshare"), "--checkpoint-dir", "ckpt",
+                 "--checkpoint-interval", "1", "--steps", "2", "--peer-timeout", "20"])
+        ranks = Ranks(2, args, cwd=nodes)
+        try:
+            codes = ranks.wait(timeout=60)
+            self.assertEqual(codes[1], 2, ranks.log(1)[-2000:])
+            self.assertIn("training.checkpoint_dir 'ckpt' is not the folder rank 0 writes", ranks.log(1))
+            self.assertNotIn("step 1/", ranks.log(1))
+            self.assertIsNotNone(codes[0], "rank 0 did not stop")
+            self.assertNotEqual(codes[0], 0, ranks.log(0)[-2000:])
+        finally:
+            ranks.close()
+
     def test_a_mismatch_among_three_ranks_reaches_every_rank(self):
         # Ranks 0 and 1 agree, rank 2 does not: rank 1 must hear it from rank 0's verdict, not time
         # out connecting Gloo to a rank 0 that left.

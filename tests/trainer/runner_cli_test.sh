@@ -71,6 +71,11 @@ expect resume_longer 0 "this run trains 4 steps in all" -- --config "$cfg" --ste
 # The resumed run keeps the metrics of the steps before its checkpoint in the same folder.
 steps=$(grep -o '"step":[0-9]*' "$tmp/run_ckpt/metrics.jsonl" | cut -d: -f2 | tr '\n' ' ')
 [ "$steps" = "0 1 2 3 " ] || { echo "FAIL resume_metrics: metrics.jsonl steps '$steps', wanted '0 1 2 3 '"; failures=$((failures + 1)); }
+# A checkpoint folder that cannot be written is named before the first step, not at the first save.
+expect checkpoint_dir_unwritable 2 "training.checkpoint_dir: cannot write checkpoints to '/proc/nope'" -- --config "$cfg" \
+  --steps 2 --checkpoint-interval 1 --checkpoint-dir /proc/nope --output-dir "$tmp/run_ckpt_bad"
+grep -q '"step"' "$tmp/run_ckpt_bad/metrics.jsonl" 2>/dev/null \
+  && { echo "FAIL checkpoint_dir_unwritable: a step ran before the refusal"; failures=$((failures + 1)); }
 # ... but not with another learning rate, and the refusal names the field.
 expect resume_other_lr 2 "training.learning_rate: 0.002 vs 0.005" -- --config "$cfg" --steps 5 \
   --output-dir "$tmp/run_ckpt" --lr 0.005 --resume

@@ -1,7 +1,11 @@
 // PipelineTrainer's checkpoints: each process writes its stages' files, rank 0 the manifest last;
 // resuming reads the manifest rank 0 picked and restores this process's stages (checkpoint.h).
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -45,6 +49,48 @@ std::string PipelineTrainer::checkpoint_config_yaml() const {
 }
 
 void PipelineTrainer::resume_from(const std::string& folder) { resume_ = folder; }
+
+void PipelineTrainer::check_checkpoint_folder() {
+  const std::string root = checkpoint_root();
+  const std::string probe_name = ".gpipe_probe";
+  const std::filesystem::path probe = std::filesystem::path(root) / probe_name;
+  const bool writer = !dist_ || dist_->rank() == 0;
+  std::string nonce;
+  if (writer) {
+    std::error_code ec;
+    std::filesystem::create_directories(root, ec);
+    nonce = fmt::format("{}-{}", static_cast<long>(getpid()),
+                        std::chrono::steady_clock::now().time_since_epoch().count());
+    std::ofstream out(probe, std::ios::trunc);
+    out << nonce;
+    out.close();
+    if (ec || !out) {
+      // Before anyone waits on the probe: the others hear it through the failure announcement.
+      throw ConfigError(fmt::format("training.checkpoint_dir: cannot write checkpoints to '{}'{}: give a writable "
+                                    "folder (--checkpoint-dir)", root, ec ? ": " + ec.message() : std::string()));
+    }
+  }
+  if (dist_ && dist_->world_size() > 1) {
+    nonce = dist_->broadcast_from_rank0("checkpoint_probe", nonce);
+    if (!writer) {
+      std::ifstream in(probe);
+      std::string seen;
+      std::getline(in, seen);
+      if (seen != nonce) {
+        throw ConfigError(fmt::format(
+            "training.checkpoint_dir '{}' is not the folder rank 0 writes: its probe file is {} here. Every process "
+            "writes its stages' files there and rank 0 their manifest, so all must see one folder (a shared file "
+            "system); give --checkpoint-dir such a folder", root, in ? "another one" : "missing"));
+      }
+    }
+    // Every process has looked before rank 0 removes the probe.
+    (void)dist_->gather_to_rank0("checkpoint_probe_seen", "ok");
+  }
+  if (writer) {
+    std::error_code ec;
+    std::filesystem::remove(probe, ec);
+  }
+}
 
 void PipelineTrainer::save_checkpoint(int64_t step, int epoch, int64_t batch_index) {
   const std::string root = checkpoint_root();

@@ -149,6 +149,7 @@ nlohmann::json PipelineTrainer::train() {
   int64_t step = 0;
   int first_epoch = 0;
   int64_t first_index = 0;
+  if (t.checkpoint_interval > 0) check_checkpoint_folder();
   if (resume_) std::tie(step, first_epoch, first_index) = load_checkpoint();
   const int64_t first_step = step;
   if (metrics) metrics->begin_at(first_step, resume_.has_value());

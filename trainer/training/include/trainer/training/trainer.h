@@ -117,6 +117,10 @@ class PipelineTrainer {
   // Writes every local stage's checkpoint for `next` (steps done, next batch); rank 0 writes the
   // manifest once all stage files exist, then prunes old checkpoints.
   void save_checkpoint(int64_t step, int epoch, int64_t batch_index);
+  // Before the first step of a run that checkpoints: the folder can be made and written, and every
+  // process sees the same one (rank 0's probe file); else ConfigError naming
+  // training.checkpoint_dir, instead of a failure checkpoint_interval steps into the run.
+  void check_checkpoint_folder();
   // Loads the local stages from resume_ (or the newest checkpoint); returns {step, epoch, batch}.
   std::tuple<int64_t, int, int64_t> load_checkpoint();
 
