@@ -411,14 +411,20 @@ class DistributedTest(unittest.TestCase):
         args = self.common(os.path.join(self.tmp, "datamismatch"),
                            ["--steps", "1", "--peer-timeout", "20", "--set", "dataset.name=text",
                             "--set", "dataset.path=data"])
-        ranks = Ranks(2, args, cwd=nodes)
+        log = self.rank1_refuses_and_rank0_stops(args, nodes)
+        self.assertIn("this process loaded other data than rank 0", log)
+        self.assertIn("dataset.path 'data'", log)
+
+    def rank1_refuses_and_rank0_stops(self, args, cwd):
+        """Two ranks in their own working directories: rank 1 exits 2 and rank 0 stops with it.
+        Returns rank 1's log."""
+        ranks = Ranks(2, args, cwd=cwd)
         try:
             codes = ranks.wait(timeout=60)
             self.assertEqual(codes[1], 2, ranks.log(1)[-2000:])
-            self.assertIn("this process loaded other data than rank 0", ranks.log(1))
-            self.assertIn("dataset.path 'data'", ranks.log(1))
             self.assertIsNotNone(codes[0], "rank 0 did not stop")
             self.assertNotEqual(codes[0], 0, ranks.log(0)[-2000:])
+            return ranks.log(1)
         finally:
             ranks.close()
 
@@ -432,16 +438,9 @@ class DistributedTest(unittest.TestCase):
         args = (["--config", os.path.join(ROOT, "configs/gpt_cpu_tiny.yaml")] + TINY +
                 ["--output-dir", os.path.join(self.tmp, "ckptshare"), "--checkpoint-dir", "ckpt",
                  "--checkpoint-interval", "1", "--steps", "2", "--peer-timeout", "20"])
-        ranks = Ranks(2, args, cwd=nodes)
-        try:
-            codes = ranks.wait(timeout=60)
-            self.assertEqual(codes[1], 2, ranks.log(1)[-2000:])
-            self.assertIn("training.checkpoint_dir 'ckpt' is not the folder rank 0 writes", ranks.log(1))
-            self.assertNotIn("step 1/", ranks.log(1))
-            self.assertIsNotNone(codes[0], "rank 0 did not stop")
-            self.assertNotEqual(codes[0], 0, ranks.log(0)[-2000:])
-        finally:
-            ranks.close()
+        log = self.rank1_refuses_and_rank0_stops(args, nodes)
+        self.assertIn("training.checkpoint_dir 'ckpt' is not the folder rank 0 writes", log)
+        self.assertNotIn("step 1/", log)
 
     def test_a_mismatch_among_three_ranks_reaches_every_rank(self):
         # Ranks 0 and 1 agree, rank 2 does not: rank 1 must hear it from rank 0's verdict, not time
