@@ -382,6 +382,12 @@ int DriverDevice::max_active_blocks_per_sm(const sched::KernelInfo& kernel) {
     std::lock_guard lock(occupancy_mutex_);
     if (auto it = occupancy_.find(key); it != occupancy_.end()) return it->second;
   }
+  // No current context (the helper thread): the query would fail, and a CUkernel's answer is the
+  // current context's; a launching thread asks with one.
+  CUcontext current = nullptr;
+  if (real::cuCtxGetCurrent != nullptr && (real::cuCtxGetCurrent(&current) != CUDA_SUCCESS || current == nullptr)) {
+    return kOccupancyUnknown;
+  }
   int blocks = 0;
   auto f = reinterpret_cast<CUfunction>(kernel.id);
   CUresult rc = real::cuOccupancyMaxActiveBlocksPerMultiprocessor(

@@ -71,10 +71,13 @@ bool has_wait(unsigned count, const CUstreamBatchMemOpParams* params) {
 // release every stream first. Deferred errors of the released work are not this call's: they
 // stay for the call that synchronises with their op (finding 7).
 template <typename Call>
-CUresult submit_memop(Shim* shim, CUstream s, bool per_thread, const Call& call, bool waits,
+CUresult submit_memop(Shim* shim, CUstream s, bool per_thread, Call& call, bool waits,
                       sched::OpKind kind, uint64_t bytes) {
   const sched::StreamId id = Shim::stream_id(s, per_thread);
   if (waits) shim->dispatcher().release_all();
+  // Another thread may submit it (a drain, the helper thread's dependency walk): under the
+  // caller's context, as every call whose caller waits.
+  call.capture_context();
   return orion::submit_call(shim, kind, id, call, /*clonable=*/false, 0, bytes);
 }
 

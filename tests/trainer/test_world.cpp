@@ -85,6 +85,9 @@ TEST(World, LocalRankWithoutLocalWorldSizeIsAccepted) {
   const WorldInfo w = world_of(without(kTorchrun, "LOCAL_WORLD_SIZE"));
   EXPECT_EQ(w.local_rank, 1);
   EXPECT_EQ(w.local_world_size, 2);
+  // Open MPI's (or MPICH's) own count of the node's processes, when the wrapper left it.
+  EXPECT_EQ(world_of(with(without(kTorchrun, "LOCAL_WORLD_SIZE"), "OMPI_COMM_WORLD_LOCAL_SIZE", "4")).local_world_size, 4);
+  EXPECT_EQ(world_of(with(without(kTorchrun, "LOCAL_WORLD_SIZE"), "MPI_LOCALNRANKS", "3")).local_world_size, 3);
 }
 
 TEST(World, OneProcessWorldNeedsNoMaster) {

@@ -85,10 +85,10 @@ class MetricsLog {
   // begin_at) and opens a new TensorBoard event file `<output_dir>/events.out.tfevents.*` (when
   // this build has the writer); throws std::runtime_error naming the file.
   MetricsLog(const std::string& output_dir, RunInfo info);
-  // Starts metrics.jsonl for a run whose first step is `first_step`: a run that resumed keeps
-  // the lines of the steps before it (a resume into the same output folder used to lose them),
-  // any other run starts the file empty. Call once, before add(); summary() covers this run's
-  // steps only.
+  // Starts metrics.jsonl for a run whose first step is `first_step`: a run that resumed from its
+  // own checkpoints (`resumed`) keeps the lines of the steps before it (a resume into the same
+  // output folder used to lose them), any other run starts the file empty. Call once, before
+  // add(); summary() covers this run's steps only.
   void begin_at(int64_t first_step, bool resumed);
   ~MetricsLog();
   MetricsLog(MetricsLog&&) noexcept;
