@@ -68,6 +68,7 @@ bool context_destroyed(uint64_t ctx) {
 }
 
 void take_context_along(State& s, uint64_t ctx, CUresult streams_answer) {
+  s.streams.erase(legacy_stream_of(ctx));  // a revived primary context's legacy stream starts idle
   for (auto it = s.streams.begin(); it != s.streams.end();) {
     if (it->second.ctx == ctx) {
       s.dead_streams[it->first] = streams_answer;
