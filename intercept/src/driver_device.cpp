@@ -400,10 +400,7 @@ int DriverDevice::max_active_blocks_per_sm(const sched::KernelInfo& kernel) {
                                                              kernel.shared_mem_bytes);
     }
   }
-  // Not kept: the query fails on a thread without a current context (the helper thread estimating
-  // a queued op; a CUkernel's occupancy is the current context's), and a launching thread asks
-  // again with one.
-  if (rc != CUDA_SUCCESS) return kOccupancyUnknown;
+  if (rc != CUDA_SUCCESS) return kOccupancyUnknown;  // a driver error is not kept either
   std::lock_guard lock(occupancy_mutex_);
   occupancy_[key] = blocks;
   return blocks;

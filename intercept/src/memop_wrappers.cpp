@@ -14,46 +14,16 @@
 //    sets the flag) is in the driver before the wait can block a stream on it. A producer issued
 //    after the wait on a best-effort stream is admitted by the policy or, at the latest, by the
 //    starvation bound (ORION_BE_MAX_WAIT_US), so it is never held back forever.
-// The caller waits until its op is in the driver (never cloned) and gets the driver's own answer:
-// cuda.h documents errors these calls return at once (CUDA_ERROR_NOT_SUPPORTED where the device
-// lacks stream memory ops), and programs probe support with them.
-#include <vector>
-
+// The caller waits until its op is in the driver (never cloned: the batch's parameter array stays
+// the caller's) and gets the driver's own answer: cuda.h documents errors these calls return at
+// once (CUDA_ERROR_NOT_SUPPORTED where the device lacks stream memory ops), and programs probe
+// support with them.
 #include "wrapper_support.h"
 
 using orion::Shim;
 namespace real = orion::real;
 
 namespace {
-
-// A cuStreamBatchMemOp call owning (when cloned) a copy of its parameter array.
-template <typename Fn>
-class BatchMemOpCall final : public orion::DriverCall {
- public:
-  BatchMemOpCall(Fn fn, CUstream s, unsigned count, CUstreamBatchMemOpParams* params,
-                 unsigned flags)
-      : DriverCall(s), fn_(fn), count_(count), params_(params), flags_(flags) {}
-  static std::unique_ptr<sched::OpPayload> clone(const sched::OpPayload& p) {
-    const auto& src = static_cast<const BatchMemOpCall&>(p);
-    auto copy = std::make_unique<BatchMemOpCall>(src);
-    if (src.params_ != nullptr) {
-      copy->owned_.assign(src.params_, src.params_ + src.count_);
-      copy->params_ = copy->owned_.data();
-    }
-    copy->capture_context();
-    return copy;
-  }
-
- protected:
-  CUresult invoke() const override { return fn_(stream(), count_, params_, flags_); }
-
- private:
-  Fn fn_;
-  unsigned count_;
-  CUstreamBatchMemOpParams* params_;
-  unsigned flags_;
-  std::vector<CUstreamBatchMemOpParams> owned_;
-};
 
 bool has_wait(unsigned count, const CUstreamBatchMemOpParams* params) {
   if (params == nullptr) return false;
@@ -110,7 +80,7 @@ ORION_VALUE_MEMOP4(cuStreamWaitValue64, cuuint64_t, true, kHostFunc, 0)
                                     unsigned flags) {                                         \
     ORION_REQUIRE_REAL(sym);                                                                  \
     if (Shim* shim = orion::scheduling_shim()) {                                              \
-      BatchMemOpCall<decltype(real::sym)> call(real::sym, s, count, p, flags);                \
+      auto call = orion::value_call(s, real::sym, s, count, p, flags);                        \
       return submit_memop(shim, s, per_thread, call, has_wait(count, p),                      \
                           sched::OpKind::kHostFunc, 0);                                       \
     }                                                                                         \

@@ -137,9 +137,11 @@ OpEstimate ProfileStore::estimate(const KernelInfo& kernel, Device& device) {
   std::unique_lock lock(impl_->mu);
   Entry& e = impl_->get_or_create(kernel.id);
   if (kernel.name != nullptr) impl_->name_entry(e, kernel.name);
-  bool cached = answer == Device::kOccupancyUnknown;
+  bool cached = false;
   for (const ShapeSms& s : e.shapes) cached = cached || same_shape(s, kernel);
-  if (!cached) e.shapes.push_back({kernel.block, kernel.shared_mem_bytes, blocks_per_sm});
+  if (!cached && answer != Device::kOccupancyUnknown) {
+    e.shapes.push_back({kernel.block, kernel.shared_mem_bytes, blocks_per_sm});
+  }
   est.duration_ns = e.duration_ns.load(std::memory_order_relaxed);
   est.profile = static_cast<KernelProfile>(e.profile.load(std::memory_order_relaxed));
   if (kernel.profile_hint != KernelProfile::kUnknown) est.profile = kernel.profile_hint;

@@ -29,6 +29,29 @@ class ReleaseRules : public Scheduling {
       EXPECT_GE(find_named(calls(), name, h(s)), 0);
     }
   }
+  // An interprocess event `ipc` on the best-effort stream while high priority runs: `op` (logged as
+  // `name`) on an ordinary event is held, on `ipc` it reaches the driver before the call returns,
+  // behind the kernel queued before it.
+  void expect_interprocess_op_not_held(const char* name, CUevent ipc, CUresult (*op)(CUevent, CUstream)) {
+    CUevent plain = nullptr;
+    ASSERT_EQ(cuEventCreate(&plain, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+    hold_high_priority();
+    ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+    ASSERT_EQ(op(plain, be_), CUDA_SUCCESS);
+    expect_held(name, be_);
+    ASSERT_EQ(op(ipc, be_), CUDA_SUCCESS);
+    const auto log = calls();
+    const long kernel = find_launch(log, k_be_);
+    const long at = find_call(log, [&](const fake_cuda_call& c) { return std::strcmp(c.name, name) == 0 && c.event == h(ipc); });
+    ASSERT_GE(at, 0) << name << " of an interprocess event was held back";
+    ASSERT_GE(kernel, 0) << "the work before " << name << " did not reach the driver before it";
+    EXPECT_LT(kernel, at);
+    fake_cuda_set_stream_busy(hp_, 0);
+    EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+    EXPECT_EQ(cuEventDestroy(plain), CUDA_SUCCESS);
+  }
+  static CUresult record_on(CUevent e, CUstream s) { return cuEventRecord(e, s); }
+  static CUresult wait_on(CUevent e, CUstream s) { return cuStreamWaitEvent(s, e, 0); }
   // Held best-effort launches of `exec` then of another executable; then `call` (named `name` in the
   // driver's log) on the high-priority stream, which CUDA orders behind exec's earlier launches.
   // The held launch of exec reaches the driver first; the other executable's stays held.
@@ -295,26 +318,10 @@ TEST_F(ReleaseRules, ALegacyQueryReportsEachDeferredErrorOnce) {
 // A record of such an event reaches the driver, behind its stream's earlier work, before the
 // call returns; a record of an ordinary event is still held.
 TEST_F(ReleaseRules, ARecordOfAnInterprocessEventIsNeverHeld) {
-  CUevent ipc = nullptr, plain = nullptr;
+  CUevent ipc = nullptr;
   ASSERT_EQ(cuEventCreate(&ipc, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
-  ASSERT_EQ(cuEventCreate(&plain, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
-  hold_high_priority();
-  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
-  ASSERT_EQ(cuEventRecord(plain, be_), CUDA_SUCCESS);
-  expect_held("cuEventRecord", be_);
-  ASSERT_EQ(cuEventRecord(ipc, be_), CUDA_SUCCESS);
-  auto log = calls();
-  const long kernel = find_launch(log, k_be_);
-  const long record = find_call(log, [&](const fake_cuda_call& c) {
-    return std::strcmp(c.name, "cuEventRecord") == 0 && c.event == h(ipc);
-  });
-  ASSERT_GE(record, 0) << "the interprocess event's record was held back";
-  ASSERT_GE(kernel, 0) << "the work before the record did not reach the driver before it";
-  EXPECT_LT(kernel, record);
-  fake_cuda_set_stream_busy(hp_, 0);
-  EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  expect_interprocess_op_not_held("cuEventRecord", ipc, record_on);
   EXPECT_EQ(cuEventDestroy(ipc), CUDA_SUCCESS);
-  EXPECT_EQ(cuEventDestroy(plain), CUDA_SUCCESS);
 }
 
 // A wait on an interprocess event binds to the record the driver has when the wait reaches it;
@@ -322,26 +329,10 @@ TEST_F(ReleaseRules, ARecordOfAnInterprocessEventIsNeverHeld) {
 // record than the program's. The wait reaches the driver, behind its stream's earlier work,
 // before the call returns; a wait on an ordinary event is still held.
 TEST_F(ReleaseRules, AWaitOnAnInterprocessEventIsNeverHeld) {
-  CUevent ipc = nullptr, plain = nullptr;
+  CUevent ipc = nullptr;
   ASSERT_EQ(cuEventCreate(&ipc, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
-  ASSERT_EQ(cuEventCreate(&plain, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
-  hold_high_priority();
-  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
-  ASSERT_EQ(cuStreamWaitEvent(be_, plain, 0), CUDA_SUCCESS);
-  expect_held("cuStreamWaitEvent", be_);
-  ASSERT_EQ(cuStreamWaitEvent(be_, ipc, 0), CUDA_SUCCESS);
-  auto log = calls();
-  const long kernel = find_launch(log, k_be_);
-  const long wait = find_call(log, [&](const fake_cuda_call& c) {
-    return std::strcmp(c.name, "cuStreamWaitEvent") == 0 && c.event == h(ipc);
-  });
-  ASSERT_GE(wait, 0) << "the wait on an interprocess event was held back";
-  ASSERT_GE(kernel, 0) << "the work before the wait did not reach the driver before it";
-  EXPECT_LT(kernel, wait);
-  fake_cuda_set_stream_busy(hp_, 0);
-  EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  expect_interprocess_op_not_held("cuStreamWaitEvent", ipc, wait_on);
   EXPECT_EQ(cuEventDestroy(ipc), CUDA_SUCCESS);
-  EXPECT_EQ(cuEventDestroy(plain), CUDA_SUCCESS);
 }
 
 // The same for an event opened from another process's handle: the shim never saw it created
@@ -353,19 +344,7 @@ TEST_F(ReleaseRules, ARecordOfAnEventOpenedFromAnIpcHandleIsNeverHeld) {
   ASSERT_EQ(cuIpcGetEventHandle(&handle, exported), CUDA_SUCCESS);
   ASSERT_EQ(cuIpcOpenEventHandle(&opened, handle), CUDA_SUCCESS);
   ASSERT_NE(opened, exported);
-  hold_high_priority();
-  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
-  ASSERT_EQ(cuEventRecord(opened, be_), CUDA_SUCCESS);
-  const auto log = calls();
-  const long kernel = find_launch(log, k_be_);
-  const long record = find_call(log, [&](const fake_cuda_call& c) {
-    return std::strcmp(c.name, "cuEventRecord") == 0 && c.event == h(opened);
-  });
-  ASSERT_GE(record, 0) << "the record of an event opened from an IPC handle was held back";
-  ASSERT_GE(kernel, 0) << "the work before the record did not reach the driver before it";
-  EXPECT_LT(kernel, record);
-  fake_cuda_set_stream_busy(hp_, 0);
-  EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  expect_interprocess_op_not_held("cuEventRecord", opened, record_on);
   EXPECT_EQ(cuEventDestroy(opened), CUDA_SUCCESS);
   EXPECT_EQ(cuEventDestroy(exported), CUDA_SUCCESS);
   // What the driver refuses: a handle of an event made without CU_EVENT_INTERPROCESS.

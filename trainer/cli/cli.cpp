@@ -18,21 +18,24 @@ namespace gpipe {
 namespace {
 // CLI11's PositiveNumber and NonNegativeNumber print their range as doubles ("Value 0 not in
 // range 0.000000 to 179769...0000.000000"): these name the bound plainly.
-const CLI::Validator kCount = CLI::Range(1, std::numeric_limits<int>::max()).description("INT >= 1");
-const CLI::Validator kPositive(
-    [](std::string& in) -> std::string {
-      double v = 0;
-      if (!CLI::detail::lexical_cast(in, v) || !std::isfinite(v) || v <= 0) return "'" + in + "' is not a number > 0";
-      return {};
-    },
-    "NUMBER > 0");
-const CLI::Validator kNonNegative(
-    [](std::string& in) -> std::string {
-      double v = 0;
-      if (!CLI::detail::lexical_cast(in, v) || !std::isfinite(v) || v < 0) return "'" + in + "' is not a number >= 0";
-      return {};
-    },
-    "NUMBER >= 0");
+CLI::Validator count_from(int least) {
+  return CLI::Range(least, std::numeric_limits<int>::max()).description("INT >= " + std::to_string(least));
+}
+// A finite number above 0 (`strict`) or at least 0.
+CLI::Validator number_above_zero(bool strict) {
+  const std::string bound = strict ? "> 0" : ">= 0";
+  return CLI::Validator(
+      [strict, bound](std::string& in) -> std::string {
+        double v = 0;
+        const bool ok = CLI::detail::lexical_cast(in, v) && std::isfinite(v) && (strict ? v > 0 : v >= 0);
+        return ok ? std::string() : "'" + in + "' is not a number " + bound;
+      },
+      "NUMBER " + bound);
+}
+const CLI::Validator kCount = count_from(1);
+const CLI::Validator kIndex = count_from(0);
+const CLI::Validator kPositive = number_above_zero(true);
+const CLI::Validator kNonNegative = number_above_zero(false);
 }  // namespace
 
 RunOptions parse_cli(int argc, const char* const* argv) {
@@ -85,7 +88,7 @@ RunOptions parse_cli(int argc, const char* const* argv) {
   nproc->check(kCount);
   app.add_option("--nnodes", nnodes, "Nodes of a --nproc-per-node launch")->check(kCount);
   app.add_option("--node-rank", node_rank, "This node's index in a --nproc-per-node launch")
-      ->check(CLI::Range(0, std::numeric_limits<int>::max()).description("INT >= 0"));
+      ->check(kIndex);
   app.add_option("--master-addr", master_addr, "Rendezvous host of a --nproc-per-node launch (rank 0's node)");
   app.add_option("--master-port", master_port, "Rendezvous port of a --nproc-per-node launch")->check(CLI::Range(1, 65535));
   auto* plan_flag = app.add_flag("--plan", opts.plan.enabled,
@@ -95,7 +98,7 @@ RunOptions parse_cli(int argc, const char* const* argv) {
       ->needs(plan_flag);
   app.add_option("--plan-rows", opts.plan.rows, "Candidates --plan prints")->check(kCount)->needs(plan_flag);
   app.add_option("--verify", opts.plan.verify, "With --plan: run the top K candidates a few steps each and print "
-                 "predicted against measured step time and peak memory")->check(CLI::Range(0, std::numeric_limits<int>::max()).description("INT >= 0"))->needs(plan_flag);
+                 "predicted against measured step time and peak memory")->check(kIndex)->needs(plan_flag);
   app.add_option("--verify-steps", opts.plan.verify_steps, "Steps per verified candidate (the first two are warm-up)")
       ->check(CLI::Range(3, 1000))->needs(plan_flag);
   app.add_option("--world-size", opts.plan.world_size, "With --plan: ranks of the real run (pipeline ranks x replicas)")

@@ -500,9 +500,15 @@ void PipelineConfig::validate() const {
   detail::check_cross_fields(*this);
 }
 
+TrainingConfig replica_training(const ParallelConfig& parallel, const TrainingConfig& training) {
+  TrainingConfig replica = training;
+  replica.num_microbatches /= std::max(1, parallel.data_parallel_size);
+  return replica;
+}
+
 PipelineConfig replica_config(const PipelineConfig& config) {
   PipelineConfig replica = config;
-  replica.training.num_microbatches /= std::max(1, config.parallel.data_parallel_size);
+  replica.training = replica_training(config.parallel, config.training);
   return replica;
 }
 

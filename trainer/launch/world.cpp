@@ -74,22 +74,19 @@ WorldInfo from_torch_env(const GetEnv& getenv) {
   w.rank = int_at_least("RANK", *rank, 0);
   w.world_size = int_at_least("WORLD_SIZE", *world, 1);
   if (auto v = lookup(getenv, "LOCAL_RANK")) w.local_rank = int_at_least("LOCAL_RANK", *v, 0);
-  // A launcher that sets LOCAL_RANK alone (an MPI wrapper; c10d does not need LOCAL_WORLD_SIZE):
-  // the node's process count from the MPI launcher's own variable, else at least local_rank + 1
+  // The node's process count: LOCAL_WORLD_SIZE, else (a launcher that sets LOCAL_RANK alone, an MPI
+  // wrapper; c10d does not need it) the MPI launcher's own variable, else at least local_rank + 1
   // (only the CPU thread split reads it: an undercount gives the node's low ranks more threads).
-  if (auto v = lookup(getenv, "LOCAL_WORLD_SIZE")) {
-    w.local_world_size = int_at_least("LOCAL_WORLD_SIZE", *v, 1);
-  } else {
-    w.local_world_size = w.local_rank + 1;
-    for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_LOCAL_SIZE"}) {
-      if (auto n = lookup(getenv, name)) {
-        w.local_world_size = int_at_least(name, *n, 1);
-        check_ranks(w, {"RANK", "WORLD_SIZE", "LOCAL_RANK", name});
-        break;
-      }
+  w.local_world_size = w.local_rank + 1;
+  const char* local_size_from = "LOCAL_WORLD_SIZE";
+  for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_LOCAL_SIZE"}) {
+    if (auto n = lookup(getenv, name)) {
+      w.local_world_size = int_at_least(name, *n, 1);
+      local_size_from = name;
+      break;
     }
   }
-  check_ranks(w, {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"});
+  check_ranks(w, {"RANK", "WORLD_SIZE", "LOCAL_RANK", local_size_from});
 
   const auto addr = lookup(getenv, "MASTER_ADDR");
   const auto port = lookup(getenv, "MASTER_PORT");

@@ -97,13 +97,14 @@ std::vector<std::pair<std::string, double>> tensorboard_scalars(const IterationM
   return s;
 }
 
-MetricsLog::MetricsLog(const std::string& output_dir, RunInfo info) : output_dir_(output_dir), info_(std::move(info)) {
+MetricsLog::MetricsLog(const std::string& output_dir, RunInfo info)
+    : output_dir_(output_dir), info_(std::move(info)),
+      jsonl_path_((std::filesystem::path(output_dir) / "metrics.jsonl").string()) {
   std::error_code ec;
   std::filesystem::create_directories(output_dir_, ec);
-  const std::string path = (std::filesystem::path(output_dir_) / "metrics.jsonl").string();
-  std::ofstream probe(path, std::ios::app);  // writable, and nothing truncated before begin_at
+  std::ofstream probe(jsonl_path_, std::ios::app);  // writable, and nothing truncated before begin_at
   if (!probe) {
-    throw std::runtime_error("cannot write metrics to '" + path +
+    throw std::runtime_error("cannot write metrics to '" + jsonl_path_ +
                              "': set training.output_dir to a writable folder");
   }
   if (TensorBoardEventWriter::unavailable_reason() == nullptr) {
@@ -127,10 +128,9 @@ std::optional<double> MetricsLog::mfu(double tokens_per_s) const {
 }
 
 void MetricsLog::begin_at(int64_t first_step, bool resumed) {
-  const std::string path = (std::filesystem::path(output_dir_) / "metrics.jsonl").string();
   std::string kept;
   if (resumed) {
-    std::ifstream in(path);
+    std::ifstream in(jsonl_path_);
     for (std::string line; std::getline(in, line);) {
       const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
       // Lines of steps this run takes again (after the checkpoint), or that are not ours, go.
@@ -140,8 +140,8 @@ void MetricsLog::begin_at(int64_t first_step, bool resumed) {
       }
     }
   }
-  jsonl_.open(path, std::ios::trunc);
-  if (!jsonl_) throw std::runtime_error("cannot write metrics to '" + path + "'");
+  jsonl_.open(jsonl_path_, std::ios::trunc);
+  if (!jsonl_) throw std::runtime_error("cannot write metrics to '" + jsonl_path_ + "'");
   jsonl_ << kept;
   jsonl_.flush();
 }

@@ -36,11 +36,7 @@ namespace gpipe {
 
 namespace {
 Schedule generate_or_read_schedule(const ParallelConfig& parallel, const TrainingConfig& global_training) {
-  // One replica's pipeline (replica_config).
-  PipelineConfig whole;
-  whole.parallel = parallel;
-  whole.training = global_training;
-  const TrainingConfig training = replica_config(whole).training;
+  const TrainingConfig training = replica_training(parallel, global_training);  // one replica's pipeline
   if (!parallel.schedule_file.empty()) {
     // Read, checked against the config's shape, lowered if compute-only, and validated.
     Schedule from_file;

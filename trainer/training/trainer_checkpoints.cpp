@@ -50,10 +50,18 @@ std::string PipelineTrainer::checkpoint_config_yaml() const {
 
 void PipelineTrainer::resume_from(const std::string& folder) { resume_ = folder; }
 
+bool PipelineTrainer::resumes_own_checkpoint() const {
+  if (!resume_) return false;
+  if (resume_->empty()) return true;  // the newest under checkpoint_root()
+  std::error_code root_error, from_error;
+  const auto root = std::filesystem::weakly_canonical(checkpoint_root(), root_error);
+  const auto from = std::filesystem::weakly_canonical(*resume_, from_error);
+  return !root_error && !from_error && from.parent_path() == root;
+}
+
 void PipelineTrainer::check_checkpoint_folder() {
   const std::string root = checkpoint_root();
-  const std::string probe_name = ".gpipe_probe";
-  const std::filesystem::path probe = std::filesystem::path(root) / probe_name;
+  const std::filesystem::path probe = std::filesystem::path(root) / ".gpipe_probe";
   const bool writer = !dist_ || dist_->rank() == 0;
   std::string nonce;
   if (writer) {

@@ -152,19 +152,8 @@ nlohmann::json PipelineTrainer::train() {
   if (t.checkpoint_interval > 0) check_checkpoint_folder();
   if (resume_) std::tie(step, first_epoch, first_index) = load_checkpoint();
   const int64_t first_step = step;
-  if (metrics) {
-    // Earlier steps' lines are this run's own only when it resumed from its own checkpoints (the
-    // newest under checkpoint_root(), or a folder there); --resume-from another run's checkpoint
-    // starts the file afresh.
-    bool own_checkpoint = resume_.has_value() && resume_->empty();
-    if (resume_ && !resume_->empty()) {
-      std::error_code ec;
-      const auto root = std::filesystem::weakly_canonical(checkpoint_root(), ec);
-      const auto from = std::filesystem::weakly_canonical(*resume_, ec).parent_path();
-      own_checkpoint = !ec && from == root;
-    }
-    metrics->begin_at(first_step, own_checkpoint);
-  }
+  // Earlier steps' metrics lines are this run's own only when it resumed from its own checkpoints.
+  if (metrics) metrics->begin_at(first_step, resumes_own_checkpoint());
   const int64_t batches = components_.dataset->num_batches();
   // For the log's "step N/total" and the time left.
   const int64_t run_steps = planned_steps();

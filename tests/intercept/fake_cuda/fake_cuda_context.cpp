@@ -145,14 +145,17 @@ uint64_t thread_token() {
 // one too: the driver refuses it (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, "a disallowed implicit
 // dependency on a current capture sequence from cudaStreamLegacy") and, as for every prohibited
 // operation, invalidates the capture, whatever its mode. A per-thread default stream is blocking.
+bool blocks_legacy_stream(const State& s, uint64_t capturing, const Capture& capture, uint64_t ctx) {
+  if (capture.ctx != ctx) return false;
+  if ((capturing & kPerThreadStream) != 0) return true;
+  auto it = s.streams.find(capturing);
+  return it != s.streams.end() && (it->second.flags & CU_STREAM_NON_BLOCKING) == 0;
+}
+
 bool legacy_work_waits_for_a_capture(State& s, uint64_t ctx) {
   bool implicit = false;
   for (auto& [id, capture] : s.captures) {
-    bool blocking = (id & kPerThreadStream) != 0;
-    if (auto it = s.streams.find(id); it != s.streams.end()) {
-      blocking = blocking || (it->second.flags & CU_STREAM_NON_BLOCKING) == 0;
-    }
-    if (blocking && capture.ctx == ctx) {
+    if (blocks_legacy_stream(s, id, capture, ctx)) {
       capture.invalidated = true;
       implicit = true;
     }

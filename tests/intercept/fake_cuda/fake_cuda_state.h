@@ -182,6 +182,8 @@ CUresult check_enqueue(State& s, uint64_t id);
 // True (and the captures invalidated) when work on context `ctx`'s legacy stream would wait for
 // a capturing blocking stream: the call fails CUDA_ERROR_STREAM_CAPTURE_IMPLICIT.
 bool legacy_work_waits_for_a_capture(State& s, uint64_t ctx);
+// Whether `capture` (of stream `capturing`) is a blocking stream's capture in context `ctx`.
+bool blocks_legacy_stream(const State& s, uint64_t capturing, const Capture& capture, uint64_t ctx);
 // A potentially unsafe call (query, synchronise, allocation, free) during a capture, under s.mu:
 // when the calling thread is prohibited from it (its own non-relaxed capture, or another thread's
 // global-mode capture while this thread is not relaxed) the captures in question are

@@ -436,10 +436,7 @@ FAKE_EXPORT CUresult CUDAAPI cuStreamIsCapturing(CUstream hs, CUstreamCaptureSta
   // and "the blocking stream capture is not invalidated" (cuda.h).
   if (legacy_stream_id(id)) {
     for (const auto& [capturing, capture] : s.captures) {
-      auto str = s.streams.find(capturing);
-      const bool blocking = (capturing & kPerThreadStream) != 0 ||
-                            (str != s.streams.end() && (str->second.flags & CU_STREAM_NON_BLOCKING) == 0);
-      if (blocking && capture.ctx == legacy_stream_ctx(id)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+      if (blocks_legacy_stream(s, capturing, capture, legacy_stream_ctx(id))) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
     }
   }
   auto it = s.captures.find(id);

@@ -182,6 +182,7 @@ std::string run_fingerprint_text(const PipelineConfig& config);
 // One replica's pipeline: with parallel.data_parallel_size D replicas each runs
 // training.num_microbatches / D of a step's micro-batches (validate() checked that they divide).
 // The run, --print-schedule and --validate-only all schedule this config.
+TrainingConfig replica_training(const ParallelConfig& parallel, const TrainingConfig& training);
 PipelineConfig replica_config(const PipelineConfig& config);
 
 // The fields whose values differ between `a` and `b`, each as "section.key: <a's> vs <b's>"

@@ -113,6 +113,7 @@ class MetricsLog {
  private:
   std::string output_dir_;
   RunInfo info_;
+  std::string jsonl_path_;  // <output_dir>/metrics.jsonl
   std::ofstream jsonl_;
   std::unique_ptr<TensorBoardEventWriter> tensorboard_;
   std::vector<IterationMetrics> iterations_;

@@ -121,6 +121,9 @@ class PipelineTrainer {
   // process sees the same one (rank 0's probe file); else ConfigError naming
   // training.checkpoint_dir, instead of a failure checkpoint_interval steps into the run.
   void check_checkpoint_folder();
+  // Whether resume_ is one of this run's checkpoints (the newest under checkpoint_root(), or a
+  // folder there), not another run's given with --resume-from.
+  bool resumes_own_checkpoint() const;
   // Loads the local stages from resume_ (or the newest checkpoint); returns {step, epoch, batch}.
   std::tuple<int64_t, int, int64_t> load_checkpoint();
 
