@@ -80,9 +80,9 @@ class LateEntryPoints : public Scheduling {
     out.push_back(CASE(cuMemBatchDecompressAsync, true, 1, dparams, one, 0u, err_idx, s));
     out.push_back(CASE(cuMemBatchDecompressAsync_ptsz, true, 1, dparams, one, 0u, err_idx, s));
     // Graph upload (11010).
-    const CUgraphExec graph = reinterpret_cast<CUgraphExec>(0x6000);
-    out.push_back(CASE(cuGraphUpload, true, 0x6000, graph, s));
-    out.push_back(CASE(cuGraphUpload_ptsz, true, 0x6000, graph, s));
+    const CUgraphExec graph = graph_exec_;
+    out.push_back(CASE(cuGraphUpload, true, h(graph), graph, s));
+    out.push_back(CASE(cuGraphUpload_ptsz, true, h(graph), graph, s));
     // Graphics interop map/unmap (3000, _ptsz 7000): a borrowed resource array.
     CUgraphicsResource* res = resources_;
     out.push_back(CASE(cuGraphicsMapResources, true, 2, 2u, res, s));
@@ -117,9 +117,18 @@ class LateEntryPoints : public Scheduling {
     copy3d_.WidthInBytes = 8;
     copy3d_.Height = 2;
     copy3d_.Depth = 3;
+    graph_exec_ = make_graph_exec();
+    ASSERT_NE(graph_exec_, nullptr);
+  }
+  void TearDown() override {
+    if (graph_exec_ != nullptr) {
+      EXPECT_EQ(cuGraphExecDestroy(graph_exec_), CUDA_SUCCESS);
+    }
+    Scheduling::TearDown();
   }
 
   std::vector<fake_cuda_call> log_at_return_;
+  CUgraphExec graph_exec_ = nullptr;
   CUdeviceptr ptrs_[2] = {0x1000, 0x3000};
   size_t sizes_[2] = {4096, 8192};
   CUmemLocation loc_{};

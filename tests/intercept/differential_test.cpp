@@ -54,6 +54,8 @@ struct ThreadProgram {
   CUevent events[3] = {};  // [2] is an interprocess event
   void* host[2] = {};       // pinned host buffers (cuMemAllocHost), freed and made anew at random
   CUgraphExec exec = nullptr;  // launched on any stream, edited at random
+  CUgraphNode exec_node = nullptr;  // its kernel node, which the edits name
+  std::vector<uint64_t> edit_tags;  // the barrier key of each edit of `exec`, program order
   CUfunction any_ctx = nullptr;  // a CUkernel: launched in the thread's private contexts too
   std::set<uint64_t> private_contexts;  // made by cuCtxCreate, destroyed by the same op
   std::vector<uint64_t> graph_streams;  // the stream of each launch of `exec`, program order
@@ -68,7 +70,7 @@ struct ThreadProgram {
   std::vector<Issued> issued;
   struct Barrier {
     bool legacy;            // a legacy-stream launch (tag), or a call that releases everything
-                            // (cuMemFree, cuMemFreeHost: pointer; a graph edit: node)
+                            // (cuMemFree, cuMemFreeHost: pointer; a graph edit: its tag)
     uint64_t key;
     size_t issued_before;   // issued.size() at the barrier
   };
@@ -125,8 +127,8 @@ void run_thread(ThreadProgram& p, uint64_t seed, int ops, int device, bool block
     return fail("setup", -1);
   }
   p.any_ctx = reinterpret_cast<CUfunction>(fake_cuda_make_kernel(library, "diff_kernel_any_ctx", 1, tag_size));
-  // Any value: the fake keeps no state for an executable it did not make but its launches.
-  p.exec = reinterpret_cast<CUgraphExec>(0xE0000000000ULL + (static_cast<uint64_t>(p.thread) << 8));
+  p.exec = make_graph_exec(p.f, &p.exec_node);
+  if (p.exec == nullptr) return fail("make_graph_exec", -1);
   CUstream streams[] = {p.hp, p.be, p.nb, p.plain};
   auto add = [&](CUstream s, Kind k, uint64_t key) {
     // Each thread's per-thread default stream is its own: keyed by the thread, as the check does.
@@ -166,10 +168,9 @@ void run_thread(ThreadProgram& p, uint64_t seed, int ops, int device, bool block
           add(s, Kind::kGraph, h(p.exec));
           p.graph_streams.push_back(h(s));
           break;
-        case 3:  // an edit of the executable: the node handle names it in the log
-          if (int rc = cuGraphNodeSetEnabled(p.exec, reinterpret_cast<CUgraphNode>(tag), 1); rc != CUDA_SUCCESS) {
-            fail("graph edit", rc);
-          }
+        case 3:  // an edit of the executable: the check tells its edits apart by their order
+          if (int rc = cuGraphNodeSetEnabled(p.exec, p.exec_node, 1); rc != CUDA_SUCCESS) fail("graph edit", rc);
+          p.edit_tags.push_back(tag);
           p.barriers.push_back({false, tag, p.issued.size()});
           break;
         case 5: {  // a private context with held work, destroyed
@@ -270,6 +271,7 @@ void teardown_thread(ThreadProgram& p) {
   for (void* m : p.host) {
     if (m != nullptr) cuMemFreeHost(m);
   }
+  if (p.exec != nullptr) cuGraphExecDestroy(p.exec);
 }
 
 uint64_t tag_of(const fake_cuda_call& c) {
@@ -289,11 +291,14 @@ int check(const std::vector<ThreadProgram>& threads, const std::vector<fake_cuda
   std::map<uint64_t, const ThreadProgram*> by_function;
   std::map<uint64_t, const ThreadProgram*> by_event;
   std::map<uint64_t, std::vector<uint64_t>> graph_streams;  // per executable, driver order
+  std::map<uint64_t, const ThreadProgram*> by_exec;
+  std::map<uint64_t, size_t> edits_seen;  // per executable
   for (const auto& p : threads) {
     by_function[h(p.f)] = &p;
     by_function[h(p.any_ctx)] = &p;
     for (CUevent e : p.events) by_event[h(e)] = &p;
     graph_streams[h(p.exec)];
+    by_exec[h(p.exec)] = &p;
   }
   // Log entries of each program stream, in driver order; legacy launches and frees by key.
   std::map<uint64_t, std::vector<std::pair<Expected, size_t>>> seen;
@@ -363,8 +368,17 @@ int check(const std::vector<ThreadProgram>& threads, const std::vector<fake_cuda
     } else if (std::strcmp(c.name, "cuMemFree_v2") == 0 || std::strcmp(c.name, "cuMemFreeHost") == 0 ||
                std::strcmp(c.name, "cuCtxDestroy_v2") == 0) {
       barrier_at[c.value] = i;
-    } else if (std::strcmp(c.name, "cuGraphNodeSetEnabled") == 0) {
-      barrier_at[tag_of(c)] = i;
+    } else if (std::strcmp(c.name, "cuGraphNodeSetEnabled") == 0 && by_exec.count(c.value) != 0) {
+      // One thread makes all of an executable's edits, each returning once it is in the driver:
+      // the k-th edit in the log is the thread's k-th.
+      if (c.result != CUDA_SUCCESS) bad("a graph edit failed in the driver: " + std::to_string(c.result));
+      const ThreadProgram& editor = *by_exec[c.value];
+      const size_t k = edits_seen[c.value]++;
+      if (k < editor.edit_tags.size()) {
+        barrier_at[editor.edit_tags[k]] = i;
+      } else {
+        bad("a graph edit reached the driver more often than it was made");
+      }
     } else if (std::strcmp(c.name, "cuMemcpyHtoDAsync_v2") == 0) {
       if (c.result != CUDA_SUCCESS) bad("a pinned copy failed in the driver (its memory was freed?)");
       seen[c.stream].push_back({{Kind::kCopy, c.value}, i});

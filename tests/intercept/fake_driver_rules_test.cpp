@@ -188,6 +188,62 @@ TEST_F(FakeDriverRules, ElapsedTimeNeedsTwoTimingEvents) {
   for (CUevent e : {a, b, untimed}) EXPECT_EQ(cuEventDestroy(e), CUDA_SUCCESS);
 }
 
+// A graph executable is what instantiation made it (the driver copies the graph): it outlives its
+// graph, is edited only through the graph's own nodes, is updated only from a graph of the same
+// shape, and a handle the driver never made or already destroyed is refused. The shim's tests used
+// made-up executables before, which no real driver accepts.
+TEST_F(FakeDriverRules, GraphExecutablesLiveFromInstantiationToDestruction) {
+  CUevent e = nullptr;
+  CUstream s = nullptr;
+  ASSERT_EQ(cuEventCreate(&e, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, -5), CUDA_SUCCESS);
+  CUgraph graph = nullptr, other = nullptr;
+  CUgraphNode record = nullptr, foreign = nullptr;
+  ASSERT_EQ(cuGraphCreate(&graph, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphAddEventRecordNode(&record, graph, nullptr, 0, e), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphCreate(&other, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphAddEmptyNode(&foreign, other, nullptr, 0), CUDA_SUCCESS);
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(cuGraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphDestroy(graph), CUDA_SUCCESS);
+
+  // Its event-record node records where the launch sits, the graph gone or not.
+  fake_cuda_set_stream_busy(s, 1);
+  ASSERT_EQ(cuGraphLaunch(exec, s), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventQuery(e), CUDA_ERROR_NOT_READY) << "the executable lost its event-record node with its graph";
+  fake_cuda_set_stream_busy(s, 0);
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventQuery(e), CUDA_SUCCESS);
+
+  EXPECT_EQ(cuGraphNodeSetEnabled(exec, foreign, 0), CUDA_ERROR_INVALID_VALUE) << "a node of another graph";
+  CUDA_KERNEL_NODE_PARAMS kernel{};
+  EXPECT_EQ(cuGraphExecKernelNodeSetParams(exec, record, &kernel), CUDA_ERROR_INVALID_VALUE) << "not a kernel node";
+  CUgraphExecUpdateResultInfo info{};
+  EXPECT_EQ(cuGraphExecUpdate(exec, other, &info), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE) << "another node type";
+
+  const auto made_up = reinterpret_cast<CUgraphExec>(0x4242);
+  EXPECT_EQ(cuGraphLaunch(made_up, s), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuGraphUpload(made_up, s), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphLaunch(exec, s), CUDA_ERROR_INVALID_HANDLE) << "a destroyed executable";
+  EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuGraphInstantiateWithFlags(&exec, reinterpret_cast<CUgraph>(0x4343), 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGraphInstantiateWithFlags(&exec, graph, 0), CUDA_ERROR_INVALID_VALUE) << "a destroyed graph";
+
+  // A capture's graph is a graph like any other: instantiated, launched and destroyed.
+  CUgraph captured = nullptr;
+  ASSERT_EQ(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamEndCapture(s, &captured), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphInstantiateWithFlags(&exec, captured, 0), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphLaunch(exec, s), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphDestroy(captured), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphDestroy(other), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy(e), CUDA_SUCCESS);
+}
+
 TEST_F(FakeDriverRules, FunctionNamesAreTheLibrariesRealManglings) {
   const char* names[] = {kNcclAllReduceMangled, kNcclSymkName, kCublasName, kCudnnName, kTritonName};
   for (const char* n : names) {

@@ -242,7 +242,8 @@ TEST_F(DriverRules, ContextDestroyForgetsItsFunctions) {
 // Finding 9: a graph executable destroyed (or updated) while its launch is queued: the launch
 // reaches the driver first.
 TEST_F(DriverRules, GraphExecDestroyWaitsForItsQueuedLaunch) {
-  auto exec = reinterpret_cast<CUgraphExec>(0x6060);
+  const CUgraphExec exec = make_graph_exec();
+  ASSERT_NE(exec, nullptr);
   hold_high_priority();
   ASSERT_EQ(cuGraphLaunch(exec, be_), CUDA_SUCCESS);
   if (scheduled_) {

@@ -56,8 +56,9 @@ class ReleaseRules : public Scheduling {
   // driver's log) on the high-priority stream, which CUDA orders behind exec's earlier launches.
   // The held launch of exec reaches the driver first; the other executable's stays held.
   void expect_behind_the_executables_held_launch(const char* name, CUresult (*call)(CUgraphExec, CUstream)) {
-    auto exec = reinterpret_cast<CUgraphExec>(0x7170);
-    auto other = reinterpret_cast<CUgraphExec>(0x7270);
+    const CUgraphExec exec = make_graph_exec(), other = make_graph_exec();
+    ASSERT_NE(exec, nullptr);
+    ASSERT_NE(other, nullptr);
     hold_high_priority();
     ASSERT_EQ(cuGraphLaunch(exec, be_), CUDA_SUCCESS);
     ASSERT_EQ(cuGraphLaunch(other, be_), CUDA_SUCCESS);
@@ -78,6 +79,8 @@ class ReleaseRules : public Scheduling {
     }
     fake_cuda_set_stream_busy(hp_, 0);
     EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+    EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+    EXPECT_EQ(cuGraphExecDestroy(other), CUDA_SUCCESS);
   }
   static constexpr CUdeviceptr kDev = 0x1000;  // the fake's device addresses: below 0x10000000
 };
@@ -193,7 +196,9 @@ TEST_F(ReleaseRules, AContextEventRecordsTheHeldWorkToo) {
 // Finding 5: a held launch of a graph executable must run the executable as it was when it was
 // launched: an edit after the launch first releases it.
 TEST_F(ReleaseRules, EditingAGraphExecutableFirstReleasesItsHeldLaunch) {
-  auto exec = reinterpret_cast<CUgraphExec>(0x7070);
+  CUgraphNode node = nullptr;
+  const CUgraphExec exec = make_graph_exec(k_be_, &node);
+  ASSERT_NE(exec, nullptr);
   for (const char* edit : {"cuGraphExecKernelNodeSetParams_v2", "cuGraphNodeSetEnabled",
                            "cuGraphExecNodeSetParams"}) {
     SCOPED_TRACE(edit);
@@ -204,11 +209,11 @@ TEST_F(ReleaseRules, EditingAGraphExecutableFirstReleasesItsHeldLaunch) {
     CUDA_KERNEL_NODE_PARAMS params{};
     CUgraphNodeParams node_params{};
     if (std::strcmp(edit, "cuGraphNodeSetEnabled") == 0) {
-      ASSERT_EQ(cuGraphNodeSetEnabled(exec, nullptr, 0), CUDA_SUCCESS);
+      ASSERT_EQ(cuGraphNodeSetEnabled(exec, node, 0), CUDA_SUCCESS);
     } else if (std::strcmp(edit, "cuGraphExecNodeSetParams") == 0) {
-      ASSERT_EQ(cuGraphExecNodeSetParams(exec, nullptr, &node_params), CUDA_SUCCESS);
+      ASSERT_EQ(cuGraphExecNodeSetParams(exec, node, &node_params), CUDA_SUCCESS);
     } else {
-      ASSERT_EQ(cuGraphExecKernelNodeSetParams(exec, nullptr, &params), CUDA_SUCCESS);
+      ASSERT_EQ(cuGraphExecKernelNodeSetParams(exec, node, &params), CUDA_SUCCESS);
     }
     auto log = calls();
     const long launched = find_named(log, "cuGraphLaunch", h(be_));
@@ -217,6 +222,7 @@ TEST_F(ReleaseRules, EditingAGraphExecutableFirstReleasesItsHeldLaunch) {
     fake_cuda_set_stream_busy(hp_, 0);
     EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
   }
+  EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
 }
 
 // Finding 5: CUDA orders each launch of an executable behind its previous launches; a held

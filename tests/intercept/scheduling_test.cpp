@@ -192,6 +192,8 @@ TEST_F(Scheduling, EventsOrderWorkAcrossStreams) {
 }
 
 TEST_F(Scheduling, CopiesSetsHostFunctionsAndGraphsKeepStreamOrder) {
+  const CUgraphExec exec = make_graph_exec();
+  ASSERT_NE(exec, nullptr);
   hold_high_priority();
   static std::atomic<int> host_calls{0};
   host_calls = 0;
@@ -200,7 +202,7 @@ TEST_F(Scheduling, CopiesSetsHostFunctionsAndGraphsKeepStreamOrder) {
   ASSERT_EQ(cuMemcpyAsync(0x3000, 0x4000, 32, be_), CUDA_SUCCESS);  // device to device
   ASSERT_EQ(cuMemsetD32Async(0x1000, 7, 16, be_), CUDA_SUCCESS);
   ASSERT_EQ(cuLaunchHostFunc(be_, [](void*) { host_calls.fetch_add(1); }, nullptr), CUDA_SUCCESS);
-  ASSERT_EQ(cuGraphLaunch(reinterpret_cast<CUgraphExec>(0x4242), be_), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphLaunch(exec, be_), CUDA_SUCCESS);
   EXPECT_EQ(host_calls.load(), scheduled_ ? 0 : 1);
   ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
   EXPECT_EQ(host_calls.load(), 1);
@@ -218,7 +220,9 @@ TEST_F(Scheduling, CopiesSetsHostFunctionsAndGraphsKeepStreamOrder) {
   EXPECT_LT(set, host);
   EXPECT_LT(host, graph);
   EXPECT_EQ(log.at(cp).value, 64u);
-  EXPECT_EQ(log.at(graph).value, 0x4242u);
+  EXPECT_EQ(log.at(graph).value, h(exec));
+  EXPECT_EQ(log.at(graph).result, CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
 }
 
 TEST_F(Scheduling, LegacyStreamAndDeviceWideCallsWaitForBestEffortWork) {

@@ -132,6 +132,23 @@ inline CUresult make_green_context(int device, unsigned sms, CUgreenCtx* out) {
   return rc;
 }
 
+// A graph executable the fake driver made (it launches no other): from an empty graph, or, given
+// `kernel`, from a graph of one kernel node of it, whose handle goes to *node (for edits). The
+// graph itself is destroyed: the executable keeps what it was made from. Null when a call failed.
+inline CUgraphExec make_graph_exec(CUfunction kernel = nullptr, CUgraphNode* node = nullptr) {
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  if (cuGraphCreate(&graph, 0) != CUDA_SUCCESS) return nullptr;
+  CUDA_KERNEL_NODE_PARAMS params{};
+  params.func = kernel;
+  CUgraphNode added = nullptr;
+  bool ok = kernel == nullptr || cuGraphAddKernelNode_v2(&added, graph, nullptr, 0, &params) == CUDA_SUCCESS;
+  ok = ok && cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS;
+  ok = cuGraphDestroy(graph) == CUDA_SUCCESS && ok;
+  if (node != nullptr) *node = added;
+  return ok ? exec : nullptr;
+}
+
 // Releases the retains of `device`'s primary context that earlier tests of the program left
 // (use_device retains): the next release of a retain of the caller's own is then the last.
 inline void release_primary_retains(int device) {

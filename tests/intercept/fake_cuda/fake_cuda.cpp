@@ -508,68 +508,6 @@ FAKE_EXPORT CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* c, CUfu
                                                    void** p, void** e) {
   return launch_ex("cuLaunchKernelEx_ptsz", c, f, p, e, true);
 }
-// Graph executables: any handle value launches, except one destroyed before.
-namespace {
-CUresult graph_launch(const char* name, CUgraphExec g, CUstream s) {
-  {
-    State& state = st();
-    std::lock_guard lock(state.mu);
-    if (state.graph_execs_destroyed.count(reinterpret_cast<uint64_t>(g)) != 0) {
-      fake_cuda_call& c = begin(state, name);
-      c.stream = reinterpret_cast<uint64_t>(s);
-      c.value = reinterpret_cast<uint64_t>(g);
-      return finish(state, c, CUDA_ERROR_INVALID_HANDLE);
-    }
-  }
-  bool captured = false;
-  const CUresult rc = simple(name, s, reinterpret_cast<uint64_t>(g), 100, false, &captured);
-  if (rc == CUDA_SUCCESS && !captured) {
-    // Its event-record nodes record their events where the launch sits in the stream.
-    State& state = st();
-    std::lock_guard lock(state.mu);
-    record_graph_events(state, reinterpret_cast<uint64_t>(g), sid(s, std::strstr(name, "_pt") != nullptr));
-  }
-  return rc;
-}
-// `node` (an edit's node handle) goes to the call's params, so a log reader can tell edits apart.
-CUresult graph_exec_op(const char* name, CUgraphExec g, bool destroy, CUgraphNode node = nullptr) {
-  State& s = st();
-  std::lock_guard lock(s.mu);
-  fake_cuda_call& c = begin(s, name);
-  c.value = reinterpret_cast<uint64_t>(g);
-  c.param_bytes = fake_cuda_pack_args(c.params, sizeof c.params, node);
-  if (s.graph_execs_destroyed.count(c.value) != 0) return finish(s, c, CUDA_ERROR_INVALID_HANDLE);
-  CUresult rc = finish(s, c);
-  if (rc == CUDA_SUCCESS && destroy) s.graph_execs_destroyed[c.value] = true;
-  return rc;
-}
-}  // namespace
-FAKE_EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec g, CUstream s) {
-  return graph_launch("cuGraphLaunch", g, s);
-}
-FAKE_EXPORT CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
-  return graph_launch("cuGraphLaunch_ptsz", g, s);
-}
-FAKE_EXPORT CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec g) {
-  return graph_exec_op("cuGraphExecDestroy", g, true);
-}
-FAKE_EXPORT CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec g, CUgraph, CUgraphExecUpdateResultInfo*) {
-  return graph_exec_op("cuGraphExecUpdate_v2", g, false);
-}
-FAKE_EXPORT CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec g, CUgraph, CUgraphNode*, CUgraphExecUpdateResult*) {
-  return graph_exec_op("cuGraphExecUpdate", g, false);
-}
-// Edits of an executable: launches that reach the driver afterwards run the edited executable.
-FAKE_EXPORT CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec g, CUgraphNode n,
-                                                               const CUDA_KERNEL_NODE_PARAMS*) {
-  return graph_exec_op("cuGraphExecKernelNodeSetParams_v2", g, false, n);
-}
-FAKE_EXPORT CUresult CUDAAPI cuGraphExecNodeSetParams(CUgraphExec g, CUgraphNode n, CUgraphNodeParams*) {
-  return graph_exec_op("cuGraphExecNodeSetParams", g, false, n);
-}
-FAKE_EXPORT CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec g, CUgraphNode n, unsigned int) {
-  return graph_exec_op("cuGraphNodeSetEnabled", g, false, n);
-}
 // Host functions run when submitted (the fake has no device to wait for), unless captured.
 FAKE_EXPORT CUresult CUDAAPI cuLaunchHostFunc(CUstream s, CUhostFn fn, void* data) {
   bool captured = false;

@@ -1,8 +1,11 @@
-// The fake driver's explicit graph API, enough for the shim's graph inspection: graphs with
-// event-record, event-wait, child-graph and empty nodes, the node queries, and instantiation. A
-// launched executable records its graph's event-record nodes (child graphs included) on the
-// launch stream's timeline, as the real driver does, so later waits on those events are ordered
-// by the fake like any other. Handles of destroyed graphs are refused (CUDA_ERROR_INVALID_VALUE).
+// The fake driver's graphs and graph executables: graphs with event-record, event-wait,
+// child-graph, kernel and empty nodes (a capture's graph has none the fake keeps), the node
+// queries, instantiation, and an executable's launch, update, edits and destruction. A launched
+// executable records its graph's event-record nodes (child graphs included) on the launch stream's
+// timeline, as the real driver does, so later waits on those events are ordered by the fake like
+// any other. Handles of graphs the fake did not make, or destroyed, are refused
+// (CUDA_ERROR_INVALID_VALUE), as are executables it did not make or destroyed
+// (CUDA_ERROR_INVALID_HANDLE) and edits naming a node not of the executable's graph.
 #include <cstring>
 
 #include "fake_cuda_state.h"
@@ -36,36 +39,47 @@ const GraphNode* node_of(State& s, CUgraphNode n) {
   return it == s.graph_nodes.end() ? nullptr : &it->second;
 }
 
+// The nodes of `graph` and of their child graphs, depth first (under s.mu).
+void flatten(const State& s, uint64_t graph, int depth, GraphExec& out) {
+  auto it = s.graphs.find(graph);
+  if (it == s.graphs.end() || depth > 8) return;
+  for (uint64_t n : it->second) {
+    const GraphNode& node = s.graph_nodes.at(n);
+    out.nodes.push_back(n);
+    out.now.push_back(node);
+    if (node.type == CU_GRAPH_NODE_TYPE_GRAPH) flatten(s, node.child, depth + 1, out);
+  }
+}
+
 CUresult instantiate(const char* name, CUgraphExec* exec, CUgraph g) {
   State& s = st();
   std::lock_guard lock(s.mu);
   fake_cuda_call& c = begin(s, name);
   c.value = reinterpret_cast<uint64_t>(g);
-  if (exec == nullptr) return finish(s, c, CUDA_ERROR_INVALID_VALUE);
-  // A graph a capture made is not in s.graphs: it instantiates as a graph without nodes.
-  const uint64_t handle = s.next_handle += 0x100;
-  s.exec_graph[handle] = c.value;
+  if (exec == nullptr || s.graphs.count(c.value) == 0) return finish(s, c, CUDA_ERROR_INVALID_VALUE);
+  GraphExec made;
+  flatten(s, c.value, 0, made);
   CUresult rc = finish(s, c);
-  if (rc == CUDA_SUCCESS) *exec = reinterpret_cast<CUgraphExec>(handle);
-  return rc;
-}
-
-void record_nodes(State& s, uint64_t graph, uint64_t stream_id, int depth) {
-  auto it = s.graphs.find(graph);
-  if (it == s.graphs.end() || depth > 8) return;
-  for (uint64_t n : it->second) {
-    const GraphNode& node = s.graph_nodes[n];
-    if (node.type == CU_GRAPH_NODE_TYPE_EVENT_RECORD) record_event_now(s, node.event, stream_id);
-    if (node.type == CU_GRAPH_NODE_TYPE_GRAPH) record_nodes(s, node.child, stream_id, depth + 1);
+  if (rc == CUDA_SUCCESS) {
+    const uint64_t handle = s.next_handle += 0x100;
+    s.graph_execs[handle] = std::move(made);
+    *exec = reinterpret_cast<CUgraphExec>(handle);
   }
+  return rc;
 }
 
 }  // namespace
 
 namespace fake_cuda_impl {
 void record_graph_events(State& s, uint64_t exec, uint64_t stream_id) {
-  auto it = s.exec_graph.find(exec);
-  if (it != s.exec_graph.end()) record_nodes(s, it->second, stream_id, 0);
+  auto it = s.graph_execs.find(exec);
+  if (it == s.graph_execs.end()) return;
+  for (const GraphNode& node : it->second.now) {
+    if (node.type == CU_GRAPH_NODE_TYPE_EVENT_RECORD) record_event_now(s, node.event, stream_id);
+  }
+}
+CUresult check_graph_exec(const State& s, uint64_t exec) {
+  return s.graph_execs.count(exec) != 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 }  // namespace fake_cuda_impl
 
@@ -195,4 +209,102 @@ FAKE_EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec* exec, CUg
 FAKE_EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec* exec, CUgraph g,
                                                                CUDA_GRAPH_INSTANTIATE_PARAMS*) {
   return instantiate("cuGraphInstantiateWithParams_ptsz", exec, g);
+}
+
+// ---------------- Executables: launch, destroy, update, edits ----------------
+// Each needs a live executable (one the fake made and did not destroy): CUDA_ERROR_INVALID_HANDLE
+// otherwise, where the real driver's behaviour is undefined (a freed object's address).
+namespace {
+CUresult graph_launch(const char* name, CUgraphExec g, CUstream s) {
+  {
+    State& state = st();
+    std::lock_guard lock(state.mu);
+    if (CUresult rc = check_graph_exec(state, reinterpret_cast<uint64_t>(g)); rc != CUDA_SUCCESS) {
+      fake_cuda_call& c = begin(state, name);
+      c.stream = reinterpret_cast<uint64_t>(s);
+      c.value = reinterpret_cast<uint64_t>(g);
+      return finish(state, c, rc);
+    }
+  }
+  bool captured = false;
+  const CUresult rc = simple(name, s, reinterpret_cast<uint64_t>(g), 100, false, &captured);
+  if (rc == CUDA_SUCCESS && !captured) {
+    // Its event-record nodes record their events where the launch sits in the stream.
+    State& state = st();
+    std::lock_guard lock(state.mu);
+    record_graph_events(state, reinterpret_cast<uint64_t>(g), sid(s, std::strstr(name, "_pt") != nullptr));
+  }
+  return rc;
+}
+
+// What an executable's call does beyond checking it: `node` (an edit's node) goes to the call's
+// params, so a log reader can tell edits apart.
+enum class ExecChange { kDestroy, kUpdate, kEditNode, kEditKernelNode };
+
+CUresult graph_exec_op(const char* name, CUgraphExec g, ExecChange change, CUgraphNode node = nullptr,
+                       CUgraph update_from = nullptr) {
+  State& s = st();
+  std::lock_guard lock(s.mu);
+  fake_cuda_call& c = begin(s, name);
+  c.value = reinterpret_cast<uint64_t>(g);
+  c.param_bytes = fake_cuda_pack_args(c.params, sizeof c.params, node);
+  if (CUresult rc = check_graph_exec(s, c.value); rc != CUDA_SUCCESS) return finish(s, c, rc);
+  GraphExec& exec = s.graph_execs.at(c.value);
+  GraphExec updated;
+  size_t at = 0;  // an edit's node in the executable
+  switch (change) {
+    case ExecChange::kDestroy:
+      break;
+    case ExecChange::kUpdate:
+      // Only parameters may change: the same nodes of the same types, in the same order.
+      if (s.graphs.count(reinterpret_cast<uint64_t>(update_from)) == 0) return finish(s, c, CUDA_ERROR_INVALID_VALUE);
+      flatten(s, reinterpret_cast<uint64_t>(update_from), 0, updated);
+      if (updated.now.size() != exec.now.size()) return finish(s, c, CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+      for (size_t i = 0; i < updated.now.size(); ++i) {
+        if (updated.now[i].type != exec.now[i].type) return finish(s, c, CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+      }
+      break;
+    case ExecChange::kEditNode:
+    case ExecChange::kEditKernelNode:
+      // The node must come from the graph the executable was instantiated from.
+      while (at < exec.nodes.size() && exec.nodes[at] != reinterpret_cast<uint64_t>(node)) ++at;
+      if (at == exec.nodes.size()) return finish(s, c, CUDA_ERROR_INVALID_VALUE);
+      if (change == ExecChange::kEditKernelNode && exec.now[at].type != CU_GRAPH_NODE_TYPE_KERNEL) {
+        return finish(s, c, CUDA_ERROR_INVALID_VALUE);
+      }
+      break;
+  }
+  CUresult rc = finish(s, c);
+  if (rc != CUDA_SUCCESS) return rc;
+  if (change == ExecChange::kDestroy) s.graph_execs.erase(c.value);
+  if (change == ExecChange::kUpdate) exec.now = std::move(updated.now);
+  return rc;
+}
+}  // namespace
+
+FAKE_EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec g, CUstream s) {
+  return graph_launch("cuGraphLaunch", g, s);
+}
+FAKE_EXPORT CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
+  return graph_launch("cuGraphLaunch_ptsz", g, s);
+}
+FAKE_EXPORT CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec g) {
+  return graph_exec_op("cuGraphExecDestroy", g, ExecChange::kDestroy);
+}
+FAKE_EXPORT CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec g, CUgraph graph, CUgraphExecUpdateResultInfo*) {
+  return graph_exec_op("cuGraphExecUpdate_v2", g, ExecChange::kUpdate, nullptr, graph);
+}
+FAKE_EXPORT CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec g, CUgraph graph, CUgraphNode*, CUgraphExecUpdateResult*) {
+  return graph_exec_op("cuGraphExecUpdate", g, ExecChange::kUpdate, nullptr, graph);
+}
+// Edits of an executable: launches that reach the driver afterwards run the edited executable.
+FAKE_EXPORT CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec g, CUgraphNode n,
+                                                               const CUDA_KERNEL_NODE_PARAMS*) {
+  return graph_exec_op("cuGraphExecKernelNodeSetParams_v2", g, ExecChange::kEditKernelNode, n);
+}
+FAKE_EXPORT CUresult CUDAAPI cuGraphExecNodeSetParams(CUgraphExec g, CUgraphNode n, CUgraphNodeParams*) {
+  return graph_exec_op("cuGraphExecNodeSetParams", g, ExecChange::kEditNode, n);
+}
+FAKE_EXPORT CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec g, CUgraphNode n, unsigned int) {
+  return graph_exec_op("cuGraphNodeSetEnabled", g, ExecChange::kEditNode, n);
 }

@@ -10,18 +10,26 @@
 namespace fake_cuda_impl {
 namespace {
 
+// `graph_exec`: an executable the call needs live (0: none).
 template <typename... Args>
-CUresult recorded(const char* name, CUstream hs, uint64_t value, const Args&... args) {
+CUresult recorded_of(const char* name, CUstream hs, uint64_t value, uint64_t graph_exec, const Args&... args) {
   State& s = st();
   std::lock_guard lock(s.mu);
   fake_cuda_call& c = begin(s, name);
   c.stream = reinterpret_cast<uint64_t>(hs);
   c.value = value;
   c.param_bytes = fake_cuda_pack_args(c.params, sizeof c.params, args...);
+  if (graph_exec != 0) {
+    if (CUresult rc = check_graph_exec(s, graph_exec); rc != CUDA_SUCCESS) return finish(s, c, rc);
+  }
   const uint64_t id = sid(hs, std::strstr(name, "_pt") != nullptr);
   if (CUresult rc = check_enqueue(s, id); rc != CUDA_SUCCESS) return finish(s, c, rc);
   advance(s, id, 100, c);
   return finish(s, c);
+}
+template <typename... Args>
+CUresult recorded(const char* name, CUstream hs, uint64_t value, const Args&... args) {
+  return recorded_of(name, hs, value, 0, args...);
 }
 
 uint64_t total(const size_t* sizes, size_t count) {
@@ -34,6 +42,7 @@ uint64_t total(const size_t* sizes, size_t count) {
 }  // namespace fake_cuda_impl
 
 using fake_cuda_impl::recorded;
+using fake_cuda_impl::recorded_of;
 using fake_cuda_impl::total;
 
 #define FAKE_UNPAREN(...) __VA_ARGS__
@@ -60,8 +69,12 @@ FAKE_RECORDED2(cuMemDiscardAndPrefetchBatchAsync, cuMemDiscardAndPrefetchBatchAs
 FAKE_RECORDED2(cuMemBatchDecompressAsync, cuMemBatchDecompressAsync_ptsz,
                (CUmemDecompressParams* p, size_t n, unsigned int flags, size_t* err, CUstream s),
                (p, n, flags, err, s), s, n)
-FAKE_RECORDED2(cuGraphUpload, cuGraphUpload_ptsz, (CUgraphExec g, CUstream s), (g, s), s,
-               reinterpret_cast<uint64_t>(g))
+FAKE_EXPORT CUresult CUDAAPI cuGraphUpload(CUgraphExec g, CUstream s) {
+  return recorded_of("cuGraphUpload", s, reinterpret_cast<uint64_t>(g), reinterpret_cast<uint64_t>(g), g, s);
+}
+FAKE_EXPORT CUresult CUDAAPI cuGraphUpload_ptsz(CUgraphExec g, CUstream s) {
+  return recorded_of("cuGraphUpload_ptsz", s, reinterpret_cast<uint64_t>(g), reinterpret_cast<uint64_t>(g), g, s);
+}
 FAKE_RECORDED2(cuGraphicsMapResources, cuGraphicsMapResources_ptsz,
                (unsigned int n, CUgraphicsResource* r, CUstream s), (n, r, s), s, n)
 FAKE_RECORDED2(cuGraphicsUnmapResources, cuGraphicsUnmapResources_ptsz,

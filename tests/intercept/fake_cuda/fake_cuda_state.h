@@ -76,6 +76,14 @@ struct GraphNode {
   uint64_t child = 0;
   uint64_t function = 0;
 };
+// A graph executable. The driver copies the graph at instantiation, so the graph's later edits and
+// destruction do not reach it: it keeps its graph's nodes and those of their child graphs (depth
+// first), by the node handles an edit names, with their parameters as of now (cuGraphExecUpdate and
+// the cuGraphExec*SetParams edits change these, never the graph).
+struct GraphExec {
+  std::vector<uint64_t> nodes;
+  std::vector<GraphNode> now;
+};
 // Host memory the driver knows (fake_cuda_memory.cpp): cuMemAllocHost / cuMemHostAlloc (owned,
 // freed by cuMemFreeHost) and cuMemHostRegister (the program's, until cuMemHostUnregister). A
 // range stays in the map after it ends (`live` false) so that work using it later is caught.
@@ -109,10 +117,9 @@ struct State {
   std::vector<uint64_t> free_function_handles;  // of unloaded functions: reused, like addresses
   std::vector<Function*> unloaded;  // kept (their names may still be referenced), never freed
   std::unordered_map<uint64_t, Module> modules;  // module/library handles
-  std::unordered_map<uint64_t, bool> graph_execs_destroyed;
   std::unordered_map<uint64_t, std::vector<uint64_t>> graphs;  // graph -> its nodes
   std::unordered_map<uint64_t, GraphNode> graph_nodes;
-  std::unordered_map<uint64_t, uint64_t> exec_graph;  // executable -> the graph it was made from
+  std::unordered_map<uint64_t, GraphExec> graph_execs;  // live executables (destroyed: gone)
   uint64_t next_handle = 0x10000;
   uint64_t next_devptr = 0x7f0000000000;
   uint64_t next_record_seq = 1;
@@ -198,6 +205,8 @@ bool advance(State& s, uint64_t id, int64_t duration_ns, fake_cuda_call& c);
 uint64_t new_handle(State& s, std::vector<uint64_t>& freed);
 // Records the event-record nodes of executable `exec`'s graph at stream `id` (under s.mu).
 void record_graph_events(State& s, uint64_t exec, uint64_t stream_id);
+// CUDA_ERROR_INVALID_HANDLE for an executable the fake never made or one destroyed (under s.mu).
+CUresult check_graph_exec(const State& s, uint64_t exec);
 // Records event `event_handle` at stream `id`'s current time (under s.mu); the record's number.
 uint64_t record_event_now(State& s, uint64_t event_handle, uint64_t id);
 // Whether [p, p+n) lies in live pinned/registered host memory, and whether it touches host memory

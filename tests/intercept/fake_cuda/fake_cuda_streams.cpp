@@ -392,7 +392,11 @@ CUresult end_capture(const char* name, CUstream hs, bool per_thread, CUgraph* gr
   c.value = cap.nodes;
   if (cap.invalidated) return finish(s, c, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
   CUresult rc = finish(s, c);
-  if (rc == CUDA_SUCCESS && graph != nullptr) *graph = reinterpret_cast<CUgraph>(s.next_handle += 0x100);
+  if (rc == CUDA_SUCCESS && graph != nullptr) {
+    const uint64_t made = s.next_handle += 0x100;
+    s.graphs[made] = {};  // its nodes are not kept: it instantiates as a graph without any
+    *graph = reinterpret_cast<CUgraph>(made);
+  }
   return rc;
 }
 }  // namespace
