@@ -77,7 +77,7 @@ Dispatcher::Impl::~Impl() {
     device.poll();
   }
   device.set_listener(nullptr);
-  apply_deferred_completions();
+  apply_deferred_completions(/*wait=*/true);
 }
 
 StreamState& Dispatcher::Impl::stream(StreamId id) {
@@ -170,7 +170,9 @@ OpEstimate Dispatcher::Impl::estimate(const Op& op) {
     est.duration_ns = policy->non_kernel_duration_ns(op);
     return est;
   }
-  return opt.profiles->estimate(op.kernel, device);
+  OpEstimate est = opt.profiles->estimate(op.kernel, device);
+  if (est.duration_ns <= 0) est.duration_ns = policy->untimed_kernel_duration_ns();
+  return est;
 }
 
 // What the policy is told about the device, without the best-effort fields (admit_locked adds
@@ -420,21 +422,26 @@ int Dispatcher::Impl::submit_best_effort(StreamState& s, Op&& op) {
 }
 
 void Dispatcher::Impl::on_complete(const Completion& done) {
-  if (t_inside_device_submit > 0) {
-    // Reported from inside device.submit(): this thread may hold a stream mutex.
-    std::lock_guard lock(deferred_mu);
-    deferred_completions.push_back(done);
-    have_deferred.store(true, std::memory_order_release);
-    return;
-  }
-  apply_completion(done);
+  // Reported from inside device.submit(), this thread may hold a stream mutex: put off.
+  if (t_inside_device_submit > 0 || !apply_completion(done, /*wait=*/false)) defer_completion(done);
 }
 
-void Dispatcher::Impl::apply_completion(const Completion& done) {
+void Dispatcher::Impl::defer_completion(const Completion& done) {
+  std::lock_guard lock(deferred_mu);
+  deferred_completions.push_back(done);
+  have_deferred.store(true, std::memory_order_release);
+}
+
+bool Dispatcher::Impl::apply_completion(const Completion& done, bool wait) {
   InFlightOp finished;  // the op `done` names, when the policy wants to hear of it
   int64_t ready_ns = 0;
   if (StreamState* s = find_stream(done.stream)) {
-    std::lock_guard lock(s->mu);
+    std::unique_lock lock(s->mu, std::defer_lock);
+    if (wait) {
+      lock.lock();
+    } else if (!lock.try_lock()) {
+      return false;
+    }
     // Ops of a stream finish in order: a completion also retires earlier unreported ops.
     while (!s->in_flight.empty() && s->in_flight.front().seq <= done.seq) {
       const InFlightOp& f = s->in_flight.front();
@@ -463,6 +470,7 @@ void Dispatcher::Impl::apply_completion(const Completion& done) {
     k.sm_count = device.sm_count();
     policy->observe(k);
   }
+  return true;
 }
 
 Dispatcher::Dispatcher(Device& device, std::unique_ptr<Policy> policy, DispatcherOptions options)

@@ -126,14 +126,19 @@ struct Dispatcher::Impl final : CompletionListener {
   bool admit_head(StreamState& s);
   void wake_background();
   void background_loop();
-  // Completions the device reported from inside submit(), applied now (no stream mutex held).
-  void apply_deferred_completions();
+  // Completions put off (reported from inside submit(), or their stream's mutex was held),
+  // applied now where their stream's mutex is free; `wait`: wait for it (the destructor only).
+  void apply_deferred_completions(bool wait = false);
   DispatcherStats stats();
 
   // ---- completions (dispatcher.cpp) ----
   void on_complete(const Completion& done) override;
   // Retires in-flight ops up to `done`, teaches the profile store, completes the trace record.
-  void apply_completion(const Completion& done);
+  // Without `wait`, false (nothing done) when done's stream mutex is held by another thread: that
+  // thread may be inside a blocking driver call (a pageable copy, a full launch queue), and the
+  // pump, which reports completions, must never wait on one.
+  bool apply_completion(const Completion& done, bool wait);
+  void defer_completion(const Completion& done);
 
   Device& device;
   std::unique_ptr<Policy> policy;
@@ -171,7 +176,7 @@ struct Dispatcher::Impl final : CompletionListener {
   // Streams whose sticky_error is set (lets drain_legacy_sync skip every stream when zero).
   std::atomic<int> sticky_errors{0};
 
-  std::mutex deferred_mu;  // completions reported from inside device.submit(), applied at the next pump
+  std::mutex deferred_mu;  // completions put off (see apply_completion), applied at the next pump
   std::vector<Completion> deferred_completions;
   std::atomic<bool> have_deferred{false};
 

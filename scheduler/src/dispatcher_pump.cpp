@@ -253,7 +253,7 @@ void Dispatcher::Impl::background_loop() {
   }
 }
 
-void Dispatcher::Impl::apply_deferred_completions() {
+void Dispatcher::Impl::apply_deferred_completions(bool wait) {
   if (!have_deferred.load(std::memory_order_acquire)) return;
   std::vector<Completion> ready;
   {
@@ -261,7 +261,12 @@ void Dispatcher::Impl::apply_deferred_completions() {
     ready.swap(deferred_completions);
     have_deferred.store(false, std::memory_order_relaxed);
   }
-  for (const Completion& done : ready) apply_completion(done);
+  // One whose stream is still busy stays put off. A later completion of that stream applied
+  // first retires its ops too (a stream's ops finish in order); applied after it, it only
+  // teaches the profile store and the trace.
+  for (const Completion& done : ready) {
+    if (!apply_completion(done, wait)) defer_completion(done);
+  }
 }
 
 DispatcherStats Dispatcher::Impl::stats() {

@@ -1,12 +1,16 @@
 // Orion's admission rule (EuroSys'24, eth-easl/orion, scheduler_eval.cpp): a best-effort kernel
-// goes when no high-priority work is in flight; otherwise only if (1) it fits next to what BE
-// already holds under an SM threshold, (2) its profile (compute vs memory bound) complements the
-// running HP kernel's (as in Orion, an unknown profile on either side counts as complementary
-// unless allow_unknown=0), and (3) the summed estimated duration of BE kernels already
-// outstanding is at or under a duration threshold (as in Orion, the kernel that crosses the
-// threshold still goes; the ones after it wait until outstanding BE work drains below it). Orion
-// sets (3) as a fraction of the HP request latency; we take an absolute `dur_threshold_us`
-// (default 100 us) because a pipeline stage has no single request latency to anchor it.
+// goes when no high-priority work is in flight, or if (1) it fits next to what BE already holds
+// under an SM threshold and (2) its profile (compute vs memory bound) complements the running HP
+// kernel's (as in Orion, an unknown profile on either side counts as complementary unless
+// allow_unknown=0); and in both cases only while (3) the summed estimated duration of BE kernels
+// already outstanding is at or under a duration threshold (as in Orion, the kernel that crosses
+// the threshold still goes; the ones after it wait until outstanding BE work drains below it).
+// (3) is what bounds the wait of the next HP kernel: "no HP in flight" is only a gap between two
+// HP launches, and Orion's `large_found` gate holds on its HP-idle path too. Orion sets (3) as a
+// fraction of the HP request latency; we take an absolute `dur_threshold_us` (default 100 us)
+// because a pipeline stage has no single request latency to anchor it. Orion knows every
+// kernel's duration from an offline profile; a kernel we have not timed yet counts as the whole
+// threshold (untimed_kernel_duration_ns), so first-seen kernels do not flood the GPU.
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -33,12 +37,15 @@ class OrionPolicy final : public Policy {
   explicit OrionPolicy(OrionParams p) : p_(p) {}
   const char* name() const override { return "orion"; }
 
+  double untimed_kernel_duration_ns() const override { return p_.dur_threshold_ns; }
+
   bool admit(const Op& op, const OpEstimate& est, const DeviceState& state) const override {
-    if (state.hp_in_flight == 0) return true;
+    // Copies, memsets, event ops, host functions hold no SMs: ordering ops, not contention.
+    if (op.kind != OpKind::kKernel && op.kind != OpKind::kGraphLaunch) return true;
+    const bool under_duration_threshold = state.be_outstanding_ns <= p_.dur_threshold_ns;
+    if (state.hp_in_flight == 0) return under_duration_threshold;
     // Graphs are opaque bundles of unknown size: only next to an idle HP stream.
     if (op.kind == OpKind::kGraphLaunch) return false;
-    // Copies, memsets, event ops, host functions hold no SMs: ordering ops, not contention.
-    if (op.kind != OpKind::kKernel) return true;
 
     const int threshold = p_.sm_threshold > 0
                               ? p_.sm_threshold
@@ -53,7 +60,7 @@ class OrionPolicy final : public Policy {
     // co-scheduled a BE kernel longer than the threshold (typical training kernels at 100 us).
     // Orion checks the outstanding sum only (its `large_found` flag is set once the sum passes
     // the threshold, after the kernel that crossed it was scheduled).
-    return state.be_outstanding_ns <= p_.dur_threshold_ns;
+    return under_duration_threshold;
   }
 
  private:
@@ -80,7 +87,7 @@ std::unique_ptr<Policy> make_orion_policy(const PolicyParams& params) {
 std::string orion_param_docs() {
   return "orion: sm_threshold=<int, default: unset>  best-effort kernels in flight (plus the new one) may hold at most this many SMs while high-priority work runs\n"
          "orion: sm_threshold_frac=<(0,1], default 1.0>  the same threshold as a fraction of the device's SMs (used when sm_threshold is unset)\n"
-         "orion: dur_threshold_us=<us, default 100>  a best-effort kernel goes only while the summed estimated duration of best-effort kernels already outstanding is at or under this\n"
+         "orion: dur_threshold_us=<us, default 100>  a best-effort kernel goes only while the summed estimated duration of best-effort kernels already outstanding is at or under this, high-priority work in flight or not (a kernel not timed yet counts as all of it)\n"
          "orion: allow_unknown=<0|1, default 1>  1 (Orion's rule): a kernel whose profile (or the running HP kernel's) is unknown counts as complementary; 0: it waits\n";
 }
 

@@ -133,6 +133,29 @@ TEST_F(DispatcherTest, OrionDurationThresholdUsesLearnedDurations) {
   EXPECT_EQ(kernels_on(kBe2), std::vector<KernelId>{10});
 }
 
+// With no HP kernel in flight Orion still bounds what best effort puts on the GPU: the next HP
+// kernel (a pipeline's next backward, an inference request's next layer) waits behind all of it.
+TEST_F(DispatcherTest, OrionBoundsOutstandingBestEffortWorkWithHighPriorityIdle) {
+  auto d = make("orion");  // 100 us of outstanding BE work at most
+  dev.kernel_duration_ns = 60'000;
+  d->submit(kernel_op(kBe, 10, 2));  // never timed: counts as the whole 100 us
+  d->submit(kernel_op(kBe, 10, 2));  // 100 us outstanding: still at the threshold, goes
+  d->submit(kernel_op(kBe, 10, 2));  // 200 us: waits
+  EXPECT_EQ(kernels_on(kBe).size(), 2u);
+  dev.complete_all();
+  d->pump();  // learned: 60 us each
+  ASSERT_DOUBLE_EQ(profiles.find(10)->duration_ns, 60'000);
+  EXPECT_EQ(kernels_on(kBe).size(), 3u);
+  dev.complete_all();
+  d->pump();
+  for (int i = 0; i < 20; ++i) d->submit(kernel_op(kBe2, 10, 2));
+  EXPECT_EQ(kernels_on(kBe2).size(), 2u) << "0 and 60 us outstanding go, 120 us waits";
+  d->submit(event_op(OpKind::kEventRecord, kBe, 5));  // holds no SMs: never held by the gate
+  EXPECT_EQ(position([](const SubmittedOp& s) { return s.kind == OpKind::kEventRecord; }) >= 0, true);
+  EXPECT_EQ(d->drain_all(), 0);
+  EXPECT_EQ(kernels_on(kBe2).size(), 20u);
+}
+
 // Review regression: a deferred op's error used to be cleared by forget_stream() (the stream is
 // drained there), so it never reached the program. It now comes back from the next drain_all().
 TEST_F(DispatcherTest, ForgottenStreamsDeferredErrorReachesTheNextDrainAll) {
@@ -465,6 +488,40 @@ TEST_F(DispatcherTest, CompletionReportedFromInsideSubmitIsAppliedAtTheNextPump)
   ASSERT_EQ(recs.size(), 2u);
   EXPECT_GE(recs[0].end_ns, 0);  // completion matched its record although it came first
   EXPECT_GE(recs[1].end_ns, 0);
+}
+
+// The pump reports completions; it must never wait for a stream another thread is submitting to
+// (that thread may sit in a blocking driver call, holding the stream's mutex). The completion is
+// applied at a later pump, once the stream is free.
+TEST_F(DispatcherTest, APumpDoesNotWaitForAStreamWhoseSubmitBlocks) {
+  auto d = make("priority");
+  ASSERT_EQ(d->submit(kernel_op(kHp, 1)), 0);
+  ASSERT_EQ(d->submit(kernel_op(kBe, 7)), 0);  // held: HP in flight
+  ASSERT_TRUE(kernels_on(kBe).empty());
+  std::atomic<bool> in_submit{false}, unblock{false};
+  dev.before_submit = [&](const Op& op) {
+    if (op.kernel.id != 99) return;
+    in_submit = true;
+    while (!unblock) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  };
+  std::thread blocked([&] { EXPECT_EQ(d->submit(kernel_op(kHp, 99)), 0); });
+  while (!in_submit) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  dev.complete_all();  // HP kernel 1 is done: a completion of the stream the blocked thread holds
+  std::atomic<bool> pumped{false};
+  std::thread pumper([&] {
+    d->pump();
+    pumped = true;
+  });
+  for (int i = 0; i < 2000 && !pumped; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(pumped) << "the pump waited for the mutex of a stream blocked in its submit";
+  unblock = true;
+  blocked.join();
+  pumper.join();
+  dev.before_submit = nullptr;
+  dev.complete_all();
+  d->pump();  // both HP completions applied now: nothing HP in flight, the held BE kernel goes
+  EXPECT_EQ(kernels_on(kBe), std::vector<KernelId>{7});
+  ASSERT_TRUE(profiles.find(1)) << "the put-off completion was never applied";
 }
 
 TEST_F(DispatcherTest, CompletionsTeachTheProfileStore) {

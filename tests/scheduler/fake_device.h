@@ -5,8 +5,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <mutex>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <vector>
 
 #include "scheduler/device.h"
@@ -49,6 +50,9 @@ class FakeDevice final : public Device {
   int64_t kernel_duration_ns = 1000;  // start..end reported for completed kernels
   bool report_in_submit = false;  // report each op complete from inside submit() (as a driver
                                   // backend does for an op it cannot track)
+  // Called at the start of every submit(), outside the device's lock: a test can block a submit
+  // there as a driver call blocks (a pageable copy, a full launch queue).
+  std::function<void(const Op&)> before_submit;
   void fail_kernel(KernelId id, int code) {
     std::lock_guard lock(mu_);
     failing_[id] = code;
@@ -75,6 +79,7 @@ class FakeDevice final : public Device {
 
   // ---- Device ----
   int submit(const Op& op) override {
+    if (before_submit) before_submit(op);
     SubmittedOp s{op.seq, op.stream, op.kind, op.cls, op.kernel.id, op.event, -1, op.submitted_ns};
     if (const auto* p = dynamic_cast<const ValuePayload*>(op.payload())) s.payload_value = p->value;
     Completion c{op.seq, op.stream, op.kind, op.kernel.id, 0, 0};
@@ -167,6 +172,13 @@ inline Op event_op(OpKind kind, StreamId stream, EventId event) {
   op.kind = kind;
   op.stream = stream;
   op.event = event;
+  return op;
+}
+inline Op graph_op(StreamId stream, uint64_t exec) {
+  Op op;
+  op.kind = OpKind::kGraphLaunch;
+  op.stream = stream;
+  op.event = exec;
   return op;
 }
 

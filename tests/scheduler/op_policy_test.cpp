@@ -147,13 +147,22 @@ TEST(Orion, BaseCaseIsAdmitted) {
   EXPECT_TRUE(make_policy("orion")->admit(c.op, c.est, c.state));
 }
 
-TEST(Orion, NoHighPriorityInFlightAdmitsAnything) {
+TEST(Orion, NoHighPriorityInFlightAdmitsAnyKernelWhileUnderTheDurationThreshold) {
   OrionCase c;
   c.state.hp_in_flight = 0;
   c.est.sms_needed = 1000;
   c.est.profile = KernelProfile::kComputeBound;
   c.est.duration_ns = 1e9;
-  EXPECT_TRUE(make_policy("orion")->admit(c.op, c.est, c.state));
+  auto orion = make_policy("orion");
+  EXPECT_TRUE(orion->admit(c.op, c.est, c.state));  // 50 us outstanding of 100
+  // Orion's duration gate holds with HP idle too: "idle" is a gap between two HP launches, and
+  // the next HP kernel would wait behind everything admitted in it.
+  c.state.be_outstanding_ns = 100'001;
+  EXPECT_FALSE(orion->admit(c.op, c.est, c.state));
+  EXPECT_FALSE(orion->admit(testing::graph_op(2, 5), c.est, c.state));
+  EXPECT_TRUE(orion->admit(testing::event_op(OpKind::kEventRecord, 2, 9), {}, c.state)) << "holds no SMs";
+  EXPECT_DOUBLE_EQ(orion->untimed_kernel_duration_ns(), 100'000);
+  EXPECT_DOUBLE_EQ(make_policy("priority")->untimed_kernel_duration_ns(), 0);
 }
 
 TEST(Orion, SmThresholdClause) {

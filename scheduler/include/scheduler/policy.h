@@ -14,7 +14,7 @@ namespace sched {
 
 // What the policy knows about an op it is asked to admit.
 struct OpEstimate {
-  double duration_ns = 0;  // learned (or imported) duration; 0 when unknown
+  double duration_ns = 0;  // learned (or imported); unknown: Policy::untimed_kernel_duration_ns()
   int sms_needed = 0;      // from the backend's occupancy answer
   KernelProfile profile = KernelProfile::kUnknown;
 };
@@ -81,6 +81,10 @@ class Policy {
   // Estimated length of a non-kernel op (copy, memset, ...) for admission and the best-effort
   // in-flight total; 0: not estimated (the dispatcher's default for every policy but gpud).
   virtual double non_kernel_duration_ns(const Op& /*op*/) const { return 0; }
+  // What a kernel whose duration is not known yet (never timed, no imported profile) counts for
+  // in its estimate and the best-effort in-flight total; 0: nothing (orion: its whole duration
+  // threshold, so that untimed kernels do not pass the threshold unseen).
+  virtual double untimed_kernel_duration_ns() const { return 0; }
   // The SM partition the backend should confine best-effort streams to (partition: yes), as it
   // stands now: the adaptive partition resizes it at run time, so backends ask at each
   // best-effort launch. Thread-safe and cheap (atomic loads, no lock): called from launch paths.
