@@ -137,6 +137,9 @@ class DistributedTest(unittest.TestCase):
             ("1f1b_placed", ["--schedule", "1f1b"], 2, ["--placement", "[0,1,1,0]"]),
             ("interleaved", ["--schedule", "interleaved_1f1b", "--virtual-stages", "2", "--stages", "2"], 2, []),
             ("zb_h1", ["--schedule", "zb_h1"], 4, []),
+            # Receives posted long before their compute (torch's lowering), both directions on
+            # one pair of processes: each taken at the compute that needs it.
+            ("zbv", ["--schedule", "zbv", "--virtual-stages", "2", "--stages", "2"], 2, []),
             ("naive", ["--schedule", "1f1b", "--scheduler", "naive"], 2, []),
         ]
         for name, extra, procs, placement in cases:

@@ -37,6 +37,10 @@ class CrossProcessTransport : public Transport {
     return recv_remote(key, timeout, from);
   }
 
+  bool recv_waits_on_host(const TransferKey& key) const final {
+    return is_local(rank_of(key.sender_stage())) || remote_recv_waits_on_host();
+  }
+
   void abort(const std::string& reason) final {
     local_->abort(reason);
     {
@@ -53,6 +57,8 @@ class CrossProcessTransport : public Transport {
   // A message for pipeline rank `to` of another process; `from` likewise for receives.
   virtual void send_remote(const TransferKey& key, Message message, int to) = 0;
   virtual Message recv_remote(const TransferKey& key, std::chrono::milliseconds timeout, int from) = 0;
+  // Transport::recv_waits_on_host for a message from another process.
+  virtual bool remote_recv_waits_on_host() const = 0;
   // Wakes whatever waits on other processes; aborted() already holds the reason.
   virtual void abort_remote() = 0;
 

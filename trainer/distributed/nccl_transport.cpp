@@ -138,6 +138,8 @@ class NcclProcessTransport final : public CrossProcessTransport {
     bytes_sent_ += static_cast<uint64_t>(data.nbytes());
   }
 
+  bool remote_recv_waits_on_host() const override { return false; }
+
   Message recv_remote(const TransferKey& key, std::chrono::milliseconds, int from) override {
     // The wait is stream-ordered: the consumer's stream waits on the event; nothing blocks here.
     Channel& ch = channel(from, rank_of(key.stage));

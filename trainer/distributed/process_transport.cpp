@@ -67,6 +67,8 @@ class GlooProcessTransport final : public CrossProcessTransport {
     sends_.push_back(std::move(w2));
   }
 
+  bool remote_recv_waits_on_host() const override { return true; }
+
   Message recv_remote(const TransferKey& key, std::chrono::milliseconds timeout, int from) override {
     const int peer = placement_.process_of(from);
     const int tag = tag_of(key);

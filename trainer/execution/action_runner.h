@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -29,6 +30,9 @@ class ActionRunner {
   // forward on the rank's forward lane and the backward on the rank's thread: they share only the
   // tensor maps below (under mu_) and no (stage, micro-batch); everything else runs on one thread.
   void run(const Action& action, ActionLane lane = ActionLane::kRank);
+  // Takes the input of compute action `a` from the transport if the schedule posted its receive
+  // and it is not here yet (waits for it): an overlapped pair's halves call no transport.
+  void receive_input(const Action& a);
   // Throws std::logic_error if tensors were produced but never consumed (a schedule bug).
   void check_drained() const;
 
@@ -45,6 +49,10 @@ class ActionRunner {
   void recv_forward(const Action& a);
   void send_backward(const Action& a);
   void recv_backward(const Action& a);
+  // A receive action: taken from the transport now, or posted (posted_) when taking it would
+  // wait on the host: the compute that needs it takes it (receive_posted).
+  void post_or_recv(const TransferKey& key, std::map<Key, Message>& inbox);
+  void receive_posted(const TransferKey& key, std::map<Key, Message>& inbox);
   void dispatch(const Action& a, GpuSpan& span);
   // The received tensor for (stage, mb); when the neighbour stage lives on this rank and the
   // schedule has no send/receive for it, takes the neighbour's output directly. Locks mu_.
@@ -73,6 +81,7 @@ class ActionRunner {
   // compute or communication).
   mutable std::mutex mu_;
   std::map<Key, Message> activations_in_, activations_out_, grads_in_, grads_out_;
+  std::set<TransferKey> posted_;  // receives posted and not taken yet
   std::map<Key, std::shared_ptr<const ReadyEvent>> forward_done_;
   // Recorded after each action that adds into parameter .grad (B, W); the next such action's
   // stream waits on it, so accumulation across micro-batch streams is ordered (see backward()).

@@ -181,10 +181,10 @@ class AsyncThreadedExecutor final : public Executor {
 
   // An overlapped pair: the forward on the lane (best-effort class under backward_first, see
   // RankStreams::enter), the backward here (high priority), both in flight until both are done.
-  // Their receives ran before and their sends run after (with_communication), so neither half
-  // touches the transport and neither can wait for the other. If either half fails, the other
-  // still finishes before the error leaves (its tensors live in the runner), the backward's error
-  // first.
+  // Their receives ran before (those posted are taken first) and their sends run after
+  // (with_communication), so neither half touches the transport and neither can wait for the
+  // other. If either half fails, the other still finishes before the error leaves (its tensors
+  // live in the runner), the backward's error first.
   void run_overlapped(ActionRunner& runner, ForwardLane& lane, c10::Device device, const Action& first,
                       const Action& second) const {
     const bool first_is_forward = first.type == ActionType::kForward;
@@ -195,6 +195,9 @@ class AsyncThreadedExecutor final : public Executor {
       throw std::logic_error(fmt::format("overlapped pair {} is not a forward and a backward (validate() refuses it)",
                                          to_string_pair(first, second)));
     }
+    // Their posted receives are taken here, on the rank's thread, before either half starts.
+    runner.receive_input(forward);
+    runner.receive_input(backward);
     const bool bf16 = options_.bf16_autocast;
     std::future<void> forward_done = lane.run([&runner, &forward, device, bf16] {
       AutocastScope autocast(device, bf16);

@@ -86,9 +86,18 @@ StageRuntime& ActionRunner::stage(int s) const {
 }
 
 void ActionRunner::run(const Action& action, ActionLane lane) {
+  const bool compute = is_compute(action.type);
+  // A compute's posted input is waited for before its span starts: the wait is idle time, as a
+  // receive's was when it held the rank (the bubble and the colocation windows count it so).
+  if (compute) {
+    try {
+      receive_input(action);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(fmt::format("rank {} action {}: {}", rank_, to_string(action), e.what()));
+    }
+  }
   const auto start = ActionRecorder::Clock::now();
   GpuSpan span;
-  const bool compute = is_compute(action.type);
   // compute_starting / compute_done pair up however dispatch() leaves (the bubble publisher keeps
   // windows closed in between).
   struct ComputeScope {
@@ -167,6 +176,7 @@ void ActionRunner::forward(const Action& a, GpuSpan& span) {
   StageRuntime& st = stage(a.stage);
   at::Tensor activation;
   if (!st.spec().is_first()) {
+    receive_input(a);
     Message in = take_input(activations_in_, activations_out_, {a.stage, a.microbatch}, {a.stage - 1, a.microbatch},
                             "activation");
     activation = ready_tensor(in);
@@ -212,6 +222,7 @@ void ActionRunner::backward(const Action& a, GpuSpan& span) {
   RankStreams::wait(forward_done);
   at::Tensor output_grad;
   if (!st.spec().is_last()) {
+    receive_input(a);
     Message in = take_input(grads_in_, grads_out_, {a.stage, a.microbatch}, {a.stage + 1, a.microbatch}, "gradient");
     output_grad = ready_tensor(in);
   }
@@ -277,17 +288,16 @@ std::shared_ptr<const ReadyEvent> ActionRunner::grads_accumulated() const {
   return grads_accumulated_;
 }
 
-// Sends and receives run on the rank's thread only (never inside an overlapped pair); the maps
-// are still locked, since a pair's halves may have been writing them until just before.
+// Sends and receives run on the rank's thread only (never inside an overlapped pair: its halves'
+// posted receives are taken before it starts, receive_input); the maps are still locked, since a
+// pair's halves may have been writing them until just before.
 void ActionRunner::send_forward(const Action& a) {
   Message out = take_output(activations_out_, {a.stage, a.microbatch}, "forward");
   ctx_.transport->send({TransferKind::kActivation, a.stage + 1, a.microbatch}, std::move(out));
 }
 
 void ActionRunner::recv_forward(const Action& a) {
-  Message in = ctx_.transport->recv({TransferKind::kActivation, a.stage, a.microbatch}, options_.recv_timeout);
-  std::lock_guard<std::mutex> lock(mu_);
-  activations_in_[{a.stage, a.microbatch}] = std::move(in);
+  post_or_recv({TransferKind::kActivation, a.stage, a.microbatch}, activations_in_);
 }
 
 void ActionRunner::send_backward(const Action& a) {
@@ -296,9 +306,36 @@ void ActionRunner::send_backward(const Action& a) {
 }
 
 void ActionRunner::recv_backward(const Action& a) {
-  Message in = ctx_.transport->recv({TransferKind::kGradient, a.stage, a.microbatch}, options_.recv_timeout);
+  post_or_recv({TransferKind::kGradient, a.stage, a.microbatch}, grads_in_);
+}
+
+void ActionRunner::post_or_recv(const TransferKey& key, std::map<Key, Message>& inbox) {
+  if (ctx_.transport->recv_waits_on_host(key)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    posted_.insert(key);
+    return;
+  }
+  Message in = ctx_.transport->recv(key, options_.recv_timeout);
   std::lock_guard<std::mutex> lock(mu_);
-  grads_in_[{a.stage, a.microbatch}] = std::move(in);
+  inbox[{key.stage, key.microbatch}] = std::move(in);
+}
+
+void ActionRunner::receive_posted(const TransferKey& key, std::map<Key, Message>& inbox) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (posted_.erase(key) == 0) return;
+  }
+  Message in = ctx_.transport->recv(key, options_.recv_timeout);  // mu_ not held: the other half may run
+  std::lock_guard<std::mutex> lock(mu_);
+  inbox[{key.stage, key.microbatch}] = std::move(in);
+}
+
+void ActionRunner::receive_input(const Action& a) {
+  if (a.type == ActionType::kForward) {
+    receive_posted({TransferKind::kActivation, a.stage, a.microbatch}, activations_in_);
+  } else if (a.type == ActionType::kBackward || a.type == ActionType::kBackwardInput) {
+    receive_posted({TransferKind::kGradient, a.stage, a.microbatch}, grads_in_);
+  }
 }
 
 Message ActionRunner::take_output(std::map<Key, Message>& outbox, Key key, const char* producer) {
@@ -315,7 +352,8 @@ Message ActionRunner::take_output(std::map<Key, Message>& outbox, Key key, const
 
 void ActionRunner::check_drained() const {
   std::lock_guard<std::mutex> lock(mu_);
-  const size_t left = activations_in_.size() + activations_out_.size() + grads_in_.size() + grads_out_.size();
+  const size_t left =
+      activations_in_.size() + activations_out_.size() + grads_in_.size() + grads_out_.size() + posted_.size();
   if (left != 0) {
     throw std::logic_error(fmt::format("rank {}: {} tensor(s) were produced or received but never used "
                                        "(the schedule is missing sends or computes)", rank_, left));

@@ -79,21 +79,6 @@ SimulatedStep simulate_step(const Schedule& schedule, const std::vector<StageCos
     }
     return true;
   };
-  // When the tensor a receive waits for has arrived (false: not produced yet).
-  auto receive_ready = [&](const Action& recv, double* arrives) {
-    double t = 0;
-    if (recv.type == ActionType::kRecvForward) {
-      if (!finished(ActionType::kForward, recv.stage - 1, recv.microbatch, &t)) return false;
-      *arrives = t + costs_of(recv.stage - 1).send_activation;
-      return true;
-    }
-    if (!finished(ActionType::kBackward, recv.stage + 1, recv.microbatch, &t) &&
-        !finished(ActionType::kBackwardInput, recv.stage + 1, recv.microbatch, &t)) {
-      return false;
-    }
-    *arrives = t + costs_of(recv.stage + 1).send_gradient;
-    return true;
-  };
   SimulatedStep out;
   out.timeline.resize(static_cast<size_t>(P));
   std::vector<size_t> pc(P, 0);
@@ -129,26 +114,11 @@ SimulatedStep simulate_step(const Schedule& schedule, const std::vector<StageCos
     for (int r = 0; r < P; ++r) {
       auto& slot = run[static_cast<size_t>(r)];
       const auto& prog = schedule.per_rank[r];
-      // Communication: sends never wait (buffered); a receive waits for its tensor, so a rank
-      // whose program receives early (Megatron's interleaved pairing) waits where it does.
-      bool waiting = false;
-      while (!slot.active && pc[r] < prog.size() && is_communication(prog[pc[r]].type)) {
-        const Action& c = prog[pc[r]];
-        if (c.type == ActionType::kRecvForward || c.type == ActionType::kRecvBackward) {
-          double arrives = 0;
-          if (!receive_ready(c, &arrives)) {
-            waiting = true;
-            break;
-          }
-          if (arrives > now + 1e-12) {
-            next_arrival = std::min(next_arrival, arrives);
-            waiting = true;
-            break;
-          }
-        }
-        ++pc[r];
-      }
-      if (waiting || slot.active || pc[r] >= prog.size()) continue;
+      // Communication costs a rank no time: sends never wait (buffered), and a receive only posts
+      // (the executors take the tensor at the compute that needs it, Transport::recv_waits_on_host;
+      // NCCL's consumer stream waits there): the compute waits for its input, inputs_ready.
+      while (!slot.active && pc[r] < prog.size() && is_communication(prog[pc[r]].type)) ++pc[r];
+      if (slot.active || pc[r] >= prog.size()) continue;
       const Action& a = prog[pc[r]];
       size_t second = pc[r] + 1;
       while (a.overlaps_next && second < prog.size() && is_communication(prog[second].type)) ++second;

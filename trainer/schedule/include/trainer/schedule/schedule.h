@@ -252,8 +252,8 @@ struct SimulateOptions {
 // Runs every rank's program against the compute dependencies (as simulated_bubble_fraction
 // below) with these costs: one entry for every stage, or one per stage (virtual stages included,
 // so a measured imbalance shows), with transfer times between ranks (StageCosts). A schedule with
-// communication actions is run as the executors run it: sends never wait, a receive waits for
-// its tensor (so a receive placed early holds its rank). Throws
+// communication actions is run as the executors run it: sends never wait, a receive only posts,
+// and the compute that needs the tensor waits for it (a receive placed early holds nothing). Throws
 // std::invalid_argument for a wrong number of entries, a negative cost, options out of range
 // (pair_serial_share outside [0, 1], a concurrency <= 0, devices or replicas < 1), or a schedule whose
 // compute order deadlocks.
