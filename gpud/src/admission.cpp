@@ -25,11 +25,14 @@ Decision admit(const WindowView& window, const GrantView& grant, int64_t now_ns,
   // A window being published (read torn): no window this time, not "no pipeline". The daemon's
   // kept snapshot goes stale (and the grant free) if the writer never finishes.
   if (window.torn) return {Verdict::kHold, "window being published"};
-  // The daemon notices a stale pipeline within a tick; the client need not wait for it.
+  // A pipeline gone quiet while the grant says gated: hold. The daemon frees the grant within a
+  // tick of noticing (a dead pipeline at once, by its pidfd), and a daemon that is gone lets the
+  // lease run out into the user's fallback; running here would put best-effort work beside a
+  // pipeline that may be live (a page nobody writes any more after a daemon restart).
   // Written as comparisons against `now - stale` so that a page value of INT64_MIN cannot overflow.
   if (window.heartbeat_ns <= 0 || window.heartbeat_ns < now_ns - config.stale_after_ns ||
       window.heartbeat_ns > now_ns + config.stale_after_ns) {  // ahead of now: not this clock's, not live
-    return {Verdict::kRun, "pipeline heartbeat stale: free"};
+    return {Verdict::kHold, "pipeline heartbeat stale: holding until the daemon frees the grant"};
   }
   if (window.windows_published == 0 || now_ns < window.open_ns || now_ns >= window.close_ns) {
     return {Verdict::kHold, "outside a window"};

@@ -399,8 +399,7 @@ struct Daemon::Impl {
   // One message from connection `index`; drops the connection when it must go.
   void on_readable(size_t index, int64_t now) {
     Connection& c = connections[index];
-    io::Incoming in = io::receive_message(c.fd, -1);
-    for (int fd : in.fds) close(fd);  // clients send no descriptors
+    io::Incoming in = io::receive_message(c.fd, -1, kMaxMessageBytes, /*accept_fds=*/false);
     switch (in.what) {
       case io::Received::kTimeout:
         return;

@@ -47,7 +47,7 @@ void send_message(int fd, const nlohmann::json& message, const std::vector<int>&
   if (n < 0) throw ProtocolError(fmt::format("send failed: {}", std::strerror(errno)));
 }
 
-Incoming receive_message(int fd, int64_t timeout_ns, size_t max_bytes) {
+Incoming receive_message(int fd, int64_t timeout_ns, size_t max_bytes, bool accept_fds) {
   Incoming in;
   if (timeout_ns >= 0) {
     pollfd p{fd, POLLIN, 0};
@@ -74,8 +74,10 @@ Incoming receive_message(int fd, int64_t timeout_ns, size_t max_bytes) {
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
+  if (accept_fds) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+  }
   ssize_t n;
   do {
     n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
@@ -96,6 +98,11 @@ Incoming receive_message(int fd, int64_t timeout_ns, size_t max_bytes) {
   }
   if (n <= 0) {
     in.what = Received::kClosed;
+    return in;
+  }
+  if (!accept_fds && (msg.msg_flags & MSG_CTRUNC)) {
+    in.what = Received::kMalformed;
+    in.error = "a message with descriptors attached (clients send none)";
     return in;
   }
   if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || static_cast<size_t>(n) > max_bytes) {

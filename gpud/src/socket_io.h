@@ -31,8 +31,11 @@ struct Incoming {
   std::string error;     // kMalformed / kOversized: what was wrong
 };
 // Waits up to timeout_ns (< 0: not at all, the caller polled) for one message of at most
-// max_bytes (a longer one is kOversized).
-Incoming receive_message(int fd, int64_t timeout_ns, size_t max_bytes = kMaxMessageBytes);
+// max_bytes (a longer one is kOversized). Without `accept_fds` (the daemon: clients send none)
+// the message is read with no control buffer, so descriptors a peer attached never become this
+// process's: the kernel drops them (an fput, no flush), where a close() here would run the
+// file's flush, which a FUSE server can hold forever; such a message is kMalformed.
+Incoming receive_message(int fd, int64_t timeout_ns, size_t max_bytes = kMaxMessageBytes, bool accept_fds = true);
 
 // An error reply the peer can read before the connection closes.
 nlohmann::json error_message(const std::string& text);

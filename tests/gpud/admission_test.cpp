@@ -72,18 +72,24 @@ TEST_F(AdmissionTest, AKernelOfUnknownLengthOnlyGoesAloneIntoALongWindow) {
   EXPECT_EQ(admit(window, grant, now, -1, 10 * kUs, config).verdict, Verdict::kHold);
 }
 
-TEST_F(AdmissionTest, AStaleOrAbsentPipelineFreesBestEffortWork) {
+// A pipeline gone quiet under a gated grant holds best-effort work: the daemon frees the grant
+// once it notices (within a tick), and a page nobody writes any more (its daemon killed, the
+// pipeline maybe live) must not let work run beside the pipeline until the lease runs out.
+TEST_F(AdmissionTest, AStaleOrAbsentPipelineUnderAGatedGrantHolds) {
   window.heartbeat_ns = now - 201 * kMs;
   window.windows_published = 0;
   Decision d = admit(window, grant, now, -1, 5 * kMs, config);
-  EXPECT_EQ(d.verdict, Verdict::kRun);
-  EXPECT_STREQ(d.reason, "pipeline heartbeat stale: free");
+  EXPECT_EQ(d.verdict, Verdict::kHold);
+  EXPECT_STREQ(d.reason, "pipeline heartbeat stale: holding until the daemon frees the grant");
   window.heartbeat_ns = 0;
-  EXPECT_EQ(admit(window, grant, now, -1, 5 * kMs, config).verdict, Verdict::kRun);
+  EXPECT_EQ(admit(window, grant, now, -1, 5 * kMs, config).verdict, Verdict::kHold);
   // A heartbeat from the future (another clock) is not a live pipeline either.
   window.heartbeat_ns = now + 201 * kMs;
-  EXPECT_STREQ(admit(window, grant, now, -1, 5 * kMs, config).reason, "pipeline heartbeat stale: free");
+  EXPECT_EQ(admit(window, grant, now, -1, 5 * kMs, config).verdict, Verdict::kHold);
   window.heartbeat_ns = INT64_MAX;
+  EXPECT_EQ(admit(window, grant, now, -1, 5 * kMs, config).verdict, Verdict::kHold);
+  // Once the daemon frees the grant, work runs.
+  grant.mode = GrantMode::kFree;
   EXPECT_EQ(admit(window, grant, now, -1, 5 * kMs, config).verdict, Verdict::kRun);
 }
 

@@ -168,6 +168,43 @@ TEST(GpudDaemon, EveryBadHelloIsRefusedWithItsReasonAndTheDaemonCarriesOn) {
   EXPECT_EQ(clients_with_role(ok, "pipeline"), 1u);
 }
 
+// Clients send no descriptors. The daemon reads with no room for any, so a descriptor a peer
+// attaches is dropped by the kernel and never becomes the daemon's: closing it on the daemon's
+// one thread would run the file's flush, which a FUSE server can hold forever (no ticks, every
+// lease lapsing). The message is refused.
+TEST(GpudDaemon, AMessageWithDescriptorsIsRefusedWithoutTheDaemonTakingThem) {
+  TempDir dir;
+  DaemonThread d(test_options(dir.path));
+  Raw raw(dir.path);
+  int pipe_fds[2];
+  ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);
+  const std::string text = hello("pipeline");
+  iovec iov{const_cast<char*>(text.data()), text.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &pipe_fds[0], sizeof(int));
+  ASSERT_EQ(sendmsg(raw.fd, &msg, MSG_NOSIGNAL), static_cast<ssize_t>(text.size()));
+  close(pipe_fds[0]);
+  const std::string reply = raw.reply();
+  EXPECT_NE(reply.find("a message with descriptors attached (clients send none)"), std::string::npos) << reply;
+  EXPECT_TRUE(raw.closed_by_peer());
+  // No read end is left anywhere: the kernel dropped the one in flight.
+  pollfd writer{pipe_fds[1], POLLOUT, 0};
+  ASSERT_EQ(poll(&writer, 1, 0), 1);
+  EXPECT_NE(writer.revents & POLLERR, 0) << "a read end of the pipe is still open";
+  close(pipe_fds[1]);
+  Client ok = Client::connect(dir.path, kGpu, Role::kPipeline, "after");
+  EXPECT_EQ(clients_with_role(ok, "pipeline"), 1u);
+}
+
 TEST(GpudDaemon, AnObserverAsksForStatusWithoutBecomingAClient) {
   TempDir dir;
   DaemonThread d(test_options(dir.path));

@@ -148,6 +148,29 @@ TEST(BubblePublisherTest, ItReattachesToARestartedDaemonAndRepublishesTheOpenWin
   EXPECT_NEAR(static_cast<double>(w.close_ns - step_start), 5e9, 2e6);
 }
 
+// Best-effort processes read the page a daemon handed over until their leases on its grant run
+// out, also after the daemon is gone (killed, crashed): the publisher keeps that page's heartbeat
+// and windows going until a new daemon takes over. A page gone quiet read as "no pipeline" there.
+TEST(BubblePublisherTest, ThePageOfADaemonThatHungUpStaysLiveUntilANewOneTakesOver) {
+  gpud::testing::InProcessDaemon daemon("GPU-orphan");
+  BubblePublisher publisher(daemon.options.gpu, daemon.dir);
+  gpud::Client be = gpud::Client::connect(daemon.dir, daemon.options.gpu, gpud::Role::kBestEffort, "reader");
+  const int64_t step_start = gpud::monotonic_ns();
+  publisher.begin_step({{0, 5'000'000}});
+  auto eventually = [](const std::function<bool()>& cond) {
+    for (int i = 0; i < 1500 && !cond(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return cond();
+  };
+  ASSERT_TRUE(eventually([&] { return publisher.windows_published() == 1; }));
+  daemon.running.reset();
+  ASSERT_TRUE(eventually([&] { return !be.daemon_alive(); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // past the 200 ms staleness
+  const gpud::WindowView w = gpud::read_window(be.pipeline());
+  EXPECT_GT(w.heartbeat_ns, gpud::monotonic_ns() - 50'000'000) << "the page the reader holds went quiet";
+  EXPECT_EQ(w.windows_published, 1u);
+  EXPECT_NEAR(static_cast<double>(w.close_ns - step_start), 5e9, 2e6);
+}
+
 TEST(BubblePublisherTest, NoDaemonIsAClearError) {
   try {
     BubblePublisher publisher("GPU-none", "/tmp/gpub-nowhere");

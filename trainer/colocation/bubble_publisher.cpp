@@ -68,15 +68,21 @@ void BubblePublisher::begin_step(std::vector<IdleWindow> windows) {
   log_notes(notes);
 }
 
+gpud::PipelinePage* BubblePublisher::page() {
+  if (client_) return &client_->pipeline_writable();
+  return orphaned_ ? &orphaned_->pipeline_writable() : nullptr;
+}
+
 void BubblePublisher::show_window(int64_t now) {
-  if (!client_) return;
+  gpud::PipelinePage* p = page();
+  if (p == nullptr) return;
   if (busy_ == 0) {
     shown_open_ = std::max(current_open_, now);
-    gpud::publish_window(client_->pipeline_writable(), shown_open_, current_close_);
+    gpud::publish_window(*p, shown_open_, current_close_);
   } else {
     // Closed: [open, open) admits nothing, and tells readers the window is not to be used.
     shown_open_ = current_open_;
-    gpud::publish_window(client_->pipeline_writable(), shown_open_, shown_open_);
+    gpud::publish_window(*p, shown_open_, shown_open_);
   }
 }
 
@@ -88,7 +94,7 @@ void BubblePublisher::demand() {
     // Open now: cut short here, with the open the page shows (the same window, for the page's
     // accounting of idle time offered).
     current_close_ = now;
-    if (client_) gpud::publish_window(client_->pipeline_writable(), shown_open_, std::max(shown_open_, now));
+    if (gpud::PipelinePage* p = page()) gpud::publish_window(*p, shown_open_, std::max(shown_open_, now));
     cut_.fetch_add(1);
   } else {
     show_window(now);  // ahead: closed until the action is done
@@ -104,9 +110,10 @@ void BubblePublisher::compute_done() {
 
 // Publishes the current step's windows one at a time, each as soon as the previous one closed
 // (so it is there before it opens), and heartbeats every 5 ms. A daemon that hung up (restarted,
-// killed) reads the page it handed over no more: the thread then reconnects, backing off from
-// 50 ms to 2 s, without the lock (begin_step never waits for it), and republishes the window still
-// open or ahead on the new daemon's page.
+// killed) reads the page it handed over no more, but best-effort processes still do until their
+// leases run out: the thread keeps writing that page (orphaned_) and reconnects, backing off from
+// 50 ms to 2 s, without the lock (begin_step never waits for it), then republishes the window
+// still open or ahead on the new daemon's page.
 void BubblePublisher::loop() {
   constexpr int64_t kHeartbeatNs = 5'000'000;
   constexpr int64_t kFirstRetryNs = 50'000'000;
@@ -121,13 +128,17 @@ void BubblePublisher::loop() {
   while (!stop_) {
     int64_t now = gpud::monotonic_ns();
     if (client_ && !client_->daemon_alive()) {
-      client_.reset();
+      orphaned_ = std::move(client_);
       notes_.push_back({spdlog::level::warn,
                           fmt::format("parallel.publish_bubbles_gpu: orion-gpud of GPU {} hung up; reconnecting (every "
-                                      "{} s at most), no windows published until then",
+                                      "{} s at most); its page keeps the windows for best-effort "
+                                      "processes until their leases run out",
                                       gpu_, kMaxRetryNs / 1'000'000'000)});
       retry_at = now;
       retry_ns = kFirstRetryNs;
+      // A daemon that stopped in order reset the page it dropped us from (and revoked the grants);
+      // one that was killed did not. Either way the page shows the planned window again.
+      if (current_close_ > now) show_window(now);
     }
     if (!client_ && now >= retry_at) {
       lock.unlock();
@@ -142,6 +153,7 @@ void BubblePublisher::loop() {
       now = gpud::monotonic_ns();
       if (fresh) {
         client_ = std::move(fresh);
+        orphaned_.reset();
         reconnects_.fetch_add(1);
         notes_.push_back({spdlog::level::info,
                             fmt::format("parallel.publish_bubbles_gpu: attached to orion-gpud of GPU {} again", gpu_)});
@@ -159,8 +171,8 @@ void BubblePublisher::loop() {
     if (generation != step_generation_) {
       // A new step: the last one's window still on the page ends now (published cut short, so the
       // idle time the page counts as offered loses what was never offered).
-      if (client_ && current_close_ > now && busy_ == 0) {
-        gpud::publish_window(client_->pipeline_writable(), shown_open_, std::clamp(now, shown_open_, current_close_));
+      if (page() != nullptr && current_close_ > now && busy_ == 0) {
+        gpud::publish_window(*page(), shown_open_, std::clamp(now, shown_open_, current_close_));
       }
       generation = step_generation_;
       next = 0;
@@ -171,12 +183,12 @@ void BubblePublisher::loop() {
       if (!std::isfinite(w.start_us) || !std::isfinite(w.end_us) || w.end_us <= w.start_us) continue;
       current_open_ = step_start_ns_ + static_cast<int64_t>(w.start_us * 1e3);
       current_close_ = step_start_ns_ + static_cast<int64_t>(w.end_us * 1e3);
-      if (client_) {
+      if (page() != nullptr) {
         show_window(now);  // closed while an action runs
         published_.fetch_add(1);
       }
     }
-    if (client_) gpud::heartbeat(client_->pipeline_writable(), now);
+    if (gpud::PipelinePage* p = page()) gpud::heartbeat(*p, now);
     int64_t until = now + kHeartbeatNs;
     if (next < windows_.size()) until = std::min(until, std::max(current_close_, now));
     wake_.wait_for(lock, std::chrono::nanoseconds(std::max<int64_t>(until - now, 100'000)));

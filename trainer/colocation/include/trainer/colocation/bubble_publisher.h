@@ -16,6 +16,7 @@
 
 namespace gpud {
 class Client;
+struct PipelinePage;
 }
 
 namespace gpipe {
@@ -64,6 +65,11 @@ class BubblePublisher {
   const std::string gpu_;
   const std::filesystem::path dir_;
   std::unique_ptr<gpud::Client> client_;  // null while the daemon is gone; the thread's own after start
+  // The last daemon's client after it hung up, until a new daemon takes over: best-effort
+  // processes still read its page (their leases on the old grant run on), so the page keeps its
+  // heartbeat and windows; a page gone quiet would read as "no pipeline" to them.
+  std::unique_ptr<gpud::Client> orphaned_;
+  gpud::PipelinePage* page();  // client_'s page, else orphaned_'s; null with neither
   std::mutex mu_;
   std::condition_variable wake_;
   std::vector<IdleWindow> windows_;  // of the current step
