@@ -294,6 +294,7 @@ void Dispatcher::Impl::submit_head_locked(StreamState& s, const OpEstimate& est)
     wait_cv.notify_all();
   } else if (rc != 0 && s.sticky_error == 0) {
     s.sticky_error = rc;
+    s.sticky_error_seq = q.op.seq;
     sticky_errors.fetch_add(1, std::memory_order_acq_rel);
   }
   // Counted as queued until the device has it and its error is recorded: a lock-free look at

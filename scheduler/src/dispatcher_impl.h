@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -93,7 +94,9 @@ struct Dispatcher::Impl final : CompletionListener {
   // ---- drains and pumping (dispatcher_pump.cpp) ----
   // Submits s's queued ops with seq <= upto, ignoring the policy (the caller must not wait).
   void drain_until(StreamState& s, uint64_t upto);
-  int take_error(StreamState& s);
+  // Takes s's deferred error if its op is at or before `up_to_seq` (an event's record: an error
+  // of a later op belongs to whoever waits for that op).
+  int take_error(StreamState& s, uint64_t up_to_seq = std::numeric_limits<uint64_t>::max());
   int drain_stream(StreamId id);
   int drain_event(EventId event);
   int drain_all();

@@ -32,8 +32,9 @@ void Dispatcher::Impl::drain_until(StreamState& s, uint64_t upto) {
   }
 }
 
-int Dispatcher::Impl::take_error(StreamState& s) {
+int Dispatcher::Impl::take_error(StreamState& s, uint64_t up_to_seq) {
   std::lock_guard lock(s.mu);
+  if (s.sticky_error_seq > up_to_seq) return 0;
   const int err = std::exchange(s.sticky_error, 0);
   if (err != 0) sticky_errors.fetch_sub(1, std::memory_order_acq_rel);
   return err;
@@ -55,7 +56,7 @@ int Dispatcher::Impl::drain_event(EventId event) {
     ref = it->second.latest;
   }
   drain_until(*ref.stream, ref.seq);
-  return take_error(*ref.stream);
+  return take_error(*ref.stream, ref.seq);
 }
 
 template <typename Pred>
@@ -139,7 +140,7 @@ QueryState Dispatcher::Impl::query_event(EventId event) {
   }
   QueryState out;
   out.queued = ref.stream->last_submitted_seq.load(std::memory_order_acquire) < ref.seq;
-  if (sticky_errors.load(std::memory_order_acquire) != 0) out.error = take_error(*ref.stream);
+  if (sticky_errors.load(std::memory_order_acquire) != 0) out.error = take_error(*ref.stream, ref.seq);
   return out;
 }
 

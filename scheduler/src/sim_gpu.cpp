@@ -73,9 +73,21 @@ struct StreamState {
   int context = 0;  // the process it belongs to (time slicing)
 };
 
+// Records of one event on different streams may complete out of order; a wait is met by its own
+// record (the latest submitted before it), as in CUDA, not by a later one that finished first.
 struct EventState {
-  uint64_t submitted = 0;  // records submitted so far
-  uint64_t completed = 0;  // highest record generation completed
+  uint64_t submitted = 0;      // records submitted so far
+  uint64_t done_through = 0;   // every record generation up to this one completed
+  std::set<uint64_t> done_after;  // completed generations above done_through
+  void complete(uint64_t generation) {
+    if (generation <= done_through) return;
+    done_after.insert(generation);
+    while (!done_after.empty() && *done_after.begin() == done_through + 1) {
+      done_after.erase(done_after.begin());
+      ++done_through;
+    }
+  }
+  bool completed(uint64_t generation) const { return generation <= done_through || done_after.count(generation) != 0; }
 };
 
 constexpr uint64_t kSpreadGroups = 8;
@@ -166,8 +178,7 @@ struct SimulatedGpu::Impl {
     pending.push_back(c);
     history.push_back(c);
     if (op.kind == OpKind::kEventRecord) {
-      EventState& e = events[op.event];
-      e.completed = std::max(e.completed, op.event_generation);
+      events[op.event].complete(op.event_generation);
     }
     StreamState& s = streams[op.stream];
     s.queue.pop_front();  // `op` is the head of its stream (per-stream FIFO)
@@ -177,7 +188,7 @@ struct SimulatedGpu::Impl {
   bool activate_head(StreamState& s) {
     SimOp& op = *s.queue.front();
     if (op.active) {
-      if (op.kind == OpKind::kStreamWaitEvent && events[op.event].completed >= op.event_generation) {
+      if (op.kind == OpKind::kStreamWaitEvent && events[op.event].completed(op.event_generation)) {
         complete(op);
         return true;
       }
@@ -202,7 +213,7 @@ struct SimulatedGpu::Impl {
         timed.push_back(&op);
         return false;
       case OpKind::kStreamWaitEvent:
-        if (events[op.event].completed < op.event_generation) return false;
+        if (!events[op.event].completed(op.event_generation)) return false;
         break;
       case OpKind::kEventRecord:
       case OpKind::kHostFunc:

@@ -68,6 +68,7 @@ struct StreamState {
   int64_t head_since_ns = 0;  // when the current queue head became the head
   FifoRing<InFlightOp> in_flight;
   int sticky_error = 0;  // first backend error of a deferred op, returned by the next drain
+  uint64_t sticky_error_seq = 0;  // that op's: a drain up to an earlier op does not take it
   uint64_t submitted = 0, submitted_inline = 0, deferred = 0, forced = 0, caller_waits = 0,
            errors = 0, promoted = 0, op_classed = 0;
   uint64_t timing_tick = 0;  // tracked kernels submitted, for Op::wants_timing's re-samples

@@ -101,6 +101,12 @@ class ProcessRun {
     sms_ = gpu.sm_count();
     applied_be_ = partition_ ? partition_->best_effort_sms(sms_) : 0;
     for (const WorkloadOp& op : w_.ops) {
+      // Checked up front: a kernel the GPU refuses while the dispatcher holds it would only leave
+      // a deferred error, and the replay would end "stuck" instead of naming the line.
+      if (op.kind == OpKind::kKernel && gpu.max_active_blocks_per_sm(w_.kernel_info(op, gpu)) <= 0) {
+        throw std::runtime_error(where(op) + ": the simulated GPU rejects " + (op.name.empty() ? "this kernel" : op.name) +
+                                 " (its block does not fit an SM: threads, shared memory or registers)");
+      }
       if (stream_cls_.count(op.stream_id)) continue;
       stream_cls_[op.stream_id] = op.cls;
       dispatcher_->set_stream_class(op.stream_id, op.cls);
@@ -156,7 +162,12 @@ class ProcessRun {
     dispatcher_->pump();
     follow_partition();
   }
-  void drain_all() { dispatcher_->drain_all(); }
+  void drain_all() {
+    if (const int rc = dispatcher_->drain_all(); rc != 0) {
+      throw std::runtime_error(w_.source + ": the simulated GPU rejected an op the dispatcher held, with error " +
+                               std::to_string(rc));
+    }
+  }
 
   // A completion of one of this process's ops (its own stream id); true when it released a
   // closed-loop follower.

@@ -4,6 +4,7 @@
 // best-effort share stepped by the granularity, high priority on all SMs or the rest, and no
 // gating or orion's gating inside the partition; the adaptive partition at a few latency targets,
 // starting from half the SMs.
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -25,10 +26,15 @@ Sweep run_sweep(const sched::Workload& workload, const StudyOptions& options) {
     grid.push_back({std::string("orion sm_threshold_frac=") + frac, "orion", {{"sm_threshold_frac", frac}}});
   const int sms = options.gpu.sm_count;
   constexpr int kGranularity = 8;
-  for (int be = kGranularity; be <= sms - kGranularity; be += kGranularity) {
+  // At most about 16 sizes (a big --sms would make hundreds of points), each a whole number of
+  // granularity steps, and only those be_sm_frac can name (the policy takes 0.01 .. 0.99).
+  const int step = kGranularity * std::max(1, sms / kGranularity / 16);
+  for (int be = kGranularity; be <= sms - kGranularity; be += step) {
     // be_sm_frac chosen so that the policy's rounding lands on exactly `be` SMs.
+    const double fraction = (static_cast<double>(be) + 0.5) / static_cast<double>(sms);
+    if (fraction < 0.01 || fraction > 0.99) continue;
     char frac[32];
-    std::snprintf(frac, sizeof frac, "%.6f", (static_cast<double>(be) + 0.5) / static_cast<double>(sms));
+    std::snprintf(frac, sizeof frac, "%.6f", fraction);
     for (const char* rest : {"0", "1"}) {
       for (const char* gate : {"0", "2"}) {
         grid.push_back({"partition be_sms=" + std::to_string(be) + " hp_rest=" + rest + " gate=" + gate, "partition",

@@ -299,6 +299,21 @@ TEST_F(DispatcherTest, DeferredErrorReturnedByDrainAllAndEventDrain) {
   EXPECT_EQ(d->drain_all(), 0);
 }
 
+// An event's drain or query answers for the ops up to its record only: the error of an op queued
+// after the record belongs to whoever synchronises that op (its stream's drain).
+TEST_F(DispatcherTest, AnEventLeavesTheErrorOfALaterOpToItsStream) {
+  auto d = make("priority");
+  dev.fail_kernel(666, 700);
+  d->submit(kernel_op(kHp, 1));
+  d->submit(event_op(OpKind::kEventRecord, kBe, 8));
+  d->submit(kernel_op(kBe, 666));  // after the record
+  dev.complete_all();
+  d->pump();  // HP done: both go, the kernel fails
+  EXPECT_EQ(d->query_event(8).error, 0);
+  EXPECT_EQ(d->drain_event(8), 0);
+  EXPECT_EQ(d->drain_stream(kBe), 700);
+}
+
 TEST_F(DispatcherTest, QueuedOpOwnsAClonedPayload) {
   auto d = make("priority");
   d->submit(kernel_op(kHp, 1));

@@ -282,6 +282,21 @@ TEST(SimGpu, WaitEventUsesTheLatestRecordBeforeIt) {
   EXPECT_EQ(done[3].end_ns, 100);
 }
 
+// A later record of the same event on an idle stream completes first; the wait still waits for
+// its own record (the latest submitted before it), as CUDA's does.
+TEST(SimGpu, WaitEventIsNotMetByALaterRecordThatFinishesFirst) {
+  SimulatedGpu gpu(small_gpu(8));
+  ASSERT_EQ(gpu.submit(kernel_op(1, 1, 1, 1000)), 0);
+  ASSERT_EQ(gpu.submit(plain_op(OpKind::kEventRecord, 1, 2, 7)), 0);   // generation 1, done at 1000
+  ASSERT_EQ(gpu.submit(plain_op(OpKind::kStreamWaitEvent, 3, 3, 7)), 0);
+  ASSERT_EQ(gpu.submit(kernel_op(3, 4, 1, 100)), 0);
+  ASSERT_EQ(gpu.submit(plain_op(OpKind::kEventRecord, 2, 5, 7)), 0);   // generation 2, done at 0
+  gpu.run_until_idle();
+  auto done = by_seq(gpu);
+  EXPECT_EQ(done[5].end_ns, 0);
+  EXPECT_EQ(done[4].start_ns, 1000);
+}
+
 TEST(SimGpu, WaitOnUnrecordedEventDoesNotBlock) {
   SimulatedGpu gpu(small_gpu(1));
   ASSERT_EQ(gpu.submit(plain_op(OpKind::kStreamWaitEvent, 1, 1, 9)), 0);

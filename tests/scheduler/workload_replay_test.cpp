@@ -141,6 +141,21 @@ TEST(WorkloadReplay, LaunchThatCannotFitNamesTheLine) {
   }
 }
 
+// The same, for a best-effort kernel the priority policy holds behind high-priority work: it only
+// reaches the GPU from the dispatcher's queue, whose error used to go unseen ("replay stuck").
+TEST(WorkloadReplay, AHeldLaunchThatCannotFitNamesItsLineToo) {
+  std::istringstream in(
+      "{\"stream\": \"h\", \"class\": \"hp\", \"name\": \"a\", \"grid\": 1, \"block\": 32, \"block_us\": 100}\n"
+      "{\"stream\": \"b\", \"class\": \"be\", \"name\": \"k\", \"grid\": 1, \"block\": 32, \"smem\": 300000, \"block_us\": 1}\n");
+  Workload w = parse_workload(in, "held.jsonl");
+  try {
+    run(w, "priority");
+    FAIL() << "an op that cannot fit an SM was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("held.jsonl:2"), std::string::npos) << e.what();
+  }
+}
+
 TEST(WorkloadReplay, ShippedWorkloadsParse) {
   for (const char* name : {"orion_inference_training.jsonl", "pipeline_stage.jsonl", "pipeline_stage_sync.jsonl"}) {
     Workload w = load_workload(std::string(OURGPIPE_WORKLOAD_DIR) + "/" + name);
@@ -231,6 +246,17 @@ TEST(OrionSimCli, SweepPrintsTheGridAndItsParetoFront) {
   EXPECT_EQ(rows, 1u + 4u + 3u * 4u + 4u * 2u)
       << "priority, 4 orion thresholds, 3 partition sizes x 4, 4 adaptive targets x 2";
   EXPECT_EQ(adaptive_rows, 8u);
+  // A big GPU: a bounded grid of the sizes be_sm_frac can name (it refused 0.99+ and aborted).
+  const std::string big = run_command(std::string(ORION_SIM_EXE) + " sweep " + (dir / "tiny.jsonl").string() +
+                                          " --sms 1000 2>&1",
+                                      &rc);
+  ASSERT_EQ(rc, 0) << big;
+  size_t partition_rows = 0;
+  for (size_t at = big.find("| partition be_sms="); at != std::string::npos; at = big.find("| partition be_sms=", at + 1)) {
+    ++partition_rows;
+  }
+  EXPECT_GT(partition_rows, 0u);
+  EXPECT_LE(partition_rows, 17u * 4u);
   std::filesystem::remove_all(dir);
 }
 
