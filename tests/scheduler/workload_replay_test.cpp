@@ -130,15 +130,19 @@ TEST(WorkloadReplay, UnknownPolicyIsAnError) {
   EXPECT_THROW(run(tiny(), "fastest"), std::invalid_argument);
 }
 
+// Replaying `w` under `policy` fails with a message naming `where` (source:line).
+void expect_refused_naming(const Workload& w, const char* policy, const std::string& where) {
+  try {
+    run(w, policy);
+    ADD_FAILURE() << "an op that cannot fit an SM was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(where), std::string::npos) << e.what();
+  }
+}
+
 TEST(WorkloadReplay, LaunchThatCannotFitNamesTheLine) {
   std::istringstream in(R"({"stream": "s", "class": "hp", "name": "k", "grid": 1, "block": 32, "smem": 300000, "block_us": 1})");
-  Workload w = parse_workload(in, "big.jsonl");
-  try {
-    run(w, "passthrough");
-    FAIL() << "an op that cannot fit an SM was accepted";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("big.jsonl:1"), std::string::npos) << e.what();
-  }
+  expect_refused_naming(parse_workload(in, "big.jsonl"), "passthrough", "big.jsonl:1");
 }
 
 // The same, for a best-effort kernel the priority policy holds behind high-priority work: it only
@@ -147,13 +151,7 @@ TEST(WorkloadReplay, AHeldLaunchThatCannotFitNamesItsLineToo) {
   std::istringstream in(
       "{\"stream\": \"h\", \"class\": \"hp\", \"name\": \"a\", \"grid\": 1, \"block\": 32, \"block_us\": 100}\n"
       "{\"stream\": \"b\", \"class\": \"be\", \"name\": \"k\", \"grid\": 1, \"block\": 32, \"smem\": 300000, \"block_us\": 1}\n");
-  Workload w = parse_workload(in, "held.jsonl");
-  try {
-    run(w, "priority");
-    FAIL() << "an op that cannot fit an SM was accepted";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("held.jsonl:2"), std::string::npos) << e.what();
-  }
+  expect_refused_naming(parse_workload(in, "held.jsonl"), "priority", "held.jsonl:2");
 }
 
 TEST(WorkloadReplay, ShippedWorkloadsParse) {
