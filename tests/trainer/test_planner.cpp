@@ -260,6 +260,33 @@ TEST(PredictCandidate, PeakMemoryFollowsTheSchedule) {
   EXPECT_NEAR(g.prediction.peak_bytes_per_rank[3], 2 * 16e6 + 8 * 2 * 10 * mib + 1 * mib, 1.0);
 }
 
+// An overlapped pair holds both halves' activations at once (peak_activations counts them so):
+// its forward allocates from its start, its backward frees at its end. The walk used to apply the
+// pair's free first (same span, frees first) and found a peak one micro-batch too low.
+TEST(PredictCandidate, AnOverlappedPairHoldsBothHalvesActivations) {
+  const PipelineConfig config = base_config(2, 2, 4);
+  DeviceProfile profile = uniform_profile(2);
+  profile.rank_concurrency = {1.0, 2.0};  // ranks share a device: a pair runs as two threads
+  PlanCandidate c = one_f_one_b({1, 1}, 4);
+  const PlannedCandidate plain = predict_candidate(c, config, profile);
+  c.overlap = true;
+  const PlannedCandidate paired = predict_candidate(c, config, profile);
+  ASSERT_GT(count_overlapped_pairs(with_overlap(make_schedule(ScheduleKind::kOneFOneB, 2, 4), OverlapMode::kOn)), 0);
+  EXPECT_GE(paired.prediction.peak_bytes_per_rank[0], plain.prediction.peak_bytes_per_rank[0]);
+}
+
+// The planner plans synchronous steps; a config trained asynchronously over a window of steps
+// still gets candidates that validate (the window is an asp setting, refused under bsp).
+TEST(PlanConfig, AnAspWindowIsDroppedWithAsp) {
+  PipelineConfig config = base_config(2, 2, 4);
+  config.parallel.sync_mode = "asp";
+  config.parallel.asp_window_steps = 2;
+  const PipelineConfig planned = plan_config(config, one_f_one_b({1, 1}, 4));
+  EXPECT_EQ(planned.parallel.sync_mode, "bsp");
+  EXPECT_EQ(planned.parallel.asp_window_steps, 1);
+  EXPECT_NO_THROW(planned.validate());
+}
+
 // A budget too small for stored activations: recompute is raised on the ranks that need it; a
 // budget nothing fits is a ConfigError naming the nearest candidate.
 TEST(PredictCandidate, RecomputeIsRaisedOnlyWhereMemoryNeedsIt) {
@@ -286,6 +313,25 @@ TEST(PredictCandidate, RecomputeIsRaisedOnlyWhereMemoryNeedsIt) {
     EXPECT_THAT(e.what(), testing::HasSubstr("no configuration fits the memory"));
     EXPECT_THAT(e.what(), testing::HasSubstr("nearest"));
     EXPECT_THAT(e.what(), testing::HasSubstr("--memory-budget-gib"));
+  }
+}
+
+// Every candidate runs as proposed: with parallel.streams=per_rank on the async executor no
+// candidate has overlapped pairs (the runner refuses them: a rank's F and B share one stream),
+// dualpipev (its pairs are built in) included.
+TEST(EnumerateCandidates, PerRankStreamsGetNoPairs) {
+  PipelineConfig config = base_config(4, 8, 8);
+  config.parallel.scheduler = "async_threaded";
+  config.parallel.streams = "per_rank";
+  PlanOptions options;
+  options.schedules = {"1f1b", "dualpipev"};
+  options.allow_overlap = true;
+  std::vector<std::string> notes;
+  const auto candidates = enumerate_candidates(config, uniform_profile(8), options, &notes);
+  ASSERT_FALSE(candidates.empty());
+  for (const PlanCandidate& c : candidates) {
+    EXPECT_FALSE(c.overlap) << c.label();
+    EXPECT_NE(c.schedule, "dualpipev") << c.label();
   }
 }
 

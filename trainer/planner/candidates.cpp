@@ -124,7 +124,11 @@ std::vector<PlanCandidate> enumerate_candidates(const PipelineConfig& config, co
           c.blocks_per_stage = partition_blocks("time", layer_ms, stages);
           c.recompute_ratio.assign(static_cast<size_t>(stages), 0.0);
           try {
-            plan_config(config, c).validate();  // what the runner will check
+            // What the runner will check: the config, and its stream layout against the
+            // schedule's pairs (parallel.streams=per_rank runs no pair; dualpipev's are built in).
+            const PipelineConfig planned = plan_config(config, c);
+            planned.validate();
+            check_stream_layout(planned.parallel, compute);
           } catch (const ConfigError& e) {
             note(fmt::format("{}: {}", c.label(), e.what()));
             continue;
@@ -135,9 +139,12 @@ std::vector<PlanCandidate> enumerate_candidates(const PipelineConfig& config, co
               const Schedule paired = with_overlap(compute, OverlapMode::kOn);
               if (count_overlapped_pairs(paired) > 0 && legal(paired)) {
                 c.overlap = true;
+                check_stream_layout(plan_config(config, c).parallel, paired);
                 out.push_back(c);
               }
             } catch (const std::invalid_argument&) {
+            } catch (const ConfigError& e) {
+              note(fmt::format("{}: {}", c.label(), e.what()));
             }
           }
         }

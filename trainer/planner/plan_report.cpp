@@ -41,6 +41,7 @@ PipelineConfig plan_config(const PipelineConfig& base, const PlanCandidate& c) {
   p.data_parallel_size = c.data_parallel;
   p.overlap_f_b = c.overlap ? "true" : "auto";
   p.sync_mode = "bsp";
+  p.asp_window_steps = 1;  // an asp setting: bsp refuses any other
   p.partition = "explicit";
   p.partition_file.clear();
   p.partition_layers = c.blocks_per_stage;

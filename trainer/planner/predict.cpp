@@ -124,7 +124,9 @@ MemoryWalk walk_memory(const Schedule& schedule, const SimulatedStep& step, cons
         events.push_back({sa.start, r, profile.cast_bytes_per_parameter * st.parameters});
       }
       switch (sa.action.type) {
-        case ActionType::kForward: events.push_back({sa.end, r, st.held_bytes}); break;
+        // Held from the forward's start: it allocates as it runs, and an overlapped pair's backward
+        // (same span) frees only at its end, so both halves' activations are live at once.
+        case ActionType::kForward: events.push_back({sa.start, r, st.held_bytes}); break;
         case ActionType::kBackward: events.push_back({sa.end, r, -st.held_bytes}); break;
         case ActionType::kBackwardInput:
           events.push_back({sa.end, r, -(st.held_bytes - st.weight_grad_bytes)});
@@ -167,8 +169,8 @@ Schedule candidate_schedule(const PlanCandidate& c) {
   Schedule compute = make_schedule(parse_schedule_kind(c.schedule), c.pipeline_ranks, c.microbatches / c.data_parallel,
                                    c.virtual_stages);
   if (c.overlap) compute = with_overlap(compute, OverlapMode::kOn);
-  // As the executors run it: with its sends and receives (a receive placed early makes its rank
-  // wait there, e.g. interleaved 1F1B's paired receives before the forward).
+  // As the executors run it: with its sends and receives (a receive only posts; the compute
+  // that needs the tensor waits for it).
   return with_communication(compute);
 }
 
