@@ -27,10 +27,18 @@ SharedPage::SharedPage(const char* name) {
     close(fd_);
     throw DaemonError(fmt::format("sizing the shared page: {}", std::strerror(e)));
   }
+  const std::string path = fmt::format("/proc/self/fd/{}", fd_);
+  read_only_fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (read_only_fd_ < 0) {
+    const int e = errno;
+    close(fd_);
+    throw DaemonError(fmt::format("reopening the shared page read-only: {}", std::strerror(e)));
+  }
   data_ = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
   if (data_ == MAP_FAILED) {
     const int e = errno;
     close(fd_);
+    close(read_only_fd_);
     throw DaemonError(fmt::format("mapping the shared page: {}", std::strerror(e)));
   }
 }
@@ -50,24 +58,27 @@ void SharedPage::forbid_more_seals() {
 SharedPage::~SharedPage() {
   if (data_ != nullptr) munmap(data_, kBytes);
   if (fd_ >= 0) close(fd_);
+  if (read_only_fd_ >= 0) close(read_only_fd_);
 }
 
 SharedPage::SharedPage(SharedPage&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)), data_(std::exchange(other.data_, nullptr)) {}
+    : fd_(std::exchange(other.fd_, -1)),
+      read_only_fd_(std::exchange(other.read_only_fd_, -1)),
+      data_(std::exchange(other.data_, nullptr)) {}
 
 SharedPage& SharedPage::operator=(SharedPage&& other) noexcept {
   if (this != &other) {
     this->~SharedPage();
     fd_ = std::exchange(other.fd_, -1);
+    read_only_fd_ = std::exchange(other.read_only_fd_, -1);
     data_ = std::exchange(other.data_, nullptr);
   }
   return *this;
 }
 
 int SharedPage::open_read_only() const {
-  const std::string path = fmt::format("/proc/self/fd/{}", fd_);
-  const int ro = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (ro < 0) throw DaemonError(fmt::format("reopening the shared page read-only: {}", std::strerror(errno)));
+  const int ro = fcntl(read_only_fd_, F_DUPFD_CLOEXEC, 0);
+  if (ro < 0) throw DaemonError(fmt::format("duplicating the shared page's read-only descriptor: {}", std::strerror(errno)));
   return ro;
 }
 

@@ -12,7 +12,9 @@ class SharedPage {
   // Creates a memfd of one page, sealed at that size and mode 0400 (a read-only descriptor cannot
   // be reopened read-write through /proc, except by root or by a process of the page's own uid,
   // which can fchmod it first: a client of the daemon's uid is not kept from writing the pipeline
-  // page; see gpud/README.md), mapped read-write here. Throws DaemonError.
+  // page; see README.md, "orion-gpud"), mapped read-write here. Its read-only descriptor is opened
+  // here, once: a client of the daemon's uid that fchmods the page later cannot keep the daemon
+  // from handing it to the next client. Throws DaemonError.
   explicit SharedPage(const char* name);
   // No writes through any other descriptor or mapping from now on, root's included (this
   // process's mapping stays writable): for pages only the daemon writes (grants).
@@ -29,12 +31,14 @@ class SharedPage {
 
   void* data() const { return data_; }
   int fd() const { return fd_; }
-  // A new read-only descriptor of the same memory; throws DaemonError.
+  // A new read-only descriptor of the same memory (a duplicate of the one opened at creation);
+  // throws DaemonError.
   int open_read_only() const;
   static constexpr size_t kBytes = 4096;
 
  private:
   int fd_ = -1;
+  int read_only_fd_ = -1;
   void* data_ = nullptr;
 };
 

@@ -26,17 +26,21 @@ int main(int argc, char** argv) {
   std::string gpu, dir;
   std::vector<uid_t> allowed;
   double lease_ms = 500, stale_ms = 200, budget_us = 2000;
-  auto* serve = app.add_subcommand("serve", "serve one GPU until SIGINT/SIGTERM");
+  auto* serve = app.add_subcommand("serve", "serve one GPU until SIGINT, SIGTERM or SIGHUP");
   serve->add_option("--gpu", gpu, "the GPU's UUID (nvidia-smi -L)")->required();
   serve->add_option("--dir", dir, "runtime folder (default: $ORION_GPUD_DIR, $XDG_RUNTIME_DIR/orion-gpud, /tmp/orion-gpud-<uid>)");
   serve->add_option("--allow-uid", allowed, "other uids that may connect (the socket is then open to all, "
                                             "SO_PEERCRED decides); clients trust only a daemon of their own "
                                             "uid or root, so a daemon shared by several users runs as root");
-  serve->add_option("--lease-ms", lease_ms, "a best-effort grant's lease, renewed every tick")->check(CLI::PositiveNumber);
-  serve->add_option("--stale-ms", stale_ms, "a pipeline heartbeat older than this frees best-effort work")
-      ->check(CLI::PositiveNumber);
+  // Bounds that can work: a lease must outlive several 10 ms ticks (renewed every tick), a pipeline
+  // heartbeats every 5 ms, and an hour is far past any use (and far from int64 nanoseconds).
+  serve->add_option("--lease-ms", lease_ms, "a best-effort grant's lease, renewed every 10 ms tick")
+      ->check(CLI::Range(50.0, 3.6e6));
+  serve->add_option("--stale-ms", stale_ms, "a pipeline heartbeat older than this frees best-effort work (the "
+                                            "pipeline beats every 5 ms)")
+      ->check(CLI::Range(20.0, 3.6e6));
   serve->add_option("--inflight-budget-us", budget_us, "best-effort work allowed in flight in a window")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1.0, 3.6e9));
   auto* status = app.add_subcommand("status", "print the daemon's clients, grants and the pipeline's windows");
   status->add_option("--gpu", gpu, "the GPU's UUID")->required();
   status->add_option("--dir", dir, "runtime folder");
@@ -57,6 +61,7 @@ int main(int argc, char** argv) {
       gpud::Daemon daemon(o);
       std::signal(SIGINT, on_signal);
       std::signal(SIGTERM, on_signal);
+      std::signal(SIGHUP, on_signal);  // a closed terminal stops it in order: grants revoked
       std::signal(SIGPIPE, SIG_IGN);
       spdlog::info("orion-gpud: serving GPU {} on {}", gpu, daemon.socket().string());
       daemon.run(g_stop);

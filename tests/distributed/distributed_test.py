@@ -488,6 +488,17 @@ class DistributedTest(unittest.TestCase):
             for g in groups:
                 g.close()
 
+    def test_one_gpu_published_by_every_process_is_refused(self):
+        # A fixed GPU UUID with publish_bubbles_rank=-1: every process would attach to that GPU's
+        # daemon as its pipeline and all but one fail at start-up; refused by name before any
+        # daemon is asked (none runs here).
+        args = self.common(os.path.join(self.tmp, "pub"), ["--steps", "1", "--nproc-per-node", "2",
+                                                           "--master-port", str(free_port()),
+                                                           "--set", "parallel.publish_bubbles_gpu=GPU-x"])
+        p = self.run_runner(args)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("parallel.publish_bubbles_gpu names one GPU (GPU-x) but 2 processes", p.stderr + p.stdout)
+
     def test_bad_launch_environment_is_a_usage_error(self):
         env = base_env()
         env.update({"RANK": "0"})  # WORLD_SIZE missing

@@ -123,6 +123,40 @@ TEST(GpudDaemon, TheStatusCommandIsNotOneOfTheClients) {
   EXPECT_EQ(be.status().at("grants_revoked"), 0);
 }
 
+// Times that cannot work are refused before the daemon starts, naming the option: a lease shorter
+// than a few ticks lapses between renewals, a staleness under the pipeline's 5 ms heartbeat flaps.
+TEST(GpudDaemon, ServeRefusesTimesThatCannotWork) {
+  TempDir dir;
+  for (const char* bad : {"--lease-ms 5", "--stale-ms 2", "--lease-ms 1e13"}) {
+    const std::string command = std::string(GPUD_BINARY) + " serve --gpu " + kGpu + " --dir '" + dir.path.string() +
+                                "' " + bad + " 2>&1";
+    FILE* pipe = popen(command.c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    std::string out;
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+    EXPECT_NE(pclose(pipe), 0) << bad << ": " << out;
+    EXPECT_NE(out.find(std::string(bad).substr(0, std::string(bad).find(' '))), std::string::npos) << bad << ": " << out;
+    EXPECT_FALSE(fs::exists(socket_path(dir.path, kGpu))) << bad;
+  }
+}
+
+// SIGHUP (a closed terminal) stops the daemon in order, as SIGTERM does: its clients' grants read
+// revoked at once, not left free until their leases run out.
+TEST(GpudDaemon, SighupStopsTheDaemonInOrder) {
+  TempDir dir;
+  Process daemon({GPUD_BINARY, "serve", "--gpu", kGpu, "--dir", dir.path.string(), "--lease-ms", "60000"});
+  ASSERT_TRUE(eventually([&] { return fs::exists(socket_path(dir.path, kGpu)); }));
+  Client be = Client::connect(dir.path, kGpu, Role::kBestEffort, "eval");
+  ASSERT_EQ(read_grant(be.grant()).mode, GrantMode::kFree);
+  ASSERT_EQ(kill(daemon.pid, SIGHUP), 0);
+  EXPECT_TRUE(eventually([&] { return read_grant(be.grant()).mode == GrantMode::kRevoked; }));
+  int status = 0;
+  ASSERT_EQ(waitpid(daemon.pid, &status, 0), daemon.pid);
+  daemon.pid = -1;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+}
+
 std::vector<std::string> client_argv(const fs::path& dir, const char* role) {
   return {GPUD_TEST_CLIENT, "--dir", dir.string(), "--gpu", kGpu, "--role", role};
 }

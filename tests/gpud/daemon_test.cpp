@@ -128,6 +128,46 @@ TEST(GpudDaemon, APipelineCannotLockTheNextPipelineOutOfItsPage) {
   }));
 }
 
+// A best-effort client of the daemon's uid owns the pages' inodes and can fchmod them (even
+// through a read-only descriptor). The daemon opened each page's read-only descriptor when it made
+// the page, so the next client still gets its pages; reopening through /proc per hello failed
+// with EACCES for every later client. Root reopens any mode, so the daemon and its clients run in
+// a child process as an ordinary user (nobody, when the test runs as root).
+TEST(GpudDaemon, AClientThatChmodsItsPagesCannotLockTheNextOneOut) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) _exit(3);
+    int rc = 0;
+    try {
+      TempDir dir;
+      DaemonThread d(test_options(dir.path));
+      Client pipeline = Client::connect(dir.path, kGpu, Role::kPipeline, "gpipe_runner");
+      Raw raw(dir.path);
+      raw.send_quietly(hello("best_effort"));
+      std::vector<int> fds;
+      if (raw.reply(&fds).find("\"welcome\"") == std::string::npos || fds.empty()) _exit(2);
+      for (int f : fds) {
+        if (fchmod(f, 0) != 0) _exit(4);
+        close(f);
+      }
+      try {
+        Client next = Client::connect(dir.path, kGpu, Role::kBestEffort, "next");
+      } catch (const std::exception&) {
+        rc = 1;
+      }
+    } catch (const std::exception&) {
+      rc = 2;
+    }
+    _exit(rc);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the next client was locked out; 2: the set-up failed; 3: could not "
+                                       "become an ordinary user; 4: fchmod refused";
+}
+
 // A client in another PID namespace (a container) knows itself by another pid than the socket
 // says: welcomed, and watched by the socket's pid.
 TEST(GpudDaemon, AClientInAnotherPidNamespaceIsWelcomed) {

@@ -118,6 +118,15 @@ nlohmann::json PipelineTrainer::train() {
     log_info("orion-gpud: parallel.publish_bubbles_rank={} runs in another process: this one publishes nothing",
              p.publish_bubbles_rank);
   }
+  if (!p.publish_bubbles_gpu.empty() && p.publish_bubbles_gpu != "auto" && p.publish_bubbles_rank < 0 && dist_ &&
+      dist_->world_size() > 1) {
+    // Every process would attach to that one GPU's daemon as its pipeline; all but the first fail.
+    throw ConfigError(fmt::format("parallel.publish_bubbles_gpu names one GPU ({}) but {} processes each publish their "
+                                  "own ranks (publish_bubbles_rank=-1); set parallel.publish_bubbles_rank to the "
+                                  "pipeline rank whose idle time that GPU offers, or use publish_bubbles_gpu=auto (each "
+                                  "process its own rank's GPU)",
+                                  p.publish_bubbles_gpu, dist_->world_size()));
+  }
   if (!p.publish_bubbles_gpu.empty() && runs_publishing_rank) {
     // auto: the GPU of the publishing rank (or of this process's first rank): a Slurm job with
     // ORION_GPUD=1 runs one orion-gpud per GPU, and each process knows only its own device.
