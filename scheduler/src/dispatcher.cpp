@@ -577,6 +577,21 @@ DispatcherStats Dispatcher::stats() const { return impl_->stats(); }
 uint64_t Dispatcher::queued_now() const {
   return impl_->total_queued.load(std::memory_order_acquire);
 }
+int64_t Dispatcher::next_forced_admission_ns() const {
+  if (impl_->total_queued.load(std::memory_order_acquire) == 0 ||
+      impl_->opt.be_max_wait_ns == std::numeric_limits<int64_t>::max()) {
+    return -1;
+  }
+  int64_t next = -1;
+  for (StreamState* s : impl_->all_streams()) {
+    std::lock_guard lock(s->mu);
+    // A head whose caller waits is submitted by that caller, not forced.
+    if (s->queue.empty() || s->queue.front().waiter != nullptr) continue;
+    const int64_t at = s->head_since_ns + impl_->opt.be_max_wait_ns;
+    if (next < 0 || at < next) next = at;
+  }
+  return next;
+}
 const Policy& Dispatcher::policy() const { return *impl_->policy; }
 
 }  // namespace sched

@@ -193,10 +193,14 @@ class ProcessRun {
   }
 
   int64_t next_arrival() const { return arrivals_.empty() ? -1 : arrivals_.top().t; }
+  // The policy's next wake-up (gpud), or the starvation bound's next forced admission: either
+  // changes what the dispatcher does with no device event or arrival to wake it.
   int64_t next_wakeup(int64_t now) const {
-    if (!spec_.next_wakeup_ns) return -1;
-    const int64_t t = spec_.next_wakeup_ns(now);
-    return t > now ? t : -1;
+    int64_t t = spec_.next_wakeup_ns ? spec_.next_wakeup_ns(now) : -1;
+    if (t <= now) t = -1;
+    const int64_t forced = dispatcher_->next_forced_admission_ns();
+    if (forced >= 0) t = t < 0 ? std::max(forced, now + 1) : std::min(t, std::max(forced, now + 1));
+    return t;
   }
   bool done() const { return done_ops_ == w_.ops.size(); }
   size_t left() const { return w_.ops.size() - done_ops_; }

@@ -154,6 +154,25 @@ TEST(WorkloadReplay, AHeldLaunchThatCannotFitNamesItsLineToo) {
   expect_refused_naming(parse_workload(in, "held.jsonl"), "priority", "held.jsonl:2");
 }
 
+// The starvation bound acts on time, not on events: a best-effort kernel held behind a 10 ms
+// high-priority kernel goes out at the 2 ms bound, as the shim's pump thread would send it; the
+// replay used to wake only at device events and arrivals, and started it at 10 ms, not forced.
+TEST(WorkloadReplay, TheStarvationBoundForcesAHeldKernelOutOnTime) {
+  std::istringstream in(
+      "{\"stream\": \"h\", \"class\": \"hp\", \"name\": \"long\", \"grid\": 1, \"block\": 32, \"block_us\": 10000}\n"
+      "{\"stream\": \"b\", \"class\": \"be\", \"name\": \"small\", \"grid\": 1, \"block\": 32, \"block_us\": 10}\n");
+  const ReplayResult r = run(parse_workload(in, "starve.jsonl"), "priority");
+  EXPECT_EQ(r.forced_by_starvation, 1u);
+  bool seen = false;
+  for (const RequestResult& q : r.requests) {
+    if (q.cls != StreamClass::kBestEffort) continue;
+    seen = true;
+    EXPECT_GE(q.first_start_ns, 2'000'000);
+    EXPECT_LE(q.first_start_ns, 2'100'000);
+  }
+  EXPECT_TRUE(seen);
+}
+
 TEST(WorkloadReplay, ShippedWorkloadsParse) {
   for (const char* name : {"orion_inference_training.jsonl", "pipeline_stage.jsonl", "pipeline_stage_sync.jsonl"}) {
     Workload w = load_workload(std::string(OURGPIPE_WORKLOAD_DIR) + "/" + name);

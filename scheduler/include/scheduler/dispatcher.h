@@ -124,6 +124,10 @@ class Dispatcher {
   DispatcherStats stats() const;
   // Ops queued now (cheap: one atomic load; stats() locks every stream).
   uint64_t queued_now() const;
+  // When the starvation bound (be_max_wait_ns) next forces a queued best-effort head out, on the
+  // device's clock; -1 when nothing is queued or the policy has no bound. A simulated clock must
+  // stop there and pump (with a real device, the pump thread runs every pump_interval_ns).
+  int64_t next_forced_admission_ns() const;
   const Policy& policy() const;
 
  private:
