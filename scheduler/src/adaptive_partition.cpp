@@ -24,7 +24,7 @@ PartitionController::Stats PartitionController::stats() const {
 
 bool PartitionController::all_known() const {
   for (const auto& [id, k] : kernels_) {
-    if (k.alone_n < kMinAlone) return false;
+    if (!k.confined && k.alone_n < kMinAlone) return false;
   }
   return true;
 }
@@ -88,6 +88,7 @@ void PartitionController::observe(const KernelCompletion& done) {
   const bool confined = start_.high_priority_on_rest && done.est.sms_needed > rest_sms;
   const double confined_ratio = confined ? static_cast<double>(done.est.sms_needed) / rest_sms : 1.0;
   KernelStats& k = kernels_[done.kernel];
+  k.confined = confined;
   if (done.be_free && !confined) {
     k.alone_sum += sample;
     ++k.alone_n;
@@ -105,14 +106,13 @@ void PartitionController::observe(const KernelCompletion& done) {
   double ratio = 0;
   if (k.alone_n >= kMinAlone) {
     ratio = std::max(sample / (k.alone_sum / static_cast<double>(k.alone_n)), confined_ratio);
-  } else {
-    if (p_.probe_ns > 0 && (last_probe_ns_ < 0 || now - last_probe_ns_ >= p_.probe_every_ns)) {
-      probing_.store(true, std::memory_order_release);
-      probe_start_ns_ = now;
-      ++stats_.probes;
-      return;
-    }
-    if (confined) ratio = confined_ratio;  // known slower, even without its alone duration
+  } else if (confined) {
+    ratio = confined_ratio;  // known slower, without an alone duration (it can have none)
+  } else if (p_.probe_ns > 0 && (last_probe_ns_ < 0 || now - last_probe_ns_ >= p_.probe_every_ns)) {
+    probing_.store(true, std::memory_order_release);
+    probe_start_ns_ = now;
+    ++stats_.probes;
+    return;
   }
   if (ratio <= 0 || !settled_ || done.ready_ns < std::max(changed_ns_, settled_ns_)) return;
   window_sum_ += ratio;

@@ -66,6 +66,9 @@ class PartitionController {
   struct KernelStats {
     double alone_sum = 0;
     uint64_t alone_n = 0;
+    // Last seen needing more SMs than the rest (hp_rest): it can never run alone there, and its
+    // slowdown is known from the confinement, so no probe waits for its alone duration.
+    bool confined = false;
   };
   void resize(int delta, int64_t now_ns);
   void end_probe(int64_t now_ns);

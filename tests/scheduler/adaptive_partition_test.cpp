@@ -198,6 +198,30 @@ TEST(AdaptivePartition, ProbesPauseBestEffortUntilAloneDurationsAreKnown) {
   EXPECT_TRUE(q->admit(op, {}, state));
 }
 
+// With high priority on the rest (hp_rest=1), a kernel needing more SMs than the rest (a large
+// GEMM, sms_needed = the SM count) can never run alone there: no probe waits for its alone
+// duration, whose absence used to start a probe, pausing best effort, every probe_every_ms.
+TEST(AdaptivePartition, NoProbeWaitsForKernelsThatCanNeverRunAlone) {
+  auto p = make_policy("partition", {{"adaptive", "1"}, {"probe_us", "1000"}, {"hp_rest", "1"}});
+  Feeder f{*p};
+  const Op op = testing::kernel_op(1, 7);
+  DeviceState state;
+  state.sm_count = kSms;
+  for (int i = 0; i < 400; ++i) {  // 1 s of 2.5 ms kernels, every other one beside best effort
+    KernelCompletion c;
+    c.cls = StreamClass::kHighPriority;
+    c.kernel = 42;
+    c.est.sms_needed = kSms;
+    c.ready_ns = c.start_ns = f.now;
+    c.end_ns = f.now + 2'000'000;
+    c.be_free = i % 2 == 0;
+    c.sm_count = kSms;
+    f.now = c.end_ns + 500'000;
+    p->observe(c);
+    ASSERT_TRUE(p->admit(op, {}, state)) << "a probe paused best effort at kernel " << i;
+  }
+}
+
 TEST(AdaptivePartition, ParametersAreCheckedAndNamed) {
   auto message = [](const PolicyParams& params) {
     try {
