@@ -47,6 +47,13 @@ struct Feeder {
   int k() const { return policy.sm_partition()->best_effort_sms(kSms); }
 };
 
+// The device as a policy sees it with nothing in flight.
+DeviceState idle_gpu() {
+  DeviceState state;
+  state.sm_count = kSms;
+  return state;
+}
+
 std::unique_ptr<Policy> adaptive(PolicyParams extra = {}) {
   PolicyParams p = {{"adaptive", "1"}, {"be_sm_frac", "0.5"}, {"window", "8"}, {"probe_us", "0"}};
   for (const auto& [key, value] : extra) p[key] = value;
@@ -176,8 +183,7 @@ TEST(AdaptivePartition, ProbesPauseBestEffortUntilAloneDurationsAreKnown) {
   auto p = make_policy("partition", {{"adaptive", "1"}, {"probe_us", "1000"}, {"be_depth", "2"}});
   Feeder f{*p};
   const Op op = testing::kernel_op(1, 7);
-  DeviceState state;
-  state.sm_count = kSms;
+  DeviceState state = idle_gpu();
   EXPECT_TRUE(p->admit(op, {}, state));
   state.be_in_flight = 2;
   EXPECT_FALSE(p->admit(op, {}, state)) << "be_depth bounds best effort in flight";
@@ -205,8 +211,7 @@ TEST(AdaptivePartition, NoProbeWaitsForKernelsThatCanNeverRunAlone) {
   auto p = make_policy("partition", {{"adaptive", "1"}, {"probe_us", "1000"}, {"hp_rest", "1"}});
   Feeder f{*p};
   const Op op = testing::kernel_op(1, 7);
-  DeviceState state;
-  state.sm_count = kSms;
+  DeviceState state = idle_gpu();
   for (int i = 0; i < 400; ++i) {  // 1 s of 2.5 ms kernels, every other one beside best effort
     KernelCompletion c;
     c.cls = StreamClass::kHighPriority;
