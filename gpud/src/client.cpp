@@ -199,7 +199,14 @@ UsagePage& Client::usage() {
 nlohmann::json Client::status(int64_t timeout_ns) {
   const int64_t deadline = monotonic_ns() + timeout_ns;
   const uint64_t request = ++requests_;
-  io::send_message(fd_, {{"type", "status"}, {"request", request}});
+  // This call's bound, not connect's: a daemon that stopped reading fills the queue, and the
+  // send then waits for room at most this long.
+  bound_sends(fd_, timeout_ns);
+  try {
+    io::send_message(fd_, {{"type", "status"}, {"request", request}});
+  } catch (const io::SendTimeout&) {
+    throw ProtocolError(no_reply(socket_, timeout_ns));
+  }
   for (;;) {
     nlohmann::json reply =
         expect_reply(fd_, socket_, "status", std::max<int64_t>(deadline - monotonic_ns(), 0), timeout_ns, nullptr);

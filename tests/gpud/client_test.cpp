@@ -183,6 +183,47 @@ TEST(GpudClient, ALateStatusReplyIsNotTakenForTheNextOne) {
   EXPECT_EQ(server_error, "");
 }
 
+// A daemon that welcomed us and then stopped reading: status requests fill the socket's queue.
+// Each status() still ends within its own bound; its send waited up to connect's 2 s once the
+// queue was full.
+TEST(GpudClient, StatusKeepsItsBoundWhenTheDaemonStopsReading) {
+  TempDir dir;
+  const int listener = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  const sockaddr_un addr = address_of(dir.path);
+  ASSERT_EQ(bind(listener, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
+  ASSERT_EQ(listen(listener, 1), 0);
+  std::atomic<bool> done{false};
+  std::thread server([&] {
+    pollfd waiting{listener, POLLIN, 0};
+    if (poll(&waiting, 1, 5000) <= 0) return;
+    const int c = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    char buf[kMaxMessageBytes];
+    pollfd p{c, POLLIN, 0};
+    if (poll(&p, 1, 5000) > 0) (void)recv(c, buf, sizeof buf, 0);  // the hello
+    const std::string welcome = nlohmann::json{{"type", "welcome"}, {"client_id", 0}}.dump();
+    (void)send(c, welcome.data(), welcome.size(), MSG_NOSIGNAL);
+    while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // reads nothing more
+    close(c);
+  });
+  int64_t slowest = 0;
+  try {
+    Client observer = Client::connect(dir.path, kGpu, Role::kObserver, "monitor");
+    const int64_t until = monotonic_ns() + 4'000 * kMs;  // the queue is full after about 3 s
+    for (int i = 0; i < 3000 && monotonic_ns() < until; ++i) {
+      const int64_t start = monotonic_ns();
+      EXPECT_THROW(observer.status(10 * kMs), ProtocolError);
+      slowest = std::max(slowest, monotonic_ns() - start);
+      if (slowest > 500 * kMs) break;
+    }
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what();
+  }
+  done = true;
+  server.join();
+  close(listener);
+  EXPECT_LT(slowest, 500 * kMs) << "a status(10 ms) took " << slowest / kMs << " ms";
+}
+
 TEST(GpudClient, ADaemonOfAnotherUidIsNotTrusted) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to make a listener of another uid";
   TempDir dir;
