@@ -134,10 +134,8 @@ TEST(GpudClient, ADaemonThatAcceptsNothingIsAnErrorWithinTheBound) {
 // reply, not that late one (a monitor polling a slow daemon showed old clients and windows).
 TEST(GpudClient, ALateStatusReplyIsNotTakenForTheNextOne) {
   TempDir dir;
-  const int listener = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  const sockaddr_un addr = address_of(dir.path);
-  ASSERT_EQ(bind(listener, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
-  ASSERT_EQ(listen(listener, 1), 0);
+  FakeDaemon daemon(dir.path, /*accepting=*/false, /*backlog=*/1);  // the test accepts and answers
+  const int listener = daemon.fd;
   std::atomic<bool> first_ask_gave_up{false};
   std::string server_error;
   // A slow daemon: it answers the first status request only after its asker gave up.
@@ -179,7 +177,6 @@ TEST(GpudClient, ALateStatusReplyIsNotTakenForTheNextOne) {
   }
   first_ask_gave_up = true;  // the server waits for it whatever happened
   server.join();
-  close(listener);
   EXPECT_EQ(server_error, "");
 }
 
@@ -188,10 +185,8 @@ TEST(GpudClient, ALateStatusReplyIsNotTakenForTheNextOne) {
 // queue was full.
 TEST(GpudClient, StatusKeepsItsBoundWhenTheDaemonStopsReading) {
   TempDir dir;
-  const int listener = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  const sockaddr_un addr = address_of(dir.path);
-  ASSERT_EQ(bind(listener, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
-  ASSERT_EQ(listen(listener, 1), 0);
+  FakeDaemon daemon(dir.path, /*accepting=*/false, /*backlog=*/1);  // the test accepts and answers
+  const int listener = daemon.fd;
   std::atomic<bool> done{false};
   std::thread server([&] {
     pollfd waiting{listener, POLLIN, 0};
@@ -220,7 +215,6 @@ TEST(GpudClient, StatusKeepsItsBoundWhenTheDaemonStopsReading) {
   }
   done = true;
   server.join();
-  close(listener);
   EXPECT_LT(slowest, 500 * kMs) << "a status(10 ms) took " << slowest / kMs << " ms";
 }
 
