@@ -335,6 +335,23 @@ TEST(EnumerateCandidates, PerRankStreamsGetNoPairs) {
   }
 }
 
+// A ring all-reduce over d replicas sends 2 (d - 1) messages in turn, each paying the link's
+// latency once (the formula counted 4 (d - 1) / d: twice too much at 2 replicas, a quarter at 8).
+TEST(PredictCandidate, ReplicasPayTheLinkLatencyOncePerRingStep) {
+  for (int d : {2, 4}) {
+    SCOPED_TRACE(d);
+    const PipelineConfig config = base_config(1, 2, 8);
+    DeviceProfile profile = uniform_profile(2);
+    profile.replica_link_ms_per_byte = 0;
+    const PlanCandidate c = one_f_one_b({2}, 4, d);
+    profile.replica_link_latency_ms = 0;
+    const double without = predict_candidate(c, config, profile).prediction.step_ms;
+    profile.replica_link_latency_ms = 1;
+    const double with = predict_candidate(c, config, profile).prediction.step_ms;
+    EXPECT_NEAR(with - without, 2.0 * (d - 1), 1e-9);  // one stage
+  }
+}
+
 // On GPUs each replica's process sits on one GPU: replicas beyond the GPUs are not candidates
 // (NCCL refuses two processes on one), and a malformed candidate is refused, not mis-simulated.
 TEST(EnumerateCandidates, ReplicasNeedAGpuEach) {

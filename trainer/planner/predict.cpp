@@ -258,7 +258,7 @@ PlannedCandidate predict_candidate(const PlanCandidate& candidate, const Pipelin
       allreduce_ms += profile.replica_step_ms;
       const double d = c.data_parallel;
       for (const StageModel& st : stages) {
-        allreduce_ms += profile.replica_link_latency_ms * 2 * (d - 1) / d * 2 +
+        allreduce_ms += profile.replica_link_latency_ms * 2 * (d - 1) +
                         2.0 * (d - 1) / d * 4.0 * st.parameters * profile.replica_link_ms_per_byte;
       }
     }

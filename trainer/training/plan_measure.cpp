@@ -315,7 +315,7 @@ DeviceProfile measure_device_profile(const PipelineConfig& config, const Pipelin
     // Replicas on CPU are processes joined by Gloo: one all-reduce between two local ranks.
     try {
       const LinkCost gloo = measure_gloo_allreduce(4 * 1024 * 1024);
-      profile.replica_link_latency_ms = gloo.latency_ms;
+      profile.replica_link_latency_ms = gloo.latency_ms / 2;  // a 2-rank ring all-reduce: 2 steps
       profile.replica_link_ms_per_byte = gloo.ms_per_byte;
       profile.replica_link_source = "measured, Gloo all-reduce between two local ranks";
     } catch (const std::exception& e) {

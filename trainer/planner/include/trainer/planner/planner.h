@@ -69,7 +69,9 @@ struct DeviceProfile {
   // What a step of data-parallel replicas costs beyond their all-reduces (the processes agree on
   // losses and the gradient norm, heartbeats): calibrated by --plan from one run with 2 replicas.
   double replica_step_ms = 0;
-  double replica_link_latency_ms = 0;     // between the processes of data-parallel replicas
+  // Between the processes of data-parallel replicas, per message (a ring step): a ring all-reduce
+  // over d replicas pays it 2 (d - 1) times.
+  double replica_link_latency_ms = 0;
   double replica_link_ms_per_byte = 0;
   std::string replica_link_source = "assumed";
   double action_overhead_ms = 0;          // executor cost per compute action beyond its layers' time (0: none known)
