@@ -126,6 +126,29 @@ TEST(BubblePublisherTest, AWindowStaysClosedWhileAnActionRuns) {
   EXPECT_GT(gpud::read_window(be.pipeline()).close_ns, now);
 }
 
+// On a GPU an action's work is issued long before it has run: the window stays closed until the
+// device has run it (the executor passes its finished event), not only until the host issued it.
+TEST(BubblePublisherTest, AWindowStaysClosedUntilTheActionsDeviceWorkHasRun) {
+  gpud::testing::InProcessDaemon daemon("GPU-issued");
+  gpud::Client be = gpud::Client::connect(daemon.dir, daemon.options.gpu, gpud::Role::kBestEffort, "observer");
+  BubblePublisher publisher(daemon.options.gpu, daemon.dir);
+  publisher.demand();
+  publisher.begin_step({{0, 5'000'000}});  // [0, 5 s): open now, were nothing running
+  std::atomic<bool> ran{false};
+  publisher.compute_done([&ran] { return ran.load(); });  // issued, still running on the device
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  gpud::WindowView w = gpud::read_window(be.pipeline());
+  EXPECT_GE(w.open_ns, w.close_ns) << "a window opened while the device still ran the action";
+  ran = true;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    w = gpud::read_window(be.pipeline());
+  } while (w.open_ns >= w.close_ns && std::chrono::steady_clock::now() < deadline);
+  EXPECT_LT(w.open_ns, w.close_ns) << "the window did not open once the device had run the action";
+  publisher.compute_done([] { return true; });  // unmatched: ignored
+}
+
 TEST(BubblePublisherTest, ItReattachesToARestartedDaemonAndRepublishesTheOpenWindow) {
   gpud::testing::InProcessDaemon daemon("GPU-restarted");
   const gpud::DaemonOptions& options = daemon.options;

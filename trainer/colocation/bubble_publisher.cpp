@@ -101,11 +101,31 @@ void BubblePublisher::demand() {
   }
 }
 
-void BubblePublisher::compute_done() {
+void BubblePublisher::compute_done(std::function<bool()> finished) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (busy_ == 0) return;  // unmatched
+  if (finished && !finished()) {
+    issued_.push_back(std::move(finished));
+    wake_.notify_all();
+    return;
+  }
+  action_ended(gpud::monotonic_ns());
+}
+
+void BubblePublisher::action_ended(int64_t now) {
   if (busy_ == 0 || --busy_ > 0) return;
-  const int64_t now = gpud::monotonic_ns();
   if (current_close_ > now) show_window(now);
+}
+
+void BubblePublisher::retire_finished(int64_t now) {
+  for (size_t i = 0; i < issued_.size();) {
+    if (!issued_[i]()) {
+      ++i;
+      continue;
+    }
+    issued_.erase(issued_.begin() + static_cast<std::ptrdiff_t>(i));
+    action_ended(now);
+  }
 }
 
 // Publishes the current step's windows one at a time, each as soon as the previous one closed
@@ -116,6 +136,7 @@ void BubblePublisher::compute_done() {
 // still open or ahead on the new daemon's page.
 void BubblePublisher::loop() {
   constexpr int64_t kHeartbeatNs = 5'000'000;
+  constexpr int64_t kIssuedPollNs = 200'000;  // how often an issued action's device work is asked about
   constexpr int64_t kFirstRetryNs = 50'000'000;
   constexpr int64_t kMaxRetryNs = 2'000'000'000;
   constexpr int64_t kConnectTimeoutNs = 500'000'000;
@@ -189,7 +210,9 @@ void BubblePublisher::loop() {
       }
     }
     if (gpud::PipelinePage* p = page()) gpud::heartbeat(*p, now);
+    retire_finished(now);
     int64_t until = now + kHeartbeatNs;
+    if (!issued_.empty()) until = std::min(until, now + kIssuedPollNs);
     if (next < windows_.size()) until = std::min(until, std::max(current_close_, now));
     wake_.wait_for(lock, std::chrono::nanoseconds(std::max<int64_t>(until - now, 100'000)));
   }

@@ -212,6 +212,7 @@ class CudaReadyEvent final : public ReadyEvent {
     // CUDAEvent::block is non-const only because it may create the event lazily; it exists here.
     const_cast<at::cuda::CUDAEvent&>(event_).block(c10::cuda::getCurrentCUDAStream());
   }
+  bool reached() const override { return event_.query(); }
 
  private:
   at::cuda::CUDAEvent event_;

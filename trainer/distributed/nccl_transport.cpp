@@ -67,6 +67,7 @@ class NcclReadyEvent final : public ReadyEvent {
   void block_current_stream() const override {
     const_cast<at::cuda::CUDAEvent&>(event_).block(c10::cuda::getCurrentCUDAStream());
   }
+  bool reached() const override { return event_.query(); }
 
  private:
   at::cuda::CUDAEvent event_;

@@ -39,8 +39,10 @@ class ActionRunner {
  private:
   using Key = std::pair<int, int>;  // (virtual stage, micro-batch)
   // One action's GPU-clock span (its two timing events), per call: two actions may be in flight.
+  // `finished` (a GPU compute action): recorded after its last kernel, for the bubble publisher.
   struct GpuSpan {
     std::shared_ptr<const TimingEvent> start, end;
+    std::shared_ptr<const ReadyEvent> finished;
   };
   void forward(const Action& a, GpuSpan& span);
   void backward(const Action& a, GpuSpan& span);  // B and I

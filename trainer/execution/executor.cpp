@@ -100,16 +100,22 @@ void ActionRunner::run(const Action& action, ActionLane lane) {
   GpuSpan span;
   // compute_starting / compute_done pair up however dispatch() leaves (the bubble publisher keeps
   // windows closed in between).
+  // On a GPU the action's work is only issued when dispatch() returns: compute_done carries
+  // whether the device has run it (its finished event), not waiting for it.
   struct ComputeScope {
     const ActionRecorder* recorder;
     int rank;
+    const GpuSpan& span;
     ~ComputeScope() {
-      if (recorder != nullptr) recorder->compute_done(rank);
+      if (recorder == nullptr) return;
+      ActionRecorder::ComputeFinished finished;
+      if (span.finished) finished = [event = span.finished] { return event->reached(); };
+      recorder->compute_done(rank, std::move(finished));
     }
   };
   if (compute && ctx_.recorder != nullptr) ctx_.recorder->compute_starting(rank_);
   {
-    const ComputeScope scope{compute ? ctx_.recorder : nullptr, rank_};
+    const ComputeScope scope{compute ? ctx_.recorder : nullptr, rank_, span};
     if (!compute) gpu_span_begin(span);
     try {
       dispatch(action, span);
@@ -201,6 +207,7 @@ void ActionRunner::forward(const Action& a, GpuSpan& span) {
   }
   gpu_span_end(span);
   auto done = streams_.record_ready();
+  span.finished = done;
   std::lock_guard<std::mutex> lock(mu_);
   if (first_of_stage) weights_cast_[a.stage] = done;
   if (asynchronous()) last_forward_[a.stage] = done;
@@ -245,6 +252,7 @@ void ActionRunner::backward(const Action& a, GpuSpan& span) {
   if (ctx_.after_last_gradient && is_last_gradient(a)) ctx_.after_last_gradient(a.stage);
   gpu_span_end(span);  // autograd made this stream wait for the backward kernels it ran on F(mb)'s stream
   auto accumulated = streams_.record_ready();
+  span.finished = accumulated;
   auto sent = st.spec().is_first() ? nullptr : streams_.record_ready();
   std::lock_guard<std::mutex> lock(mu_);
   if (asynchronous()) last_write_[a.stage] = accumulated;
@@ -262,6 +270,7 @@ void ActionRunner::backward_weight(const Action& a, GpuSpan& span) {
   if (ctx_.after_last_gradient && is_last_gradient(a)) ctx_.after_last_gradient(a.stage);
   gpu_span_end(span);
   auto accumulated = streams_.record_ready();
+  span.finished = accumulated;
   std::lock_guard<std::mutex> lock(mu_);
   grads_accumulated_ = std::move(accumulated);
 }

@@ -147,8 +147,8 @@ nlohmann::json PipelineTrainer::train() {
         [&bubbles, only = p.publish_bubbles_rank](int rank) {
           if (only < 0 || rank == only) bubbles->demand();
         },
-        [&bubbles, only = p.publish_bubbles_rank](int rank) {
-          if (only < 0 || rank == only) bubbles->compute_done();
+        [&bubbles, only = p.publish_bubbles_rank](int rank, ActionRecorder::ComputeFinished finished) {
+          if (only < 0 || rank == only) bubbles->compute_done(std::move(finished));
         });
     log_info("orion-gpud: publishing this pipeline's idle windows for GPU {}", gpu);
   }

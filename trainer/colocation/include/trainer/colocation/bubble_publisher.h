@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -52,9 +53,11 @@ class BubblePublisher {
   // is affected, one sequence-locked write. Called from any thread; calls nest (ranks sharing the
   // device).
   void demand();
-  // The action demand() announced finished (on the host: its work is issued). With no action
-  // running, the planned window, if still ahead or open, is published again from now.
-  void compute_done();
+  // The action demand() announced has issued its work. `finished` (a GPU action) tells, without
+  // waiting, whether the device has run it: until then the action counts as running (the
+  // publishing thread asks again every 200 us). With no action running, the planned window, if
+  // still ahead or open, is published again from now.
+  void compute_done(std::function<bool()> finished = {});
   // Open windows demand() cut short (windows still ahead that it kept closed are not counted).
   uint64_t windows_cut() const { return cut_.load(); }
   // Attaches to a daemon after the first (each restart it noticed).
@@ -82,6 +85,11 @@ class BubblePublisher {
   int64_t current_close_ = 0;
   int64_t shown_open_ = 0;      // the open of the window the page shows
   int busy_ = 0;                // compute actions running (demand() without compute_done())
+  // Actions whose work is issued but not yet run on the device (compute_done with `finished`):
+  // still counted in busy_; the thread retires them (retire_finished).
+  std::vector<std::function<bool()>> issued_;
+  void retire_finished(int64_t now);
+  void action_ended(int64_t now);  // one action fewer running: the window back when none is
   void show_window(int64_t now);  // the planned window on the page as busy_ allows
   std::atomic<uint64_t> published_{0};
   std::atomic<uint64_t> cut_{0};

@@ -81,6 +81,8 @@ class ReadyEvent {
  public:
   virtual ~ReadyEvent() = default;
   virtual void block_current_stream() const = 0;
+  // Whether the GPU has run past it (cudaEventQuery): for a host thread that must not wait.
+  virtual bool reached() const = 0;
 };
 
 // A CUDA event with timing, recorded on a stream: the GPU clock of the action timeline.

@@ -67,17 +67,21 @@ class ActionRecorder {
   // the GPU clock. Spans of one step use one clock: all of them have GPU times, or none.
   void end_step();
   // Told when a rank starts a compute action (F, B, I, W), before its work is issued, and when it
-  // finished: the bubble publisher keeps windows closed in between (parallel.publish_bubbles_gpu).
-  // Set between steps; called from the ranks' threads.
-  void set_compute_hooks(std::function<void(int rank)> starting, std::function<void(int rank)> done) {
+  // issued it all: the bubble publisher keeps windows closed in between (parallel.publish_bubbles_gpu).
+  // `finished` (a GPU rank's action; empty on CPU, where issued is done) says without waiting
+  // whether the device has run the action's work: on a GPU the host runs ahead, and a window must
+  // stay closed until then. Set between steps; called from the ranks' threads.
+  using ComputeFinished = std::function<bool()>;
+  void set_compute_hooks(std::function<void(int rank)> starting,
+                         std::function<void(int rank, ComputeFinished finished)> done) {
     compute_start_hook_ = std::move(starting);
     compute_done_hook_ = std::move(done);
   }
   void compute_starting(int rank) const {
     if (compute_start_hook_) compute_start_hook_(rank);
   }
-  void compute_done(int rank) const {
-    if (compute_done_hook_) compute_done_hook_(rank);
+  void compute_done(int rank, ComputeFinished finished = {}) const {
+    if (compute_done_hook_) compute_done_hook_(rank, std::move(finished));
   }
 
   int num_ranks() const { return static_cast<int>(per_rank_.size()); }
@@ -94,7 +98,7 @@ class ActionRecorder {
 
  private:
   std::function<void(int rank)> compute_start_hook_;
-  std::function<void(int rank)> compute_done_hook_;
+  std::function<void(int rank, ComputeFinished finished)> compute_done_hook_;
   Clock::time_point step_start_{};
   double wall_us_ = 0;
   SpanClock clock_ = SpanClock::kHost;
