@@ -176,5 +176,17 @@ else
 fi
 ORION_SCHEDULER_LIB=/no/such.so expect orion_library_missing 2 "ORION_SCHEDULER_LIB=/no/such.so is not a file" -- \
   --config "$cfg" --steps 1 --device auto --set parallel.use_orion_scheduler=true --output-dir "$tmp/run_orion2"
+# A SentencePiece model trained here, as README's workflow does (spm_train, Debian's sentencepiece
+# package). Debian's libsentencepiece carries its own protobuf: with libprotobuf.so in the runner
+# its symbols were preempted and every model load failed ("compiled against version 3.14.0").
+if command -v spm_train >/dev/null; then
+  spm_train --input="$repo/README.md" --model_prefix="$tmp/spm" --vocab_size=500 >"$tmp/spm.log" 2>&1 \
+    || { echo "FAIL sentencepiece: spm_train failed:"; tail -3 "$tmp/spm.log"; failures=$((failures + 1)); }
+  expect sentencepiece_run 0 "Training summary" -- --config "$cfg" --steps 1 --output-dir "$tmp/run_spm" \
+    --set dataset.tokenizer=sentencepiece --set dataset.tokenizer_model="$tmp/spm.model"
+else
+  echo "FAIL sentencepiece: spm_train not found (Debian's sentencepiece package; scripts/install-deps.sh installs it)"
+  failures=$((failures + 1))
+fi
 echo "runner_cli_test: $failures failure(s)"
 [ "$failures" -eq 0 ]

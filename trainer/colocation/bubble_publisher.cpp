@@ -70,7 +70,14 @@ void BubblePublisher::begin_step(std::vector<IdleWindow> windows) {
 
 gpud::PipelinePage* BubblePublisher::page() {
   if (client_) return &client_->pipeline_writable();
-  return orphaned_ ? &orphaned_->pipeline_writable() : nullptr;
+  return orphaned_ && !connecting_ ? &orphaned_->pipeline_writable() : nullptr;
+}
+
+void BubblePublisher::quiet_orphan() {
+  if (!orphaned_) return;
+  gpud::PipelinePage& p = orphaned_->pipeline_writable();
+  gpud::publish_window(p, shown_open_, shown_open_);
+  gpud::heartbeat(p, 0);
 }
 
 void BubblePublisher::show_window(int64_t now) {
@@ -162,6 +169,8 @@ void BubblePublisher::loop() {
       if (current_close_ > now) show_window(now);
     }
     if (!client_ && now >= retry_at) {
+      quiet_orphan();
+      connecting_ = true;
       lock.unlock();
       std::unique_ptr<gpud::Client> fresh;
       try {
@@ -171,15 +180,17 @@ void BubblePublisher::loop() {
         last_connect_error = e.what();
       }
       lock.lock();
+      connecting_ = false;
       now = gpud::monotonic_ns();
       if (fresh) {
         client_ = std::move(fresh);
-        orphaned_.reset();
+        orphaned_.reset();  // quiet since before the attempt
         reconnects_.fetch_add(1);
         notes_.push_back({spdlog::level::info,
                             fmt::format("parallel.publish_bubbles_gpu: attached to orion-gpud of GPU {} again", gpu_)});
         if (current_close_ > now) show_window(now);
       } else {
+        if (current_close_ > now) show_window(now);  // the orphan, again (quiet during the attempt)
         if (retry_ns == kFirstRetryNs) {
           notes_.push_back({spdlog::level::debug,
                               "parallel.publish_bubbles_gpu: reconnecting to orion-gpud: " + last_connect_error});

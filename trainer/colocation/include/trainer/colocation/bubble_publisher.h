@@ -72,7 +72,12 @@ class BubblePublisher {
   // processes still read its page (their leases on the old grant run on), so the page keeps its
   // heartbeat and windows; a page gone quiet would read as "no pipeline" to them.
   std::unique_ptr<gpud::Client> orphaned_;
-  gpud::PipelinePage* page();  // client_'s page, else orphaned_'s; null with neither
+  // The page goes quiet (window closed, heartbeat 0: best-effort processes hold) before each
+  // connect attempt and when a new daemon took over: a daemon that dropped us but lives may hand
+  // the same page to our next hello and reset it, and two writers would tear its sequence lock.
+  void quiet_orphan();
+  bool connecting_ = false;  // a connect attempt runs (without mu_): the orphan is not written
+  gpud::PipelinePage* page();  // client_'s page, else orphaned_'s (not while connecting); null with neither
   std::mutex mu_;
   std::condition_variable wake_;
   std::vector<IdleWindow> windows_;  // of the current step
