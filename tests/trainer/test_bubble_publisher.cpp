@@ -160,9 +160,16 @@ TEST(BubblePublisherTest, ItReattachesToARestartedDaemonAndRepublishesTheOpenWin
     return cond();
   };
   ASSERT_TRUE(eventually([&] { return publisher.windows_published() == 1; }));
+  // A best-effort process of the first daemon: it reads that daemon's page until it reconnects.
+  gpud::Client old_reader = gpud::Client::connect(daemon.dir, options.gpu, gpud::Role::kBestEffort, "old reader");
   daemon.running.reset();  // stopped: the page it handed over is read by no one now
   daemon.running = std::make_unique<gpud::testing::DaemonThread>(options);
   ASSERT_TRUE(eventually([&] { return publisher.reconnects() == 1; })) << "the publisher did not reattach";
+  // The publisher writes the new page only: the old one was left closed and without a heartbeat
+  // (its readers hold), not open with the last window while the pipeline computes.
+  const gpud::WindowView old_page = gpud::read_window(old_reader.pipeline());
+  EXPECT_EQ(old_page.heartbeat_ns, 0);
+  EXPECT_GE(old_page.open_ns, old_page.close_ns) << "the old page was left with its window open";
   gpud::Client be = gpud::Client::connect(daemon.dir, options.gpu, gpud::Role::kBestEffort, "observer");
   // The new daemon's page holds the open window, and the heartbeat keeps the grant gated.
   ASSERT_TRUE(eventually([&] { return gpud::read_grant(be.grant()).mode == gpud::GrantMode::kGated; }));
