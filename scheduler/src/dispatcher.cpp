@@ -423,11 +423,15 @@ int Dispatcher::Impl::submit_best_effort(StreamState& s, Op&& op) {
 }
 
 void Dispatcher::Impl::on_complete(const Completion& done) {
-  // Reported from inside device.submit(), this thread may hold a stream mutex: put off.
-  if (t_inside_device_submit > 0 || !apply_completion(done, /*wait=*/false)) defer_completion(done);
+  // Reported from inside device.submit(), this thread may hold a stream mutex: put off. So is one
+  // behind a completion of its stream already put off.
+  const StreamState* s = find_stream(done.stream);
+  const bool behind = s != nullptr && s->completions_put_off.load(std::memory_order_acquire) > 0;
+  if (t_inside_device_submit > 0 || behind || !apply_completion(done, /*wait=*/false)) defer_completion(done);
 }
 
 void Dispatcher::Impl::defer_completion(const Completion& done) {
+  if (StreamState* s = find_stream(done.stream)) s->completions_put_off.fetch_add(1, std::memory_order_acq_rel);
   std::lock_guard lock(deferred_mu);
   deferred_completions.push_back(done);
   have_deferred.store(true, std::memory_order_release);

@@ -180,6 +180,7 @@ void Dispatcher::Impl::pump() {
 }
 
 void Dispatcher::Impl::pump_locked() {
+  apply_deferred_completions();  // first: what the poll reports comes after them
   device.poll();
   apply_deferred_completions();
   if (total_queued.load(std::memory_order_relaxed) == 0) return;
@@ -262,11 +263,17 @@ void Dispatcher::Impl::apply_deferred_completions(bool wait) {
     ready.swap(deferred_completions);
     have_deferred.store(false, std::memory_order_relaxed);
   }
-  // One whose stream is still busy stays put off. A later completion of that stream applied
-  // first retires its ops too (a stream's ops finish in order); applied after it, it only
-  // teaches the profile store and the trace.
+  // One whose stream is still busy stays put off, and so do the later ones of that stream: the
+  // policy hears of a stream's ops in completion order (the ready time of each is its
+  // predecessor's end).
+  std::vector<StreamId> busy;
   for (const Completion& done : ready) {
-    if (!apply_completion(done, wait)) defer_completion(done);
+    if (StreamState* s = find_stream(done.stream)) s->completions_put_off.fetch_sub(1, std::memory_order_acq_rel);
+    const bool behind = std::find(busy.begin(), busy.end(), done.stream) != busy.end();
+    if (behind || !apply_completion(done, wait)) {
+      busy.push_back(done.stream);
+      defer_completion(done);
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 // because a pipeline stage has no single request latency to anchor it. Orion knows every
 // kernel's duration from an offline profile; a kernel we have not timed yet counts as the whole
 // threshold (untimed_kernel_duration_ns), so first-seen kernels do not flood the GPU.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -37,7 +38,13 @@ class OrionPolicy final : public Policy {
   explicit OrionPolicy(OrionParams p) : p_(p) {}
   const char* name() const override { return "orion"; }
 
-  double untimed_kernel_duration_ns() const override { return p_.dur_threshold_ns; }
+  // A kernel never timed, or a graph (an opaque bundle of them), fills the whole threshold: the
+  // next best-effort kernel waits until it is done. At least 1 ns, so that with a threshold of 0
+  // one of them alone is outstanding at a time.
+  double untimed_kernel_duration_ns() const override { return std::max(p_.dur_threshold_ns, 1.0); }
+  double non_kernel_duration_ns(const Op& op) const override {
+    return op.kind == OpKind::kGraphLaunch ? untimed_kernel_duration_ns() : 0;
+  }
 
   bool admit(const Op& op, const OpEstimate& est, const DeviceState& state) const override {
     // Copies, memsets, event ops, host functions hold no SMs: ordering ops, not contention.

@@ -46,6 +46,9 @@ class PartitionPolicy final : public Policy {
     return gate_ == nullptr || gate_->admit(op, est, state);
   }
   bool defers_best_effort() const override { return gate_ != nullptr || controller_ != nullptr; }
+  // The gate's estimates (gate=2: orion's duration threshold counts untimed kernels and graphs).
+  double non_kernel_duration_ns(const Op& op) const override { return gate_ ? gate_->non_kernel_duration_ns(op) : 0; }
+  double untimed_kernel_duration_ns() const override { return gate_ ? gate_->untimed_kernel_duration_ns() : 0; }
   std::optional<SmPartition> sm_partition() const override {
     return controller_ ? controller_->current() : partition_;
   }

@@ -69,6 +69,9 @@ struct StreamState {
   FifoRing<InFlightOp> in_flight;
   int sticky_error = 0;  // first backend error of a deferred op, returned by the next drain
   uint64_t sticky_error_seq = 0;  // that op's: a drain up to an earlier op does not take it
+  // Completions of this stream put off (Dispatcher::Impl::defer_completion) and not applied yet:
+  // a newer one waits behind them, so the policy hears of its ops in completion order.
+  std::atomic<int> completions_put_off{0};
   uint64_t submitted = 0, submitted_inline = 0, deferred = 0, forced = 0, caller_waits = 0,
            errors = 0, promoted = 0, op_classed = 0;
   uint64_t timing_tick = 0;  // tracked kernels submitted, for Op::wants_timing's re-samples

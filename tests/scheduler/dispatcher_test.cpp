@@ -539,6 +539,52 @@ TEST_F(DispatcherTest, APumpDoesNotWaitForAStreamWhoseSubmitBlocks) {
   ASSERT_TRUE(profiles.find(1)) << "the put-off completion was never applied";
 }
 
+// A completion put off (its stream's mutex was held) is applied before a newer one of the same
+// stream: the policy hears of the stream's kernels in order, each ready when the one before it
+// ended. The newer one used to be applied first (retiring both), so the older one's observation
+// was lost and the newer one's ready time missed its predecessor.
+TEST_F(DispatcherTest, PutOffCompletionsReachThePolicyInOrder) {
+  struct Recorder final : Policy {
+    std::vector<KernelCompletion> seen;
+    const char* name() const override { return "recorder"; }
+    bool admit(const Op&, const OpEstimate&, const DeviceState&) const override { return true; }
+    bool wants_observations() const override { return true; }
+    void observe(const KernelCompletion& done) override { seen.push_back(done); }
+  };
+  auto owned = std::make_unique<Recorder>();
+  Recorder& recorder = *owned;
+  DispatcherOptions opt;
+  opt.background_thread = false;
+  opt.profiles = &profiles;
+  Dispatcher d(dev, std::move(owned), opt);
+  d.set_stream_class(kHp, StreamClass::kHighPriority);
+  dev.kernel_duration_ns = 1000;
+  ASSERT_EQ(d.submit(kernel_op(kHp, 1)), 0);
+  dev.advance(500);
+  ASSERT_EQ(d.submit(kernel_op(kHp, 2)), 0);
+  std::atomic<bool> in_submit{false}, unblock{false};
+  dev.before_submit = [&](const Op& op) {
+    if (op.kernel.id != 99) return;
+    in_submit = true;
+    while (!unblock) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  };
+  std::thread blocked([&] { EXPECT_EQ(d.submit(kernel_op(kHp, 99)), 0); });
+  while (!in_submit) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  dev.complete_oldest();  // kernel 1
+  d.pump();               // its stream is held: put off
+  unblock = true;
+  blocked.join();
+  dev.before_submit = nullptr;
+  dev.complete_oldest();  // kernel 2
+  d.pump();
+  ASSERT_EQ(recorder.seen.size(), 2u);
+  EXPECT_EQ(recorder.seen[0].kernel, 1u);
+  EXPECT_EQ(recorder.seen[1].kernel, 2u);
+  EXPECT_EQ(recorder.seen[1].ready_ns, recorder.seen[0].end_ns) << "kernel 2 was ready when kernel 1 ended";
+  dev.complete_all();
+  d.pump();
+}
+
 TEST_F(DispatcherTest, CompletionsTeachTheProfileStore) {
   auto d = make("priority");
   dev.kernel_duration_ns = 2500;

@@ -63,6 +63,12 @@ class FakeDevice final : public Device {
     for (auto& c : in_flight_) ready_.push_back(c);
     in_flight_.clear();
   }
+  void complete_oldest() {  // the op submitted first of those in flight
+    std::lock_guard lock(mu_);
+    if (in_flight_.empty()) return;
+    ready_.push_back(in_flight_.front());
+    in_flight_.erase(in_flight_.begin());
+  }
   std::vector<SubmittedOp> submitted() const {
     std::lock_guard lock(mu_);
     return log_;

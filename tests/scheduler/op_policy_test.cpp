@@ -162,7 +162,14 @@ TEST(Orion, NoHighPriorityInFlightAdmitsAnyKernelWhileUnderTheDurationThreshold)
   EXPECT_FALSE(orion->admit(testing::graph_op(2, 5), c.est, c.state));
   EXPECT_TRUE(orion->admit(testing::event_op(OpKind::kEventRecord, 2, 9), {}, c.state)) << "holds no SMs";
   EXPECT_DOUBLE_EQ(orion->untimed_kernel_duration_ns(), 100'000);
+  EXPECT_DOUBLE_EQ(orion->non_kernel_duration_ns(testing::graph_op(2, 5)), 100'000) << "a graph is untimed work";
+  EXPECT_DOUBLE_EQ(orion->non_kernel_duration_ns(testing::event_op(OpKind::kEventRecord, 2, 9)), 0);
+  EXPECT_DOUBLE_EQ(make_policy("orion", {{"dur_threshold_us", "0"}})->untimed_kernel_duration_ns(), 1)
+      << "with a threshold of 0, one untimed kernel at a time";
   EXPECT_DOUBLE_EQ(make_policy("priority")->untimed_kernel_duration_ns(), 0);
+  // partition gate=2 is orion inside the partition: its estimates too.
+  EXPECT_DOUBLE_EQ(make_policy("partition", {{"gate", "2"}})->untimed_kernel_duration_ns(), 100'000);
+  EXPECT_DOUBLE_EQ(make_policy("partition", {{"gate", "2"}})->non_kernel_duration_ns(testing::graph_op(2, 5)), 100'000);
 }
 
 TEST(Orion, SmThresholdClause) {
