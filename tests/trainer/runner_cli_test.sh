@@ -71,6 +71,12 @@ expect resume_longer 0 "this run trains 4 steps in all" -- --config "$cfg" --ste
 # The resumed run keeps the metrics of the steps before its checkpoint in the same folder.
 steps=$(grep -o '"step":[0-9]*' "$tmp/run_ckpt/metrics.jsonl" | cut -d: -f2 | tr '\n' ' ')
 [ "$steps" = "0 1 2 3 " ] || { echo "FAIL resume_metrics: metrics.jsonl steps '$steps', wanted '0 1 2 3 '"; failures=$((failures + 1)); }
+# A fresh run with another configuration into that folder is refused before its first step: its
+# step folders would replace the earlier run's, and pruning deleted its own as they came.
+expect foreign_checkpoints 2 "holds [0-9]+ checkpoints? of another configuration" -- --config "$cfg" --steps 2 \
+  --output-dir "$tmp/run_ckpt" --checkpoint-interval 1 --lr 0.001
+[ -f "$tmp/run_ckpt/checkpoints/step_00000004/manifest.json" ] \
+  || { echo "FAIL foreign_checkpoints: the earlier run's newest checkpoint is gone"; failures=$((failures + 1)); }
 # A checkpoint folder that cannot be written is named before the first step, not at the first save.
 expect checkpoint_dir_unwritable 2 "training.checkpoint_dir: cannot write checkpoints to '/proc/nope'" -- --config "$cfg" \
   --steps 2 --checkpoint-interval 1 --checkpoint-dir /proc/nope --output-dir "$tmp/run_ckpt_bad"

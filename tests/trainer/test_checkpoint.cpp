@@ -69,15 +69,16 @@ struct Trainee {
 const std::string kHash = config_hash("model: tiny\nstages: 1\n");
 
 // One complete single-stage checkpoint of `trainee` at `step` under root.
-std::string save_complete(const std::string& root, int64_t step, Trainee& trainee, const std::string& config_yaml = {}) {
+std::string save_complete(const std::string& root, int64_t step, Trainee& trainee, const std::string& config_yaml = {},
+                          const std::string& hash = kHash) {
   const std::string folder = checkpoint_folder(root, step);
   Manifest manifest;
   manifest.position = {step, 0, step};
-  manifest.config_hash = kHash;
+  manifest.config_hash = hash;
   manifest.config_yaml = config_yaml;
   manifest.num_stages = 1;
   manifest.stages.push_back(
-      write_stage_checkpoint(folder, 0, *trainee.net, trainee.optimizer, trainee.device, manifest.position, kHash));
+      write_stage_checkpoint(folder, 0, *trainee.net, trainee.optimizer, trainee.device, manifest.position, hash));
   write_manifest(folder, manifest);
   return folder;
 }
@@ -264,19 +265,40 @@ TEST(CheckpointTest, LatestIsTheHighestCompleteStepAndPruneKeepsTheNewest) {
   std::filesystem::create_directories(dir.path() + "/notes");
   EXPECT_EQ(latest_checkpoint(dir.path()), checkpoint_folder(dir.path(), 8));
 
-  prune_checkpoints(dir.path(), 0);
+  prune_checkpoints(dir.path(), 0, kHash);
   EXPECT_TRUE(std::filesystem::exists(checkpoint_folder(dir.path(), 1)));
-  prune_checkpoints(dir.path(), 2);
+  prune_checkpoints(dir.path(), 2, kHash);
   std::vector<std::string> left;
   for (const auto& entry : std::filesystem::directory_iterator(dir.path())) left.push_back(entry.path().filename());
   std::sort(left.begin(), left.end());
   EXPECT_EQ(left, (std::vector<std::string>{"notes", "step_00000006", "step_00000008", "step_00000010"}));
   EXPECT_EQ(latest_checkpoint(dir.path()), checkpoint_folder(dir.path(), 8));
-  prune_checkpoints(dir.path(), 5);  // fewer complete ones than asked to keep: nothing goes
+  prune_checkpoints(dir.path(), 5, kHash);  // fewer complete ones than asked to keep: nothing goes
   EXPECT_TRUE(std::filesystem::exists(checkpoint_folder(dir.path(), 6)));
   // Rewriting a stage file of a complete folder makes it incomplete until its manifest is rewritten.
   write_stage_checkpoint(checkpoint_folder(dir.path(), 8), 0, *trainee.net, trainee.optimizer, at::kCPU, {}, kHash);
   EXPECT_EQ(latest_checkpoint(dir.path()), checkpoint_folder(dir.path(), 6));
+}
+
+// A folder holding an earlier run's checkpoints (another configuration): pruning keeps this run's
+// newest and never deletes theirs. It used to count theirs too, and deleted each checkpoint a
+// shorter new run had just written.
+TEST(CheckpointTest, PruneKeepsOnlyThisConfigurationsNewestAndNeverAnotherRuns) {
+  testing::TempDir dir;
+  Trainee trainee;
+  const std::string other = "0badc0de";
+  for (int64_t step : {4, 6}) save_complete(dir.path(), step, trainee, {}, other);
+  save_complete(dir.path(), 2, trainee);
+  EXPECT_EQ(foreign_checkpoints(dir.path(), kHash),
+            (std::vector<std::string>{checkpoint_folder(dir.path(), 6), checkpoint_folder(dir.path(), 4)}));
+  EXPECT_TRUE(foreign_checkpoints(dir.path(), other).size() == 1u);
+  prune_checkpoints(dir.path(), 2, kHash);
+  EXPECT_TRUE(std::filesystem::exists(checkpoint_folder(dir.path(), 2))) << "this run's newest was deleted";
+  save_complete(dir.path(), 3, trainee);
+  save_complete(dir.path(), 5, trainee);
+  prune_checkpoints(dir.path(), 2, kHash);
+  EXPECT_FALSE(std::filesystem::exists(checkpoint_folder(dir.path(), 2)));
+  for (int64_t step : {3, 4, 5, 6}) EXPECT_TRUE(std::filesystem::exists(checkpoint_folder(dir.path(), step))) << step;
 }
 
 TEST(CheckpointTest, ShapeMismatchOnRestoreNamesTheParameterAndChangesNothing) {

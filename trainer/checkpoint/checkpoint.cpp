@@ -285,9 +285,32 @@ std::optional<std::string> latest_checkpoint(const std::string& root) {
   return std::nullopt;
 }
 
-void prune_checkpoints(const std::string& root, int keep) {
+namespace {
+// The config hash a complete folder's manifest names; nullopt when it cannot be read.
+std::optional<std::string> manifest_config_hash(const std::string& folder) {
+  std::ifstream in(folder + "/" + kManifestName, std::ios::binary);
+  if (!in) return std::nullopt;
+  try {
+    return nlohmann::json::parse(in).at("config_hash").get<std::string>();
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+}  // namespace
+
+std::vector<std::string> foreign_checkpoints(const std::string& root, const std::string& config_hash) {
+  std::vector<std::string> out;
+  for (const auto& folder : list_step_folders(root)) {
+    if (folder.complete && manifest_config_hash(folder.path) != config_hash) out.push_back(folder.path);
+  }
+  return out;
+}
+
+void prune_checkpoints(const std::string& root, int keep, const std::string& config_hash) {
   if (keep <= 0) return;
-  const std::vector<StepFolder> folders = list_step_folders(root);
+  std::vector<StepFolder> folders = list_step_folders(root);
+  // Another run's checkpoints are never this run's to delete.
+  std::erase_if(folders, [&](const StepFolder& f) { return f.complete && manifest_config_hash(f.path) != config_hash; });
   int complete_seen = 0;
   std::optional<int64_t> oldest_kept;
   for (const auto& folder : folders) {

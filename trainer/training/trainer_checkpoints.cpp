@@ -77,6 +77,18 @@ void PipelineTrainer::check_checkpoint_folder() {
       throw ConfigError(fmt::format("training.checkpoint_dir: cannot write checkpoints to '{}'{}: give a writable "
                                     "folder (--checkpoint-dir)", root, ec ? ": " + ec.message() : std::string()));
     }
+    // A run that does not continue its own checkpoints must not write among another run's: its
+    // step folders would replace theirs, and --resume would later pick theirs.
+    if (!resumes_own_checkpoint()) {
+      const std::vector<std::string> foreign = foreign_checkpoints(root, checkpoint_config_hash());
+      if (!foreign.empty()) {
+        std::filesystem::remove(probe, ec);
+        throw ConfigError(fmt::format(
+            "training.checkpoint_dir '{}' holds {} checkpoint{} of another configuration (newest: {}): continue that run "
+            "with --resume (and its configuration), or give this one another folder (--checkpoint-dir, or "
+            "--output-dir), or remove them", root, foreign.size(), foreign.size() == 1 ? "" : "s", foreign.front()));
+      }
+    }
   }
   if (dist_ && dist_->world_size() > 1) {
     nonce = dist_->broadcast_from_rank0("checkpoint_probe", nonce);
@@ -138,7 +150,7 @@ void PipelineTrainer::save_checkpoint(int64_t step, int epoch, int64_t batch_ind
     std::sort(manifest.stages.begin(), manifest.stages.end(),
               [](const StageCheckpointFile& a, const StageCheckpointFile& b) { return a.stage < b.stage; });
     write_manifest(folder, manifest);
-    prune_checkpoints(root, config_.training.keep_checkpoints);
+    prune_checkpoints(root, config_.training.keep_checkpoints, hash);
     engine_log_info(fmt::format("checkpoint of step {} written to {}", step, folder));
   }
 }

@@ -80,9 +80,14 @@ std::optional<std::string> latest_checkpoint(const std::string& root);
 TrainingPosition read_stage_checkpoint(const std::string& folder, int stage, torch::nn::Module& module,
                                        torch::optim::Optimizer& optimizer, c10::Device device);
 
-// Deletes the checkpoint folders under root older than the newest `keep` complete ones (keep <= 0:
-// keeps all). Folders newer than those (possibly still being written) stay.
-void prune_checkpoints(const std::string& root, int keep);
+// Deletes this configuration's checkpoint folders under root (manifest hash `config_hash`) older
+// than its newest `keep` complete ones (keep <= 0: keeps all), and incomplete folders older than
+// those. Folders newer than those (possibly still being written) and other runs' stay.
+void prune_checkpoints(const std::string& root, int keep, const std::string& config_hash);
+
+// The complete checkpoint folders under root that another configuration wrote (their manifest's
+// hash is not `config_hash`, or cannot be read), newest first.
+std::vector<std::string> foreign_checkpoints(const std::string& root, const std::string& config_hash);
 
 // Stable hash of a config text: zlib crc32 of its bytes, 8 hex digits.
 std::string config_hash(const std::string& text);
