@@ -85,6 +85,9 @@ grep -q '"step"' "$tmp/run_ckpt_bad/metrics.jsonl" 2>/dev/null \
 # ... but not with another learning rate, and the refusal names the field.
 expect resume_other_lr 2 "training.learning_rate: 0.002 vs 0.005" -- --config "$cfg" --steps 5 \
   --output-dir "$tmp/run_ckpt" --lr 0.005 --resume
+# The process layout is not the trajectory: another priority, transport and placement resume.
+expect resume_other_layout 0 "Training summary" -- --config "$cfg" --steps 5 --output-dir "$tmp/run_ckpt" \
+  --checkpoint-interval 1 --resume --set parallel.priority=none --transport inprocess --placement "[0,0,0,0]"
 # On CPU busy time and bubble are host-timed, and the summary says so (a GPU run says cuda_events).
 grep -q '"bubble_clock": *"host"' "$tmp/run/summary.json" \
   || { echo "FAIL short_run: summary.json does not say bubble_clock host"; failures=$((failures + 1)); }

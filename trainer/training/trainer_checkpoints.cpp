@@ -45,6 +45,15 @@ std::string PipelineTrainer::checkpoint_config_yaml() const {
   // data_parallel_size 2 follows the same trajectory as one without, and may resume it.
   trajectory.parallel.data_parallel_size = 1;
   trajectory.parallel.dp_bucket_mb = 1;
+  // Where ranks run and how their kernels and messages are scheduled is the process layout, not
+  // the trajectory: a checkpoint resumes under any of it (README, "Checkpoints").
+  trajectory.parallel.placement.clear();
+  trajectory.parallel.transport = "auto";
+  trajectory.parallel.priority = "backward_first";
+  trajectory.parallel.use_orion_scheduler = false;
+  trajectory.parallel.publish_bubbles_gpu.clear();
+  trajectory.parallel.publish_bubbles_rank = -1;
+  trajectory.dataset.num_workers = 0;
   return trajectory.to_yaml();
 }
 
