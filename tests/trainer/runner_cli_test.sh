@@ -88,6 +88,13 @@ expect resume_other_lr 2 "training.learning_rate: 0.002 vs 0.005" -- --config "$
 # The process layout is not the trajectory: another priority, transport and placement resume.
 expect resume_other_layout 0 "Training summary" -- --config "$cfg" --steps 5 --output-dir "$tmp/run_ckpt" \
   --checkpoint-interval 1 --resume --set parallel.priority=none --transport inprocess --placement "[0,0,0,0]"
+# The same configuration on other data: the checkpoint names the data it was trained on.
+mkdir -p "$tmp/corpus" && cp "$repo/README.md" "$tmp/corpus/"
+expect data_checkpointed 0 "Training summary" -- --config "$cfg" --steps 2 --output-dir "$tmp/run_data" \
+  --checkpoint-interval 1 --set dataset.name=text --set dataset.path="$tmp/corpus"
+cp "$repo/docs/ARCHITECTURE.md" "$tmp/corpus/"
+expect resume_other_data 2 "was trained on other data" -- --config "$cfg" --steps 4 --output-dir "$tmp/run_data" \
+  --checkpoint-interval 1 --resume --set dataset.name=text --set dataset.path="$tmp/corpus"
 # On CPU busy time and bubble are host-timed, and the summary says so (a GPU run says cuda_events).
 grep -q '"bubble_clock": *"host"' "$tmp/run/summary.json" \
   || { echo "FAIL short_run: summary.json does not say bubble_clock host"; failures=$((failures + 1)); }

@@ -153,6 +153,7 @@ void PipelineTrainer::save_checkpoint(int64_t step, int epoch, int64_t batch_ind
     manifest.position = position;
     manifest.config_hash = hash;
     manifest.config_yaml = checkpoint_config_yaml();
+    manifest.data_digest = components_.dataset->content_digest();
     manifest.num_stages = static_cast<int>(stages_.size());
     manifest.world_size = dist_ ? dist_->world_size() : 1;
     manifest.stages = files;
@@ -179,6 +180,14 @@ std::tuple<int64_t, int, int64_t> PipelineTrainer::load_checkpoint() {
   }
   const Manifest manifest =
       read_manifest(folder, checkpoint_config_hash(), static_cast<int>(stages_.size()), checkpoint_config_yaml());
+  // The same configuration on other data (a file added under dataset.path, another tokenizer
+  // model) would resume at a position in batches that are not the ones it trained on.
+  if (const std::string here = components_.dataset->content_digest();
+      !manifest.data_digest.empty() && manifest.data_digest != here) {
+    throw CheckpointError(fmt::format("{} was trained on other data: {} then, {} now (the files under dataset.path or "
+                                      "the tokenizer changed); resume with the data it was trained on, or train afresh "
+                                      "in another folder", folder, manifest.data_digest, here));
+  }
   TrainingPosition position = manifest.position;
   const auto local_stages = std::count_if(stages_.begin(), stages_.end(), [](const auto& s) { return s != nullptr; });
   engine_log_info(fmt::format("loading checkpoint {} (step {}): weights and AdamW state of {} stage{} ...", folder,

@@ -44,6 +44,9 @@ struct Manifest {
   // The configuration the hash is of (PipelineConfig::to_yaml), so that a refused resume can name
   // the fields that differ; empty in checkpoints written before it was kept.
   std::string config_yaml;
+  // The training data's digest when it was written (DatasetInterface::content_digest: token count
+  // and CRC): the config names dataset.path, not what is in it. Empty in older checkpoints.
+  std::string data_digest;
   int num_stages = 0;
   int world_size = 1;
   std::vector<StageCheckpointFile> stages;  // exactly one per stage 0..num_stages-1 when complete
