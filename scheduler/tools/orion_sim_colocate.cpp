@@ -5,8 +5,9 @@
 //
 // The pipeline publishes as gpipe_runner's BubblePublisher does: step k's windows are the gaps
 // between step k-1's compute spans (its forward / backward requests), shifted to step k's start;
-// step 0 publishes nothing. While the pipeline runs its heartbeat is fresh; once it is done the
-// job runs freely (a stale heartbeat), as with the daemon. The grant is a live lease in gated mode.
+// step 0 publishes nothing. While the pipeline runs its heartbeat is fresh and the grant, a live
+// lease, is gated; once it is done the grant is free and the job runs freely, as the daemon frees
+// it (a job that sees the heartbeat gone under a gated grant holds until then).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -287,9 +288,9 @@ ColocateStudy run_colocation(const sched::Workload& pipeline_step, const sched::
           sched::GpudSource source;
           source.now_ns = [&device] { return device.now_ns(); };
           source.window = [publisher](int64_t now) { return publisher->window(now); };
-          source.grant = [budget_ns](int64_t /*now*/) {
+          source.grant = [publisher, budget_ns](int64_t now) {
             gpud::GrantView g;
-            g.mode = gpud::GrantMode::kGated;
+            g.mode = publisher->window(now).heartbeat_ns > 0 ? gpud::GrantMode::kGated : gpud::GrantMode::kFree;
             g.epoch = 1;
             g.lease_expiry_ns = std::numeric_limits<int64_t>::max();
             g.inflight_budget_ns = budget_ns;

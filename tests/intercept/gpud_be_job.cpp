@@ -48,8 +48,9 @@ void watch(const gpud::Client& observer, const std::atomic<bool>& stop, Observed
   while (!stop.load()) {
     const gpud::WindowView w = gpud::read_window(observer.pipeline());
     const int64_t now = gpud::monotonic_ns();
-    // Gated as admit() sees it: the daemon's grant says so and the pipeline's page is live (a
-    // pipeline that left resets its page at once, the grant follows at the daemon's next tick).
+    // Gated, and the pipeline's page live: launches must fall in its windows (a pipeline that left
+    // resets its page at once, the grant follows at the daemon's next tick; admit() holds in
+    // between, which this check does not require).
     const bool gated = gpud::read_grant(observer.grant()).mode == gpud::GrantMode::kGated && w.heartbeat_ns > 0 &&
                        now - w.heartbeat_ns < 50'000'000;
     {

@@ -115,9 +115,9 @@ TEST(ReplayProcesses, GpudPolicyAdmitsOnlyWhatFitsThePublishedWindow) {
       w.heartbeat_ns = now < pipeline_gone ? now + 1 : 0;  // 0 means "no pipeline"
       return w;
     };
-    source.grant = [](int64_t) {
+    source.grant = [&](int64_t now) {  // as the daemon: free once the pipeline is gone
       gpud::GrantView g;
-      g.mode = gpud::GrantMode::kGated;
+      g.mode = now < pipeline_gone ? gpud::GrantMode::kGated : gpud::GrantMode::kFree;
       g.lease_expiry_ns = std::numeric_limits<int64_t>::max();
       g.inflight_budget_ns = 1'000'000;
       return g;
@@ -133,7 +133,7 @@ TEST(ReplayProcesses, GpudPolicyAdmitsOnlyWhatFitsThePublishedWindow) {
   EXPECT_EQ(done[0].start_ns, open) << "held until the window opened";
   EXPECT_EQ(done[1].end_ns, open + 200'000);
   EXPECT_LE(done[1].end_ns, close);
-  EXPECT_EQ(done[2].start_ns, pipeline_gone) << "did not fit the window: ran once the pipeline's heartbeat stopped";
+  EXPECT_EQ(done[2].start_ns, pipeline_gone) << "did not fit the window: ran once the daemon freed the grant";
   EXPECT_EQ(r.processes[1].replay.policy, "gpud");
 }
 

@@ -31,7 +31,8 @@ class ActionRunner {
   // tensor maps below (under mu_) and no (stage, micro-batch); everything else runs on one thread.
   void run(const Action& action, ActionLane lane = ActionLane::kRank);
   // Takes the input of compute action `a` from the transport if the schedule posted its receive
-  // and it is not here yet (waits for it): an overlapped pair's halves call no transport.
+  // and it is not here yet (waits for it): an overlapped pair's halves call no transport. Errors
+  // carry the rank and the action, as run()'s do.
   void receive_input(const Action& a);
   // Throws std::logic_error if tensors were produced but never consumed (a schedule bug).
   void check_drained() const;

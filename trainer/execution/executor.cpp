@@ -89,13 +89,7 @@ void ActionRunner::run(const Action& action, ActionLane lane) {
   const bool compute = is_compute(action.type);
   // A compute's posted input is waited for before its span starts: the wait is idle time, as a
   // receive's was when it held the rank (the bubble and the colocation windows count it so).
-  if (compute) {
-    try {
-      receive_input(action);
-    } catch (const std::exception& e) {
-      throw std::runtime_error(fmt::format("rank {} action {}: {}", rank_, to_string(action), e.what()));
-    }
-  }
+  if (compute) receive_input(action);
   const auto start = ActionRecorder::Clock::now();
   GpuSpan span;
   // compute_starting / compute_done pair up however dispatch() leaves (the bubble publisher keeps
@@ -340,10 +334,14 @@ void ActionRunner::receive_posted(const TransferKey& key, std::map<Key, Message>
 }
 
 void ActionRunner::receive_input(const Action& a) {
-  if (a.type == ActionType::kForward) {
-    receive_posted({TransferKind::kActivation, a.stage, a.microbatch}, activations_in_);
-  } else if (a.type == ActionType::kBackward || a.type == ActionType::kBackwardInput) {
-    receive_posted({TransferKind::kGradient, a.stage, a.microbatch}, grads_in_);
+  try {
+    if (a.type == ActionType::kForward) {
+      receive_posted({TransferKind::kActivation, a.stage, a.microbatch}, activations_in_);
+    } else if (a.type == ActionType::kBackward || a.type == ActionType::kBackwardInput) {
+      receive_posted({TransferKind::kGradient, a.stage, a.microbatch}, grads_in_);
+    }
+  } catch (const std::exception& e) {
+    throw std::runtime_error(fmt::format("rank {} action {}: {}", rank_, to_string(a), e.what()));
   }
 }
 

@@ -54,11 +54,14 @@ class Transport {
   // TransportError if the transport was aborted.
   virtual Message recv(const TransferKey& key, std::chrono::milliseconds timeout) = 0;
   // Whether recv(key) waits on the host for the sender. True (in memory, Gloo): messages are
-  // keyed and sends buffered, so the executors ask for the tensor only at the compute that needs
-  // it (torch.distributed.pipelining likewise posts an irecv at RECV and waits on it there), and
-  // a rank never sits at a receive while compute it could run waits behind it. False (NCCL
-  // across processes): the receive must be posted where the schedule has it (a communicator
-  // matches in posting order) and costs the host nothing; the consumer's stream waits instead.
+  // keyed and sends never block the sender, so the executors ask for the tensor only at the
+  // compute that needs it (torch.distributed.pipelining likewise posts an irecv at RECV and waits
+  // on it there), and a rank never sits at a receive while compute it could run waits behind it.
+  // Gloo moves the bytes only once the receiver asks (its pair protocol), so across processes the
+  // transfer starts at that compute; simulate_step counts it as done when the sender finished,
+  // and under-predicts such a step by the transfers on its critical path. False (NCCL across
+  // processes): the receive must be posted where the schedule has it (a communicator matches in
+  // posting order) and costs the host nothing; the consumer's stream waits instead.
   virtual bool recv_waits_on_host(const TransferKey& /*key*/) const { return true; }
   // A rank failed: wake every waiting recv with TransportError(reason); later calls throw too
   // until reset().
