@@ -121,6 +121,19 @@ TEST(Config, UnknownKeysAreErrorsWithSuggestions) {
   EXPECT_THAT(load_error("model:\n  zzzzzzzz: 1\n"), AllOf(HasSubstr("model.zzzzzzzz"), HasSubstr("model.hidden_size")));
 }
 
+// The seed's list form of partition and partition_layers in one file: refused, in either order
+// (whichever came last used to win silently).
+TEST(Config, TwoPartitionsInOneFileAreRefused) {
+  for (const char* text : {"parallel:\n  partition: [2, 2]\n  partition_layers: [3, 1]\n",
+                           "parallel:\n  partition_layers: [3, 1]\n  partition: [2, 2]\n"}) {
+    EXPECT_THAT(load_error(text), HasSubstr("parallel.partition (a list) and parallel.partition_layers both give the "
+                                            "partition")) << text;
+  }
+  EXPECT_EQ(PipelineConfig::from_yaml_string("parallel:\n  partition: explicit\n  partition_layers: [3, 1]\n")
+                .parallel.partition_layers,
+            (std::vector<int64_t>{3, 1}));
+}
+
 TEST(Config, BadTypesNameKeyLineAndValue) {
   EXPECT_THAT(load_error("model:\n  name: gpt\n  num_layers: 3.5\n"),
               AllOf(HasSubstr("test.yaml:3:15"), HasSubstr("model.num_layers"), HasSubstr("expected an integer"), HasSubstr("'3.5'")));

@@ -216,6 +216,9 @@ void write_manifest(const std::string& folder, const Manifest& manifest) {
     if (!out) fail("cannot write " + tmp_path);
   }
   commit_tmp_file(tmp_path, path);
+  // The step folder's own entry in the checkpoint root: synced before anything older is pruned,
+  // so a power loss cannot leave neither the new checkpoint nor the old ones.
+  fsync_path(parent_folder(folder), true);
 }
 
 Manifest read_manifest(const std::string& folder, const std::string& expected_config_hash, int expected_num_stages,
@@ -328,6 +331,7 @@ void prune_checkpoints(const std::string& root, int keep, const std::string& con
     remove_manifest(folder.path);
     remove_tree(folder.path);
   }
+  fsync_path(root, true);
 }
 
 }  // namespace gpipe

@@ -396,6 +396,13 @@ PipelineConfig PipelineConfig::from_yaml_string(const std::string& text, const s
     if (!section.second.IsMap())
       throw ConfigError(location(section.second.Mark(), origin) + name + ": expected a map of fields");
     std::vector<std::string> keys_seen;
+    // The seed's list form of partition and partition_layers name the same thing: both in one file
+    // is a contradiction (whichever came last won), as partition_file with partition_layers is.
+    if (name == "parallel" && section.second["partition"] && section.second["partition"].IsSequence() &&
+        section.second["partition_layers"]) {
+      throw ConfigError(location(section.second["partition_layers"].Mark(), origin) +
+                        "parallel.partition (a list) and parallel.partition_layers both give the partition; keep one");
+    }
     for (const auto& entry : section.second) {
       const std::string key = key_text(entry.first, keys_seen, name + ".", origin);
       const Field* f = find_field(name, key);
