@@ -85,6 +85,12 @@ grep -q '"step"' "$tmp/run_ckpt_bad/metrics.jsonl" 2>/dev/null \
 # ... but not with another learning rate, and the refusal names the field.
 expect resume_other_lr 2 "training.learning_rate: 0.002 vs 0.005" -- --config "$cfg" --steps 5 \
   --output-dir "$tmp/run_ckpt" --lr 0.005 --resume
+# Resuming a run that has nothing left to train keeps its summary (it was blanked to 0 steps).
+cp "$tmp/run_ckpt/summary.json" "$tmp/summary_before.json"
+expect resume_nothing_left 0 "nothing left to train after step 4" -- --config "$cfg" --steps 4 \
+  --output-dir "$tmp/run_ckpt" --checkpoint-interval 1 --resume
+cmp -s "$tmp/summary_before.json" "$tmp/run_ckpt/summary.json" \
+  || { echo "FAIL resume_nothing_left: summary.json changed"; failures=$((failures + 1)); }
 # The process layout is not the trajectory: another priority, transport and placement resume.
 expect resume_other_layout 0 "Training summary" -- --config "$cfg" --steps 5 --output-dir "$tmp/run_ckpt" \
   --checkpoint-interval 1 --resume --set parallel.priority=none --transport inprocess --placement "[0,0,0,0]"

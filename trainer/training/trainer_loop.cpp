@@ -338,7 +338,10 @@ nlohmann::json PipelineTrainer::train() {
     }
   }
   if (!window.empty()) run_window();  // (every path above ends its window; kept for safety)
-  if (!profiled && step > 0 && recorder.wall_us() > 0) {
+  // A resumed run past the profiled step: the earlier run wrote that step's timeline; keep it.
+  const bool profiled_before = t.profile_iteration >= 0 && t.profile_iteration < first_step &&
+                               std::filesystem::exists(timeline_path);
+  if (!profiled && !profiled_before && step > 0 && recorder.wall_us() > 0) {
     write_chrome_trace(recorder, static_cast<int>(step - 1), timeline_path);
     log_info("training.profile_iteration={} was not reached; timeline of the last step ({}) written to {}",
                  t.profile_iteration, step - 1, timeline_path);
@@ -370,6 +373,12 @@ nlohmann::json PipelineTrainer::train() {
     }
   }
   if (!metrics) return nlohmann::json::object();
+  if (steps_run == 0 && first_step > 0) {
+    // A resume with nothing left to train: the earlier run's summary stays (this one has none).
+    log_info("nothing left to train after step {} (training.max_steps or epochs reached): {} kept as the run that "
+             "trained them wrote it; raise --steps to train on", first_step, t.output_dir + "/summary.json");
+    return nlohmann::json::object();
+  }
   const std::string summary_path = metrics->write_summary();
   std::printf("%s\n", metrics->summary_text().c_str());
   log_info("summary written to {}", summary_path);
