@@ -91,6 +91,9 @@ expect resume_nothing_left 0 "nothing left to train after step 4" -- --config "$
   --output-dir "$tmp/run_ckpt" --checkpoint-interval 1 --resume
 cmp -s "$tmp/summary_before.json" "$tmp/run_ckpt/summary.json" \
   || { echo "FAIL resume_nothing_left: summary.json changed"; failures=$((failures + 1)); }
+# The seed's dataset.num_workers loads but does nothing, and the run says so.
+expect num_workers_said 0 "dataset.num_workers=2 changes nothing" -- --config "$cfg" --steps 1 \
+  --output-dir "$tmp/run_workers" --set dataset.num_workers=2
 # The process layout is not the trajectory: another priority, transport and placement resume.
 expect resume_other_layout 0 "Training summary" -- --config "$cfg" --steps 5 --output-dir "$tmp/run_ckpt" \
   --checkpoint-interval 1 --resume --set parallel.priority=none --transport inprocess --placement "[0,0,0,0]"

@@ -264,6 +264,11 @@ PipelineTrainer::PipelineTrainer(PipelineConfig config, PipelineComponents compo
     log_warn("model.attention={} changes nothing: model '{}' does not call scaled_dot_product_attention",
              config_.model.attention, config_.model.name);
   }
+  if (config_.dataset.num_workers != 0) {
+    // Accepted so that the seed's configs load; said, so that nobody counts on it.
+    log_warn("dataset.num_workers={} changes nothing: batches are cut from the tokenized corpus in memory by the "
+             "training thread (no loader workers); leave it 0", config_.dataset.num_workers);
+  }
   const int num_stages = schedule_.num_stages();
   std::vector<StageSpec> specs;
   if (p.partition == "time") {
