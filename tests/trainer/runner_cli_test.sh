@@ -18,6 +18,7 @@ expect() {  # expect NAME WANT_RC PATTERN -- ARGS...
 }
 cfg=$repo/configs/gpt_cpu_tiny.yaml
 expect missing_config 2 "cannot read config file '/no/such.yaml'" -- --config /no/such.yaml
+expect config_is_a_folder 2 "config file '$tmp' is a folder" -- --config "$tmp"
 expect microbatches_divide 2 "does not divide dataset.batch_size" -- --config "$cfg" --set training.num_microbatches=3 --validate-only
 expect stages_vs_layers 2 "every stage needs at least one transformer block" -- --config "$cfg" --stages 64 --validate-only
 expect unknown_schedule 2 "parallel.schedule" -- --config "$cfg" --schedule nope --validate-only

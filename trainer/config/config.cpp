@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <cmath>
 #include <functional>
@@ -414,6 +415,10 @@ PipelineConfig PipelineConfig::from_yaml_string(const std::string& text, const s
 }
 
 PipelineConfig PipelineConfig::from_yaml_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw ConfigError("config file '" + path + "' is a folder: give a YAML file (--config; configs/ has examples)");
+  }
   std::ifstream in(path);
   if (!in)
     throw ConfigError("cannot read config file '" + path + "': " + std::strerror(errno) +
