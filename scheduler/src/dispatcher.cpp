@@ -425,22 +425,22 @@ int Dispatcher::Impl::submit_best_effort(StreamState& s, Op&& op) {
 void Dispatcher::Impl::on_complete(const Completion& done) {
   // Reported from inside device.submit(), this thread may hold a stream mutex: put off. So is one
   // behind a completion of its stream already put off.
-  const StreamState* s = find_stream(done.stream);
+  StreamState* s = find_stream(done.stream);
   const bool behind = s != nullptr && s->completions_put_off.load(std::memory_order_acquire) > 0;
-  if (t_inside_device_submit > 0 || behind || !apply_completion(done, /*wait=*/false)) defer_completion(done);
+  if (t_inside_device_submit > 0 || behind || !apply_completion(s, done, /*wait=*/false)) defer_completion(s, done);
 }
 
-void Dispatcher::Impl::defer_completion(const Completion& done) {
-  if (StreamState* s = find_stream(done.stream)) s->completions_put_off.fetch_add(1, std::memory_order_acq_rel);
+void Dispatcher::Impl::defer_completion(StreamState* s, const Completion& done) {
+  if (s != nullptr) s->completions_put_off.fetch_add(1, std::memory_order_acq_rel);
   std::lock_guard lock(deferred_mu);
   deferred_completions.push_back(done);
   have_deferred.store(true, std::memory_order_release);
 }
 
-bool Dispatcher::Impl::apply_completion(const Completion& done, bool wait) {
+bool Dispatcher::Impl::apply_completion(StreamState* s, const Completion& done, bool wait) {
   InFlightOp finished;  // the op `done` names, when the policy wants to hear of it
   int64_t ready_ns = 0;
-  if (StreamState* s = find_stream(done.stream)) {
+  if (s != nullptr) {
     std::unique_lock lock(s->mu, std::defer_lock);
     if (wait) {
       lock.lock();

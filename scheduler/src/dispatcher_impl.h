@@ -136,12 +136,12 @@ struct Dispatcher::Impl final : CompletionListener {
 
   // ---- completions (dispatcher.cpp) ----
   void on_complete(const Completion& done) override;
-  // Retires in-flight ops up to `done`, teaches the profile store, completes the trace record.
-  // Without `wait`, false (nothing done) when done's stream mutex is held by another thread: that
-  // thread may be inside a blocking driver call (a pageable copy, a full launch queue), and the
-  // pump, which reports completions, must never wait on one.
-  bool apply_completion(const Completion& done, bool wait);
-  void defer_completion(const Completion& done);
+  // Retires in-flight ops up to `done` on `s` (its stream; null: forgotten), teaches the profile
+  // store, completes the trace record. Without `wait`, false (nothing done) when s's mutex is held
+  // by another thread: that thread may be inside a blocking driver call (a pageable copy, a full
+  // launch queue), and the pump, which reports completions, must never wait on one.
+  bool apply_completion(StreamState* s, const Completion& done, bool wait);
+  void defer_completion(StreamState* s, const Completion& done);
 
   Device& device;
   std::unique_ptr<Policy> policy;

@@ -268,11 +268,12 @@ void Dispatcher::Impl::apply_deferred_completions(bool wait) {
   // predecessor's end).
   std::vector<StreamId> busy;
   for (const Completion& done : ready) {
-    if (StreamState* s = find_stream(done.stream)) s->completions_put_off.fetch_sub(1, std::memory_order_acq_rel);
+    StreamState* s = find_stream(done.stream);
+    if (s != nullptr) s->completions_put_off.fetch_sub(1, std::memory_order_acq_rel);
     const bool behind = std::find(busy.begin(), busy.end(), done.stream) != busy.end();
-    if (behind || !apply_completion(done, wait)) {
+    if (behind || !apply_completion(s, done, wait)) {
       busy.push_back(done.stream);
-      defer_completion(done);
+      defer_completion(s, done);
     }
   }
 }

@@ -203,7 +203,7 @@ std::string gpud_param_docs() {
          "                    a restarted orion-gpud answers (tried every 250 ms once the lease ran out)\n"
          "  guard_us=50       kept free before a window closes\n"
          "  unknown_min_window_us=5000  a kernel of unknown duration needs this much window left\n"
-"  stale_ms=200      a pipeline heartbeat older than this is no live pipeline: held until the daemon frees the grant\n"
+         "  stale_ms=200      a pipeline heartbeat older than this is no live pipeline: held until the daemon frees the grant\n"
          "  max_alone_us=0    a kernel over the in-flight budget goes alone only up to this (0: if it fits the window)\n";
 }
 

@@ -81,6 +81,9 @@ bool hardware_priority(HwPriority mode, const Policy& policy, StreamClass cls) {
   return false;
 }
 
+// The earlier of two times, -1 meaning none.
+int64_t earliest(int64_t a, int64_t b) { return a < 0 ? b : (b < 0 ? a : std::min(a, b)); }
+
 // One process of a replay: its workload's requests, arrivals and in-flight ops, its dispatcher.
 class ProcessRun {
  public:
@@ -199,8 +202,7 @@ class ProcessRun {
     int64_t t = spec_.next_wakeup_ns ? spec_.next_wakeup_ns(now) : -1;
     if (t <= now) t = -1;
     const int64_t forced = dispatcher_->next_forced_admission_ns();
-    if (forced >= 0) t = t < 0 ? std::max(forced, now + 1) : std::min(t, std::max(forced, now + 1));
-    return t;
+    return earliest(t, forced < 0 ? -1 : std::max(forced, now + 1));
   }
   bool done() const { return done_ops_ == w_.ops.size(); }
   size_t left() const { return w_.ops.size() - done_ops_; }
@@ -284,8 +286,6 @@ class ProcessRun {
   int64_t applied_since_ = 0;
   size_t done_ops_ = 0;
 };
-
-int64_t earliest(int64_t a, int64_t b) { return a < 0 ? b : (b < 0 ? a : std::min(a, b)); }
 
 }  // namespace
 

@@ -125,14 +125,9 @@ void BubblePublisher::action_ended(int64_t now) {
 }
 
 void BubblePublisher::retire_finished(int64_t now) {
-  for (size_t i = 0; i < issued_.size();) {
-    if (!issued_[i]()) {
-      ++i;
-      continue;
-    }
-    issued_.erase(issued_.begin() + static_cast<std::ptrdiff_t>(i));
-    action_ended(now);
-  }
+  const size_t before = issued_.size();
+  std::erase_if(issued_, [](const std::function<bool()>& finished) { return finished(); });
+  for (size_t n = before - issued_.size(); n > 0; --n) action_ended(now);
 }
 
 // Publishes the current step's windows one at a time, each as soon as the previous one closed
@@ -164,9 +159,6 @@ void BubblePublisher::loop() {
                                       gpu_, kMaxRetryNs / 1'000'000'000)});
       retry_at = now;
       retry_ns = kFirstRetryNs;
-      // A daemon that stopped in order reset the page it dropped us from (and revoked the grants);
-      // one that was killed did not. Either way the page shows the planned window again.
-      if (current_close_ > now) show_window(now);
     }
     if (!client_ && now >= retry_at) {
       quiet_orphan();
@@ -190,7 +182,9 @@ void BubblePublisher::loop() {
                             fmt::format("parallel.publish_bubbles_gpu: attached to orion-gpud of GPU {} again", gpu_)});
         if (current_close_ > now) show_window(now);
       } else {
-        if (current_close_ > now) show_window(now);  // the orphan, again (quiet during the attempt)
+        // The orphan again (quiet during the attempt). A daemon that stopped in order reset it (and
+        // revoked the grants), one that was killed did not: either way it shows the planned window.
+        if (current_close_ > now) show_window(now);
         if (retry_ns == kFirstRetryNs) {
           notes_.push_back({spdlog::level::debug,
                               "parallel.publish_bubbles_gpu: reconnecting to orion-gpud: " + last_connect_error});

@@ -176,7 +176,6 @@ void ActionRunner::forward(const Action& a, GpuSpan& span) {
   StageRuntime& st = stage(a.stage);
   at::Tensor activation;
   if (!st.spec().is_first()) {
-    receive_input(a);
     Message in = take_input(activations_in_, activations_out_, {a.stage, a.microbatch}, {a.stage - 1, a.microbatch},
                             "activation");
     activation = ready_tensor(in);
@@ -223,7 +222,6 @@ void ActionRunner::backward(const Action& a, GpuSpan& span) {
   RankStreams::wait(forward_done);
   at::Tensor output_grad;
   if (!st.spec().is_last()) {
-    receive_input(a);
     Message in = take_input(grads_in_, grads_out_, {a.stage, a.microbatch}, {a.stage + 1, a.microbatch}, "gradient");
     output_grad = ready_tensor(in);
   }
