@@ -38,6 +38,8 @@ TEST(TokenBatcher, SameSeedSameBatchesOtherSeedOrEpochOthers) {
   EXPECT_TRUE(at::equal(a.batch(1, 0, 7).input_ids, b.batch(1, 0, 7).input_ids));
   EXPECT_FALSE(at::equal(a.batch(0, 2, 7).input_ids, a.batch(0, 2, 8).input_ids));
   EXPECT_FALSE(at::equal(a.batch(0, 2, 7).input_ids, a.batch(1, 2, 7).input_ids));
+  // A run's later epoch is not another seed's earlier one (seed + epoch made 7/1 replay 8/0).
+  EXPECT_FALSE(at::equal(a.batch(1, 2, 7).input_ids, b.batch(0, 2, 8).input_ids));
 }
 
 TEST(TokenBatcher, EpochVisitsEverySampleOnce) {

@@ -5,7 +5,9 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <array>
 #include <limits>
+#include <random>
 #include <stdexcept>
 
 #include "trainer/data/text_data.h"
@@ -52,6 +54,21 @@ TokenBatcher::TokenBatcher(std::vector<int32_t> tokens, int64_t batch_size, int6
   }
 }
 
+namespace {
+
+// One generator seed per (seed, epoch) pair, mixed by std::seed_seq: a plain seed + epoch made
+// run seed 7's second epoch replay run seed 8's first.
+uint64_t epoch_order_seed(uint64_t seed, int64_t epoch) {
+  const auto e = static_cast<uint64_t>(epoch);
+  std::seed_seq mix{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32), static_cast<uint32_t>(e),
+                    static_cast<uint32_t>(e >> 32)};
+  std::array<uint32_t, 2> words{};
+  mix.generate(words.begin(), words.end());
+  return (static_cast<uint64_t>(words[0]) << 32) | words[1];
+}
+
+}  // namespace
+
 Batch TokenBatcher::batch(int64_t epoch, int64_t index, uint64_t seed) const {
   if (index < 0 || index >= num_batches()) {
     throw std::out_of_range("batch index " + std::to_string(index) + " is outside [0, " + std::to_string(num_batches()) +
@@ -62,7 +79,7 @@ Batch TokenBatcher::batch(int64_t epoch, int64_t index, uint64_t seed) const {
   {
     std::lock_guard<std::mutex> lock(order_mu_);
     if (order_epoch_ != epoch || order_seed_ != seed || !order_.defined()) {
-      auto generator = at::make_generator<at::CPUGeneratorImpl>(seed + static_cast<uint64_t>(epoch));
+      auto generator = at::make_generator<at::CPUGeneratorImpl>(epoch_order_seed(seed, epoch));
       order_ = at::randperm(num_samples_, generator, at::TensorOptions().dtype(at::kLong));
       order_epoch_ = epoch;
       order_seed_ = seed;

@@ -5,7 +5,7 @@
 // The token stream is the documents' tokens joined by the tokenizer's EOT id; it is cut into
 // non-overlapping samples of sequence_length + 1 tokens (inputs = [0, T), targets = [1, T + 1)),
 // and each epoch visits the samples in the order of torch.randperm(num_samples) drawn from a CPU
-// generator seeded with (seed + epoch), batch_size samples per global batch (the rest dropped).
+// generator seeded from (seed, epoch) through std::seed_seq, batch_size samples per global batch (the rest dropped).
 #pragma once
 
 #include <cstdint>
