@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -17,6 +18,9 @@ struct TraceWriter::Impl {
   mutable std::mutex mu;
   std::vector<TraceRecord> records;
   std::unordered_map<uint64_t, size_t> index_by_seq;  // completions find their record
+  // Per stream, the seqs of records still open, in submission order: a stream's ops finish in
+  // order, so a completion also closes the earlier ones the backend did not report one by one.
+  std::unordered_map<StreamId, std::deque<uint64_t>> open_by_stream;
   uint64_t dropped = 0;
 };
 
@@ -47,16 +51,34 @@ void TraceWriter::on_submit(const Op& op) {
     return;
   }
   impl_->index_by_seq[r.seq] = impl_->records.size();
+  impl_->open_by_stream[r.stream].push_back(r.seq);
   impl_->records.push_back(std::move(r));
 }
 
 void TraceWriter::on_complete(const Completion& done) {
   std::lock_guard lock(impl_->mu);
+  auto open = impl_->open_by_stream.find(done.stream);
+  if (open != impl_->open_by_stream.end()) {
+    std::deque<uint64_t>& seqs = open->second;
+    while (!seqs.empty() && seqs.front() < done.seq) {
+      auto earlier = impl_->index_by_seq.find(seqs.front());
+      if (earlier != impl_->index_by_seq.end()) {
+        TraceRecord& r = impl_->records[earlier->second];
+        r.retired_by_seq = done.seq;
+        r.done_by_ns = done.end_ns;
+        impl_->index_by_seq.erase(earlier);
+      }
+      seqs.pop_front();
+    }
+    if (!seqs.empty() && seqs.front() == done.seq) seqs.pop_front();
+    if (seqs.empty()) impl_->open_by_stream.erase(open);
+  }
   auto it = impl_->index_by_seq.find(done.seq);
   if (it == impl_->index_by_seq.end()) return;
   TraceRecord& r = impl_->records[it->second];
   r.start_ns = done.start_ns;
   r.end_ns = done.end_ns;
+  r.done_by_ns = done.end_ns;
   impl_->index_by_seq.erase(it);
 }
 
@@ -107,7 +129,12 @@ std::string TraceWriter::to_json() const {
                   {"seq", r.seq},
                   {"grid", {r.grid.x, r.grid.y, r.grid.z}},
                   {"block", {r.block.x, r.block.y, r.block.z}},
-                  {"completed", timed}};
+                  {"completed", r.done_by_ns >= 0},
+                  {"timed", timed}};
+    if (r.retired_by_seq != 0) {
+      ev["args"]["retired_by_seq"] = r.retired_by_seq;
+      ev["args"]["done_by_us"] = static_cast<double>(r.done_by_ns) / 1000.0;
+    }
     events.push_back(std::move(ev));
   }
   json doc = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ns"}};

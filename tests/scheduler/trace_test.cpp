@@ -86,6 +86,8 @@ TEST(Trace, RecordsWithoutCompletionAndLimit) {
   }
   EXPECT_EQ(trace.size(), 2u);
   EXPECT_EQ(trace.dropped(), 1u);
+  const auto before = nlohmann::json::parse(trace.to_json());
+  EXPECT_FALSE(before.at("traceEvents")[2].at("args").at("completed").get<bool>());
   trace.on_complete({/*seq=*/2, 5, OpKind::kEventRecord, 0, 400, 450});
   const auto recs = trace.records();
   EXPECT_EQ(recs[0].end_ns, -1);
@@ -93,6 +95,34 @@ TEST(Trace, RecordsWithoutCompletionAndLimit) {
   EXPECT_EQ(recs[0].queue_delay_ns(), 200);
   const auto doc = nlohmann::json::parse(trace.to_json());
   EXPECT_EQ(doc.at("otherData").at("dropped_records"), 1);
+  // Seq 1 was retired by seq 2's completion (same stream, in order): completed, not timed.
+  const auto& retired = doc.at("traceEvents")[2].at("args");
+  ASSERT_EQ(retired.at("seq"), 1);
+  EXPECT_TRUE(retired.at("completed").get<bool>());
+  EXPECT_FALSE(retired.at("timed").get<bool>());
+  EXPECT_EQ(retired.at("retired_by_seq"), 2);
+  EXPECT_DOUBLE_EQ(retired.at("done_by_us").get<double>(), 0.45);
+  EXPECT_TRUE(doc.at("traceEvents")[3].at("args").at("timed").get<bool>());
+}
+
+TEST(Trace, ACompletionRetiresOnlyEarlierOpsOfItsStream) {
+  TraceWriter trace;
+  for (uint64_t seq = 1; seq <= 4; ++seq) {
+    Op op = kernel_op(seq % 2 == 1 ? 7 : 8, 1);
+    op.seq = seq;
+    trace.on_submit(op);
+  }
+  trace.on_complete({/*seq=*/3, 7, OpKind::kKernel, 0, 100, 200});  // stream 7: retires 1, times 3
+  const auto recs = trace.records();
+  EXPECT_EQ(recs[0].retired_by_seq, 3u);
+  EXPECT_EQ(recs[0].done_by_ns, 200);
+  EXPECT_EQ(recs[2].start_ns, 100);
+  EXPECT_EQ(recs[2].retired_by_seq, 0u);
+  // Stream 8's ops (2, 4) stay open, however much older.
+  EXPECT_EQ(recs[1].done_by_ns, -1);
+  EXPECT_EQ(recs[3].done_by_ns, -1);
+  trace.on_complete({/*seq=*/4, 8, OpKind::kKernel, 0, 300, 400});
+  EXPECT_EQ(trace.records()[1].retired_by_seq, 4u);
 }
 
 TEST(Trace, FlushWritesFileOrNamesTheError) {

@@ -1,8 +1,10 @@
 // TraceWriter: one record per submitted op, written as Chrome-trace / Perfetto JSON
 // (open in ui.perfetto.dev or chrome://tracing). One track (tid) per stream, named with the
 // stream's class; each op is an "X" event from its device start (or submission, when the backend
-// could not time it) to its end, with args {class, kind, queue_delay_us, seq, grid, block}.
-// Thread-safe.
+// could not time it) to its end, with args {class, kind, queue_delay_us, seq, grid, block,
+// completed, timed}. An op the backend did not report by itself (it reports a stream's newest
+// finished op, which retires the ones before it) is completed but untimed: a zero-length span at
+// its submission with retired_by_seq and done_by_us (it had finished by then). Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +28,10 @@ struct TraceRecord {
   int64_t submitted_ns = 0;
   int64_t start_ns = -1;  // -1: completion not (yet) known
   int64_t end_ns = -1;
+  // Finished no later than this (-1: not known to have finished); for a retired op, the end of the
+  // later op of its stream (retired_by_seq) whose completion retired it.
+  int64_t done_by_ns = -1;
+  uint64_t retired_by_seq = 0;
   int64_t queue_delay_ns() const { return submitted_ns - arrival_ns; }
 };
 
