@@ -1,5 +1,5 @@
 // The in-process transport: delivery by key, a receive nobody feeds times out naming the peer,
-// abort wakes waiters, duplicate sends are errors.
+// abort wakes waiters, duplicate sends are errors; the NCCL transport's store keys.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -8,11 +8,32 @@
 #include <thread>
 
 #include "trainer/distributed/transport.h"
+#include "trainer/partition/placement.h"
 
 namespace gpipe {
 namespace {
 
 using namespace std::chrono_literals;
+
+TEST(TransportTest, NcclStoreKeysOfReplicasDiffer) {
+  // 2 replicas of a 2-rank pipeline, one process per rank: replica 0 on world ranks 0-1, replica 1
+  // on 2-3. Both replicas' pipeline ranks 0 -> 1 meet through the store at once: their keys must
+  // differ (they were "nccl/id/0/1" in both), and both ends of a pair must compute the same one.
+  ParallelConfig c;
+  c.model_parallel_size = 2;
+  c.data_parallel_size = 2;
+  const Placement sender0 = make_placement(c, 4, 0), receiver0 = make_placement(c, 4, 1);
+  const Placement sender1 = make_placement(c, 4, 2), receiver1 = make_placement(c, 4, 3);
+  EXPECT_EQ(nccl_id_store_key(sender0, 0, 1), nccl_id_store_key(receiver0, 0, 1));
+  EXPECT_EQ(nccl_id_store_key(sender1, 0, 1), nccl_id_store_key(receiver1, 0, 1));
+  EXPECT_NE(nccl_id_store_key(sender0, 0, 1), nccl_id_store_key(sender1, 0, 1));
+  EXPECT_NE(nccl_id_store_key(sender0, 0, 1), nccl_id_store_key(sender0, 1, 0));
+  const TransferKey activation{TransferKind::kActivation, 1, 3};
+  EXPECT_EQ(nccl_shape_store_key(sender0, activation, 0), nccl_shape_store_key(receiver0, activation, 0));
+  EXPECT_NE(nccl_shape_store_key(sender0, activation, 0), nccl_shape_store_key(sender1, activation, 0));
+  const TransferKey gradient{TransferKind::kGradient, 0, 3};
+  EXPECT_NE(nccl_shape_store_key(receiver0, gradient, 1), nccl_shape_store_key(receiver1, gradient, 1));
+}
 
 TEST(TransportTest, DeliversByKeyAcrossThreads) {
   auto t = make_inprocess_transport(4);

@@ -7,8 +7,11 @@
 // through the store, the first time a (kind, stage, micro-batch) is sent; later steps reuse them.
 // The host never blocks on a transfer: the receiver's compute stream waits on an event.
 // Communication streams are classed "communication" for the Orion shim when it is loaded.
+#include <fmt/format.h>
+
 #include "cross_process_transport.h"
 #include "trainer/config/config.h"
+#include "trainer/partition/placement.h"
 
 #ifdef OURGPIPE_HAVE_NCCL
 #include <ATen/ATen.h>
@@ -33,6 +36,16 @@
 #endif
 
 namespace gpipe {
+
+std::string nccl_id_store_key(const Placement& placement, int from_rank, int to_rank) {
+  return fmt::format("nccl/id/{}/{}/{}/{}", placement.process_of(from_rank), placement.process_of(to_rank), from_rank,
+                     to_rank);
+}
+
+std::string nccl_shape_store_key(const Placement& placement, const TransferKey& key, int sender_rank) {
+  return fmt::format("nccl/shape/{}/{}/{}/{}", placement.process_of(sender_rank), static_cast<int>(key.kind),
+                     key.stage, key.microbatch);
+}
 
 #ifndef OURGPIPE_HAVE_NCCL
 
@@ -174,7 +187,7 @@ class NcclProcessTransport final : public CrossProcessTransport {
   }
 
   std::string key_name(const TransferKey& key) const {
-    return fmt::format("nccl/shape/{}/{}/{}", static_cast<int>(key.kind), key.stage, key.microbatch);
+    return nccl_shape_store_key(placement_, key, rank_of(key.sender_stage()));
   }
 
   void publish_shape(const TransferKey& key, const at::Tensor& t) {
@@ -243,7 +256,7 @@ class NcclProcessTransport final : public CrossProcessTransport {
 
   std::unique_ptr<Channel> open_channel(int from, int to, bool sender) {
     auto ch = std::make_unique<Channel>();
-    const std::string key = fmt::format("nccl/id/{}/{}", from, to);
+    const std::string key = nccl_id_store_key(placement_, from, to);
     ncclUniqueId id;
     if (sender) {
       ncclResult_t r = ncclGetUniqueId(&id);

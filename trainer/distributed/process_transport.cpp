@@ -29,6 +29,13 @@ class GlooProcessTransport final : public CrossProcessTransport {
 
   size_t reset() override {
     clear_abort();
+    {
+      // A failed step's sends may never be asked for: set aside, never waited on (not destroyed
+      // either: Gloo may still write from their tensors until the pair closes).
+      std::lock_guard<std::mutex> lock(works_mu_);
+      for (HeldSend& s : sends_) abandoned_.push_back(std::move(s.work));
+      sends_.clear();
+    }
     return local_->reset();
   }
 
@@ -61,10 +68,29 @@ class GlooProcessTransport final : public CrossProcessTransport {
     }
     bytes_sent_ += static_cast<uint64_t>(data.nbytes() + header.nbytes());
     std::lock_guard<std::mutex> lock(works_mu_);
-    // Completed sends are dropped as new ones go out; the works keep their tensors alive.
-    while (!sends_.empty() && sends_.front()->isCompleted()) sends_.pop_front();
-    sends_.push_back(std::move(w1));
-    sends_.push_back(std::move(w2));
+    // Kept (they keep their tensors alive) until release_delivered(): a Gloo send work says it is
+    // completed only once waited on, and waiting here would block until the receiver asks.
+    sends_.push_back({key, std::move(w1)});
+    sends_.push_back({key, std::move(w2)});
+  }
+
+  void release_delivered(std::chrono::milliseconds timeout) override {
+    std::deque<HeldSend> sends;
+    {
+      std::lock_guard<std::mutex> lock(works_mu_);
+      sends.swap(sends_);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (const HeldSend& s : sends) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      try {
+        s.work->wait(std::max(left, std::chrono::milliseconds(1)));
+      } catch (const std::exception& e) {
+        throw TransportError(fmt::format("the send of the {} was not delivered within {} ms of the step's end, "
+                                         "though every process finished the step: {}",
+                                         to_string(s.key), timeout.count(), error_text(e)));
+      }
+    }
   }
 
   bool remote_recv_waits_on_host() const override { return true; }
@@ -157,8 +183,13 @@ class GlooProcessTransport final : public CrossProcessTransport {
                                      peer, from, where, error));
   }
 
+  struct HeldSend {
+    TransferKey key;
+    c10::intrusive_ptr<c10d::Work> work;
+  };
   std::mutex works_mu_;
-  std::deque<c10::intrusive_ptr<c10d::Work>> sends_;
+  std::deque<HeldSend> sends_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> abandoned_;
   std::set<c10::intrusive_ptr<c10d::Work>> receives_;
 };
 

@@ -537,6 +537,8 @@ std::vector<double> PipelineTrainer::forward_backward_steps(const std::vector<Ba
   if (dist_) {
     losses = dist_->all_reduce_sum(losses);
     for (double& l : losses) l /= replicas;
+    // Every process is past the step: what this one sent was received.
+    transport_->release_delivered(std::chrono::milliseconds(static_cast<int64_t>(config_.parallel.peer_timeout_s * 1000)));
   }
   return losses;
 }

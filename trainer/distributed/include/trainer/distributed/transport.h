@@ -16,6 +16,7 @@
 namespace gpipe {
 
 class ReadyEvent;  // device.h: what a receiver's stream waits on before using the tensor
+struct Placement;  // trainer/partition/placement.h
 
 enum class TransferKind : uint8_t {
   kActivation,  // forward output of stage-1, input of `stage`
@@ -32,6 +33,14 @@ struct TransferKey {
 };
 // e.g. "activation for stage 2, micro-batch 5"
 std::string to_string(const TransferKey& key);
+
+// The store keys under which the NCCL transport publishes the communicator id of pipeline ranks
+// from -> to and the shape of a message, named by the world ranks (placement.process_of) of the
+// processes at both ends: data-parallel replicas share pipeline rank and stage numbers, so keys
+// by those alone let one replica read another's id (a communicator of three, or pairs across
+// replicas training on each other's activations).
+std::string nccl_id_store_key(const Placement& placement, int from_rank, int to_rank);
+std::string nccl_shape_store_key(const Placement& placement, const TransferKey& key, int sender_rank);
 
 struct Message {
   at::Tensor tensor;
@@ -72,6 +81,12 @@ class Transport {
   virtual size_t pending() const = 0;
   // Bytes this process sent to other processes so far (payload and headers); 0 in memory.
   virtual uint64_t bytes_sent() const { return 0; }
+  // Every process has finished the step (the caller knows it from a collective of the whole
+  // world), so everything sent has been received: a transport that keeps its sends alive until
+  // they are delivered lets them go. Gloo's send works turn complete only when waited on, so
+  // without this they (and the activations and gradients they hold) were kept until the run
+  // ended. Throws TransportError naming the message if one cannot be confirmed within `timeout`.
+  virtual void release_delivered(std::chrono::milliseconds /*timeout*/) {}
 };
 
 // All ranks in one process; `num_ranks` only names peers in errors (stage s lives on rank
