@@ -12,7 +12,7 @@ ORION_STREAM_OP(cuMemcpyHtoDAsync, false, kCopy, orion::deferrable_copy(shim, id
                 (dst, src, n, s))
 ORION_STREAM_OP(cuMemcpyDtoHAsync, false, kCopy, orion::deferrable_copy(shim, id, dst, src), s, 0,
                 n, (void* dst, CUdeviceptr_v1 src, unsigned int n, CUstream s), (dst, src, n, s))
-ORION_STREAM_OP(cuMemcpyDtoDAsync, false, kCopy, true, s, 0, n,
+ORION_STREAM_OP(cuMemcpyDtoDAsync, false, kCopy, orion::deferrable_copy(shim, id, dst, src), s, 0, n,
                 (CUdeviceptr_v1 dst, CUdeviceptr_v1 src, unsigned int n, CUstream s),
                 (dst, src, n, s))
 // Struct-described: the struct is borrowed, so the caller waits.

@@ -27,7 +27,8 @@ ORION_STREAM_OP2(cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync_v2_ptsz, kCopy,
 ORION_STREAM_OP2(cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync_v2_ptsz, kCopy,
                  orion::deferrable_copy(shim, id, dst, src), s, 0, n,
                  (void* dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s))
-ORION_STREAM_OP2(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz, kCopy, true, s, 0, n,
+ORION_STREAM_OP2(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz, kCopy,
+                 orion::deferrable_copy(shim, id, dst, src), s, 0, n,
                  (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s))
 ORION_STREAM_OP2(cuMemcpy2DAsync_v2, cuMemcpy2DAsync_v2_ptsz, kCopy, false, s, 0, 0,
                  (const CUDA_MEMCPY2D* p, CUstream s), (p, s))

@@ -1,6 +1,8 @@
 // Shared preamble of every exported wrapper.
 #pragma once
 
+#include <optional>
+
 #include "driver_calls.h"
 #include "real_driver.h"
 #include "shim.h"
@@ -44,22 +46,32 @@ inline CUresult first_error(int drained, CUresult own) {
 
 inline sched::EventId event_id(CUevent e) { return reinterpret_cast<sched::EventId>(e); }
 
-// Whether the driver knows this address (device memory, or pinned/registered host memory). A
-// copy from or to pageable host memory is synchronous with the host in CUDA (the call returns
-// once the source is staged / the data arrived), so it must not be deferred past the call.
-inline bool driver_memory(CUdeviceptr p) {
+// How the driver knows this address (device memory, or pinned/registered host memory), or
+// nullopt for pageable host memory it does not know. A copy from or to pageable host memory is
+// synchronous with the host in CUDA (the call returns once the source is staged / the data
+// arrived), so it must not be deferred past the call.
+inline std::optional<CUmemorytype> driver_memory_type(CUdeviceptr p) {
   CUmemorytype type{};
-  return real::cuPointerGetAttribute != nullptr &&
-         real::cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) == CUDA_SUCCESS;
+  if (real::cuPointerGetAttribute == nullptr ||
+      real::cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) != CUDA_SUCCESS) {
+    return std::nullopt;
+  }
+  return type;
 }
-inline bool driver_memory(const void* p) { return driver_memory(reinterpret_cast<CUdeviceptr>(p)); }
+inline std::optional<CUmemorytype> driver_memory_type(const void* p) {
+  return driver_memory_type(reinterpret_cast<CUdeviceptr>(p));
+}
+inline bool driver_memory(const void* p) { return driver_memory_type(p).has_value(); }
 
 // A copy may be deferred (gets an owned payload) only on a best-effort stream (where it could be
-// deferred at all) and only when neither side is pageable host memory.
+// deferred at all), only when neither side is pageable host memory, and never from host memory
+// to host memory: CUDA runs such a copy (pinned or not) before the call returns ("fully
+// synchronous with respect to the host"), so the caller may read dst or reuse src at once.
 template <typename A, typename B>
 bool deferrable_copy(Shim* shim, sched::StreamId stream, A dst, B src) {
-  return shim->dispatcher().stream_class(stream) == sched::StreamClass::kBestEffort &&
-         driver_memory(dst) && driver_memory(src);
+  if (shim->dispatcher().stream_class(stream) != sched::StreamClass::kBestEffort) return false;
+  const std::optional<CUmemorytype> to = driver_memory_type(dst), from = driver_memory_type(src);
+  return to && from && !(*to == CU_MEMORYTYPE_HOST && *from == CU_MEMORYTYPE_HOST);
 }
 
 // A copy between a CUDA array and host memory: deferrable only on a best-effort stream and only

@@ -105,6 +105,29 @@ TEST_F(ReleaseRules, FreeingPinnedHostMemoryFirstReleasesTheCopyThatReadsIt) {
   EXPECT_EQ(fake_cuda_host_use_after_free(), 0u);
 }
 
+// CUDA runs a copy from host memory to host memory before the call returns, pinned or not (the
+// API's synchronization rules: "fully synchronous with respect to the host"): the caller may read
+// dst or refill src at once. The shim held such a copy when both sides were pinned.
+TEST_F(ReleaseRules, AHostToHostCopyIsNeverHeld) {
+  void* src = nullptr;
+  void* dst = nullptr;
+  ASSERT_EQ(cuMemAllocHost(&src, 256), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemAllocHost(&dst, 256), CUDA_SUCCESS);
+  hold_high_priority();
+  ASSERT_EQ(cuMemcpyHtoDAsync(kDev, src, 256, be_), CUDA_SUCCESS);  // pinned to device: held
+  expect_held("cuMemcpyHtoDAsync_v2", be_);
+  ASSERT_EQ(cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), 256, be_),
+            CUDA_SUCCESS);
+  const auto log = calls();
+  const long copy = find_named(log, "cuMemcpyAsync", h(be_));
+  ASSERT_GE(copy, 0) << "the host-to-host copy was held past its call";
+  EXPECT_LT(find_named(log, "cuMemcpyHtoDAsync_v2", h(be_)), copy);  // in stream order
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFreeHost(src), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFreeHost(dst), CUDA_SUCCESS);
+}
+
 TEST_F(ReleaseRules, UnregisteringHostMemoryFirstReleasesTheCopyThatWritesIt) {
   static char buffer[8192];
   ASSERT_EQ(cuMemHostRegister(buffer, sizeof buffer, 0), CUDA_SUCCESS);
