@@ -111,12 +111,12 @@ ORION_STREAM_DESTROY(cuStreamDestroy_v2)
   ORION_EXPORT CUresult CUDAAPI sym(CUevent e) {                                             \
     ORION_REQUIRE_REAL(sym);                                                                 \
     if (Shim* shim = orion::active_shim()) {                                                 \
-      /* A queued record of this event must reach the driver while the event still exists. */ \
-      int drained = shim->dispatcher().drain_event(orion::event_id(e));                      \
+      /* A queued record of this event must reach the driver while the event still exists;  \
+         destroying does not synchronise, so deferred errors stay for the call that does. */  \
+      shim->dispatcher().release_event(orion::event_id(e));                                  \
       shim->dispatcher().forget_event(orion::event_id(e));                                   \
       shim->event_destroyed(e);                                                              \
-      CUresult rc = real::sym(e);                                                            \
-      return drained != 0 ? static_cast<CUresult>(drained) : rc;                             \
+      return real::sym(e);                                                                   \
     }                                                                                        \
     return real::sym(e);                                                                     \
   }

@@ -506,6 +506,7 @@ int Dispatcher::drain_event(EventId event) { return impl_->drain_event(event); }
 int Dispatcher::drain_all() { return impl_->drain_all(); }
 void Dispatcher::release_all() { impl_->release_all(); }
 void Dispatcher::release_stream(StreamId stream) { impl_->release_stream(stream); }
+void Dispatcher::release_event(EventId event) { impl_->release_event(event); }
 void Dispatcher::release_legacy_sync() { impl_->release_legacy_sync(); }
 int Dispatcher::drain_legacy_sync() { return impl_->drain_legacy_sync(); }
 QueryState Dispatcher::query_stream(StreamId id) { return impl_->query_stream(id); }

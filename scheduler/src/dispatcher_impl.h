@@ -16,6 +16,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <thread>
 #include <unordered_map>
@@ -98,6 +99,8 @@ struct Dispatcher::Impl final : CompletionListener {
   // of a later op belongs to whoever waits for that op).
   int take_error(StreamState& s, uint64_t up_to_seq = std::numeric_limits<uint64_t>::max());
   int drain_stream(StreamId id);
+  // The event's latest record (its stream and seq), if it has one.
+  std::optional<EventRecordRef> latest_record(EventId event);
   int drain_event(EventId event);
   int drain_all();
   // The drains without taking errors (Dispatcher::release_all and co.).
@@ -105,6 +108,7 @@ struct Dispatcher::Impl final : CompletionListener {
   void release_streams(Pred pred);
   void release_all();
   void release_stream(StreamId id);
+  void release_event(EventId event);
   void release_legacy_sync();
   // Nothing queued and no deferred error waiting on any stream (two atomic loads).
   bool holds_nothing() const;

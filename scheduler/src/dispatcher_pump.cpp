@@ -47,16 +47,22 @@ int Dispatcher::Impl::drain_stream(StreamId id) {
   return take_error(s);
 }
 
+std::optional<Dispatcher::Impl::EventRecordRef> Dispatcher::Impl::latest_record(EventId event) {
+  std::lock_guard lock(events_mu);
+  auto it = events.find(event);
+  if (it == events.end() || it->second.latest.stream == nullptr) return std::nullopt;
+  return it->second.latest;
+}
+
 int Dispatcher::Impl::drain_event(EventId event) {
-  EventRecordRef ref;
-  {
-    std::lock_guard lock(events_mu);
-    auto it = events.find(event);
-    if (it == events.end() || it->second.latest.stream == nullptr) return 0;
-    ref = it->second.latest;
-  }
-  drain_until(*ref.stream, ref.seq);
-  return take_error(*ref.stream, ref.seq);
+  const std::optional<EventRecordRef> ref = latest_record(event);
+  if (!ref) return 0;
+  drain_until(*ref->stream, ref->seq);
+  return take_error(*ref->stream, ref->seq);
+}
+
+void Dispatcher::Impl::release_event(EventId event) {
+  if (const std::optional<EventRecordRef> ref = latest_record(event)) drain_until(*ref->stream, ref->seq);
 }
 
 template <typename Pred>

@@ -13,7 +13,22 @@ namespace {
 
 using namespace icpt_test;
 
-class DriverRules : public Scheduling {};
+class DriverRules : public Scheduling {
+ protected:
+  // A best-effort launch, held behind high priority, that fails with `error` when it reaches the
+  // driver. False without scheduling (the launch went through at once and returned the error).
+  bool hold_a_launch_that_fails(CUresult error) {
+    hold_high_priority();
+    fake_cuda_fail_next("cuLaunchKernel", error);
+    const CUresult at_launch = launch(k_be_, be_, 1);
+    if (!scheduled_) {
+      EXPECT_EQ(at_launch, error);
+      return false;
+    }
+    EXPECT_EQ(at_launch, CUDA_SUCCESS);  // deferred
+    return at_launch == CUDA_SUCCESS;
+  }
+};
 
 // Finding 1: work of device 0 submitted from a thread of device 1 runs under device 0's context,
 // and the thread gets its own context back.
@@ -271,14 +286,7 @@ TEST_F(DriverRules, OpsIssuedWhileACaptureBeginsKeepTheirStreamsOrder) {
 // Finding 7: when the capture's drain reports a deferred error, the capture has not begun and
 // scheduling goes on afterwards.
 TEST_F(DriverRules, ADeferredErrorAtCaptureBeginLeavesNoCaptureAndSchedulingOn) {
-  hold_high_priority();
-  fake_cuda_fail_next("cuLaunchKernel", CUDA_ERROR_ILLEGAL_ADDRESS);
-  const CUresult at_launch = launch(k_be_, be_, 1);
-  if (!scheduled_) {
-    EXPECT_EQ(at_launch, CUDA_ERROR_ILLEGAL_ADDRESS);
-    return;
-  }
-  ASSERT_EQ(at_launch, CUDA_SUCCESS);  // deferred
+  if (!hold_a_launch_that_fails(CUDA_ERROR_ILLEGAL_ADDRESS)) return;
   EXPECT_EQ(cuStreamBeginCapture(plain_, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_ERROR_ILLEGAL_ADDRESS);
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
   ASSERT_EQ(cuStreamIsCapturing(plain_, &status), CUDA_SUCCESS);
@@ -291,6 +299,20 @@ TEST_F(DriverRules, ADeferredErrorAtCaptureBeginLeavesNoCaptureAndSchedulingOn) 
   hold_high_priority();
   ASSERT_EQ(launch(k_other_, be_, 2), CUDA_SUCCESS);
   expect_deferred(k_other_);
+}
+
+// Destroying an event does not synchronise with anything: a deferred launch's error must stay
+// for the call that does (the stream's synchronize), not come back from cuEventDestroy, whose
+// callers (PyTorch's ~CUDAEvent) only warn about it.
+TEST_F(DriverRules, DestroyingAnEventLeavesADeferredErrorForTheSynchronize) {
+  if (!hold_a_launch_that_fails(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)) return;
+  CUevent e = nullptr;
+  ASSERT_EQ(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(e, be_), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy(e), CUDA_SUCCESS);
+  EXPECT_GE(find_named(calls(), "cuEventRecord", h(be_)), 0) << "the record did not reach the driver before the destroy";
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_EQ(cuStreamSynchronize(be_), CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
 }
 
 // Finding 3: PyTorch captures in global mode. The shim's own polling of completion events must

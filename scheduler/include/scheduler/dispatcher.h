@@ -93,6 +93,7 @@ class Dispatcher {
   // op must not get, and swallow, another op's error). Cheap when nothing is queued.
   void release_all();
   void release_stream(StreamId stream);
+  void release_event(EventId event);  // up to the event's latest record
   void release_legacy_sync();
   // Whether work on the legacy NULL stream waits for `stream` (CUDA: blocking streams do,
   // non-blocking ones never do). Streams not told otherwise are blocking.
