@@ -46,7 +46,7 @@ at::Tensor BertEmbedding::forward(const at::Tensor& ids) {
   }
   const at::Tensor positions = at::arange(time, ids.options().dtype(at::kLong));
   const at::Tensor x = layer_norm->forward(word_embeddings->forward(ids) + position_embeddings->forward(positions));
-  return maybe_dropout(x, dropout_, is_training());
+  return maybe_dropout(x, dropout_, is_training(), layer_index(), 0);
 }
 
 BertAttention::BertAttention(const ModelConfig& config) : num_heads_(config.num_heads), dropout_(config.dropout) {
@@ -54,9 +54,9 @@ BertAttention::BertAttention(const ModelConfig& config) : num_heads_(config.num_
   out = register_module("out", torch::nn::Linear(config.hidden_size, config.hidden_size));
 }
 
-at::Tensor BertAttention::forward(const at::Tensor& x) {
+at::Tensor BertAttention::forward(const at::Tensor& x, int64_t layer) {
   // Bidirectional: every position attends to every other one.
-  return self_attention(qkv, out, x, num_heads_, dropout_, is_training(), /*causal=*/false);
+  return self_attention(qkv, out, x, num_heads_, dropout_, is_training(), /*causal=*/false, layer);
 }
 
 BertMlp::BertMlp(const ModelConfig& config) {
@@ -75,12 +75,13 @@ BertBlock::BertBlock(const ModelConfig& config) : pre_norm_(is_pre_norm(config))
 
 at::Tensor BertBlock::forward(const at::Tensor& input) {
   const bool training = is_training();
+  const int64_t layer = layer_index();
   if (pre_norm_) {
-    at::Tensor x = input + maybe_dropout(attn->forward(ln_1->forward(input)), dropout_, training);
-    return x + maybe_dropout(mlp->forward(ln_2->forward(x)), dropout_, training);
+    at::Tensor x = input + maybe_dropout(attn->forward(ln_1->forward(input), layer), dropout_, training, layer, 1);
+    return x + maybe_dropout(mlp->forward(ln_2->forward(x)), dropout_, training, layer, 2);
   }
-  at::Tensor x = ln_1->forward(input + maybe_dropout(attn->forward(input), dropout_, training));
-  return ln_2->forward(x + maybe_dropout(mlp->forward(x), dropout_, training));
+  at::Tensor x = ln_1->forward(input + maybe_dropout(attn->forward(input, layer), dropout_, training, layer, 1));
+  return ln_2->forward(x + maybe_dropout(mlp->forward(x), dropout_, training, layer, 2));
 }
 
 BertDecoder::BertDecoder(int64_t vocab_size, int64_t hidden_size) {

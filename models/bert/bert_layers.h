@@ -42,7 +42,7 @@ class BertEmbedding final : public BertLayer {
 class BertAttention final : public torch::nn::Module {
  public:
   explicit BertAttention(const ModelConfig& config);
-  at::Tensor forward(const at::Tensor& x);
+  at::Tensor forward(const at::Tensor& x, int64_t layer);  // `layer`: the block's model layer index
   torch::nn::Linear qkv{nullptr}, out{nullptr};
 
  private:

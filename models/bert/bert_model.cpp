@@ -84,6 +84,7 @@ std::shared_ptr<torch::nn::Module> BertModel::create_layer(int64_t index, uint64
   else if (index == c.num_layers + 1) layer = std::make_shared<BertHead>(c);
   else layer = std::make_shared<BertBlock>(c);
   init_layer(*layer, seed, index);
+  layer->set_layer_index(index);
   return layer;
 }
 

@@ -18,6 +18,13 @@ namespace gpipe::models {
 class SequentialLayer : public torch::nn::Module {
  public:
   virtual at::Tensor forward(const at::Tensor& x) = 0;
+  // The layer's index in the model (create_layer sets it): its dropout draws are seeded by it
+  // (trainer/model/dropout.h), so they do not depend on which stage holds the layer.
+  int64_t layer_index() const { return layer_index_; }
+  void set_layer_index(int64_t index) { layer_index_ = index; }
+
+ private:
+  int64_t layer_index_ = 0;
 };
 
 // The init seed of layer `index`: (seed * 1000003 + index) mod 2^63 (as scripts/peers/gpt.py).

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "trainer/model/dropout.h"
 #include "trainer/model/weight_grad_store.h"
 
 namespace gpipe::models {
@@ -18,8 +19,9 @@ int64_t transformer_block_parameters(const ModelConfig& config) {
   return 2 * 2 * h + (h * 3 * h + 3 * h) + (h * h + h) + (h * f + f) + (f * h + h);
 }
 
-at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training) {
-  return (p > 0.0 && training) ? at::dropout(x, p, true) : x;
+at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training, int64_t layer, int site) {
+  if (!(p > 0.0 && training)) return x;
+  return with_dropout_seed(x.device(), layer, site, [&] { return at::dropout(x, p, true); });
 }
 
 at::Tensor linear(const torch::nn::Linear& layer, const at::Tensor& x) {
@@ -27,12 +29,16 @@ at::Tensor linear(const torch::nn::Linear& layer, const at::Tensor& x) {
 }
 
 at::Tensor self_attention(const torch::nn::Linear& qkv, const torch::nn::Linear& out, const at::Tensor& x,
-                          int64_t num_heads, double dropout, bool training, bool causal) {
+                          int64_t num_heads, double dropout, bool training, bool causal, int64_t layer) {
   const int64_t batch = x.size(0), time = x.size(1), hidden = x.size(2);
   const auto q_k_v = linear(qkv, x).split(hidden, 2);
   auto heads = [&](const at::Tensor& z) { return z.view({batch, time, num_heads, hidden / num_heads}).transpose(1, 2); };
-  const at::Tensor y = at::scaled_dot_product_attention(heads(q_k_v[0]), heads(q_k_v[1]), heads(q_k_v[2]), std::nullopt,
-                                                        training ? dropout : 0.0, causal);
+  auto attend = [&](double p) {
+    return at::scaled_dot_product_attention(heads(q_k_v[0]), heads(q_k_v[1]), heads(q_k_v[2]), std::nullopt, p, causal);
+  };
+  const at::Tensor y = (training && dropout > 0.0)
+                           ? with_dropout_seed(x.device(), layer, /*site=*/0, [&] { return attend(dropout); })
+                           : attend(0.0);
   return linear(out, y.transpose(1, 2).contiguous().view({batch, time, hidden}));
 }
 

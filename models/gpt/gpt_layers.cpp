@@ -41,7 +41,7 @@ at::Tensor GptEmbedding::forward(const at::Tensor& ids) {
                                 "model.sequence_length " + std::to_string(sequence_length_));
   }
   const at::Tensor positions = at::arange(time, ids.options().dtype(at::kLong));
-  return maybe_dropout(wte->forward(ids) + wpe->forward(positions), dropout_, is_training());
+  return maybe_dropout(wte->forward(ids) + wpe->forward(positions), dropout_, is_training(), layer_index(), 0);
 }
 
 GptAttention::GptAttention(const ModelConfig& config) : num_heads_(config.num_heads), dropout_(config.dropout) {
@@ -49,8 +49,8 @@ GptAttention::GptAttention(const ModelConfig& config) : num_heads_(config.num_he
   c_proj = register_module("c_proj", torch::nn::Linear(config.hidden_size, config.hidden_size));
 }
 
-at::Tensor GptAttention::forward(const at::Tensor& x) {
-  return self_attention(c_attn, c_proj, x, num_heads_, dropout_, is_training(), /*causal=*/true);
+at::Tensor GptAttention::forward(const at::Tensor& x, int64_t layer) {
+  return self_attention(c_attn, c_proj, x, num_heads_, dropout_, is_training(), /*causal=*/true, layer);
 }
 
 GptMlp::GptMlp(const ModelConfig& config) {
@@ -69,8 +69,9 @@ GptBlock::GptBlock(const ModelConfig& config) : dropout_(config.dropout) {
 }
 
 at::Tensor GptBlock::forward(const at::Tensor& input) {
-  at::Tensor x = input + maybe_dropout(attn->forward(ln_1->forward(input)), dropout_, is_training());
-  return x + maybe_dropout(mlp->forward(ln_2->forward(x)), dropout_, is_training());
+  const int64_t layer = layer_index();
+  at::Tensor x = input + maybe_dropout(attn->forward(ln_1->forward(input), layer), dropout_, is_training(), layer, 1);
+  return x + maybe_dropout(mlp->forward(ln_2->forward(x)), dropout_, is_training(), layer, 2);
 }
 
 GptHead::GptHead(const ModelConfig& config) {

@@ -37,7 +37,7 @@ class GptEmbedding final : public GptLayer {
 class GptAttention final : public torch::nn::Module {
  public:
   explicit GptAttention(const ModelConfig& config);
-  at::Tensor forward(const at::Tensor& x);
+  at::Tensor forward(const at::Tensor& x, int64_t layer);  // `layer`: the block's model layer index
   torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
 
  private:

@@ -77,6 +77,7 @@ std::shared_ptr<torch::nn::Module> GptModel::create_layer(int64_t index, uint64_
   else if (index == c.num_layers + 1) layer = std::make_shared<GptHead>(c);
   else layer = std::make_shared<GptBlock>(c);
   init_layer(*layer, c.num_layers, layer_seed(seed, index));
+  layer->set_layer_index(index);
   return layer;
 }
 

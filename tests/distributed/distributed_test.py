@@ -246,6 +246,22 @@ class DistributedTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr[-3000:])
         self.assert_same(losses(out)[2:], losses(resumed))
 
+    def test_replicated_stages_with_dropout_equal_one_pipeline(self):
+        # Dropout masks are seeded by each micro-batch's place in the step's global batch, so two
+        # replicas running 2 micro-batches each draw the masks the single pipeline draws for its 4
+        # (the replicas used to draw the same masks as each other: correlated noise).
+        steps = ["--steps", "3"]
+        common = ["--stages", "2", "--schedule", "1f1b", "--set", "model.dropout=0.2"]
+        reference = self.in_process("dropout_ref", common + steps)
+        undropped = self.in_process("dropout_none", ["--stages", "2", "--schedule", "1f1b"] + steps)
+        self.assertNotAlmostEqual(reference[0][1], undropped[0][1], places=4, msg="dropout changed nothing")
+        out = os.path.join(self.tmp, "dropout_dp")
+        p = self.run_runner(["--config", os.path.join(ROOT, "configs/gpt_cpu_tiny.yaml")] + TINY + common + steps +
+                            ["--data-parallel-size", "2", "--output-dir", out, "--nproc-per-node", "2",
+                             "--master-port", str(free_port())])
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        self.assert_same(reference, losses(out))
+
     def test_replicas_that_do_not_fit_the_launch_are_refused(self):
         config = ["--config", os.path.join(ROOT, "configs/gpt_cpu_tiny.yaml")] + TINY + ["--stages", "2", "--steps", "1"]
         p = self.run_runner(config + ["--data-parallel-size", "2", "--output-dir", os.path.join(self.tmp, "dp_one")])

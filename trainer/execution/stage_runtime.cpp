@@ -60,7 +60,12 @@ at::Tensor StageRuntime::forward(int microbatch, const Batch& batch, const at::T
     // A leaf of this stage's graph: backward stops here and leaves the gradient to send back.
     stash.input = activation.to(device_).detach().requires_grad_(activation.is_floating_point());
   }
-  at::Tensor out = module_->forward(stash.input);
+  at::Tensor out;
+  {
+    std::optional<DropoutScope> dropout;
+    if (dropout_origin_) dropout.emplace(dropout_origin_(microbatch));
+    out = module_->forward(stash.input);
+  }
   at::Tensor result;
   if (spec_.is_last()) {
     Batch on_device{batch.input_ids.to(device_), batch.targets.to(device_)};

@@ -485,9 +485,16 @@ std::vector<double> PipelineTrainer::forward_backward_steps(const std::vector<Ba
       ctx.microbatches.push_back(Batch{inputs[static_cast<size_t>(i)], targets[static_cast<size_t>(i)]});
     }
   }
+  // Dropout masks by place in the run: micro-batch k of this run is micro-batch k % m of step
+  // first_step + k / m, which is micro-batch replica x m + k % m of that step's global batch.
+  const uint64_t seed = static_cast<uint64_t>(config_.training.seed);
+  const int64_t first_of_replica = static_cast<int64_t>(placement_.replica) * m;
   for (auto& s : stages_) {
     if (s) {
       s->begin_step();
+      s->set_dropout_origin([seed, first_step, m, first_of_replica](int microbatch) {
+        return DropoutOrigin{seed, first_step + microbatch / m, first_of_replica + microbatch % m};
+      });
       s->zero_grad();
     }
     ctx.stages.push_back(s.get());

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "trainer/execution/weight_stash.h"
+#include "trainer/model/dropout.h"
 #include "trainer/model/interfaces.h"
 #include "trainer/model/weight_grad_store.h"
 
@@ -60,6 +61,9 @@ class StageRuntime {
   }
   // Clears losses; throws std::logic_error if a previous step left micro-batches stashed.
   void begin_step();
+  // Where the forward of micro-batch k (of this run of the schedule) draws its dropout masks
+  // (trainer/model/dropout.h); unset, from the process's default generators.
+  void set_dropout_origin(std::function<DropoutOrigin(int microbatch)> origin) { dropout_origin_ = std::move(origin); }
   void zero_grad();
   // Drops whatever a failed step left stashed (and its losses), so the next step can run.
   void discard_step();
@@ -81,6 +85,7 @@ class StageRuntime {
 
  private:
   std::unique_ptr<WeightStash> weight_stash_;  // asp only
+  std::function<DropoutOrigin(int)> dropout_origin_;
   double loss_divisor_ = 0;                    // 0: num_microbatches_ (bsp)
 
   struct Stash {
