@@ -46,7 +46,7 @@ def base_env():
     env = dict(os.environ)
     env["OMP_NUM_THREADS"] = "1"  # same intra-op threads in every layout: bitwise-equal math
     for k in ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-              "SLURM_PROCID", "SLURM_NTASKS", "TORCHELASTIC_USE_AGENT_STORE"]:
+              "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_ID", "TORCHELASTIC_USE_AGENT_STORE"]:
         env.pop(k, None)
     return env
 

@@ -153,14 +153,30 @@ int slurm_local_world_size(const GetEnv& getenv) {
   return 1;
 }
 
+// Whether this process is a task of an srun job step, the only SLURM launch whose tasks form a
+// world. The batch script (task 0 of the batch step) and an salloc shell carry the allocation's
+// SLURM_PROCID / SLURM_NTASKS too, but no SLURM_STEP_NUM_TASKS (only srun sets it, with
+// SLURM_STEP_ID: Slurm's src/common/env.c, env_array_for_step; setup_env skips the batch step's
+// id), and salloc's interactive step has a reserved step id (0xfffffffa; batch, extern and the
+// others sit next to it): a program started there is one process, not task 0 of N.
+bool in_srun_step(const GetEnv& getenv) {
+  if (!lookup(getenv, "SLURM_PROCID") || !lookup(getenv, "SLURM_STEP_NUM_TASKS")) return false;
+  const auto step = lookup(getenv, "SLURM_STEP_ID");
+  if (!step) return false;
+  unsigned long long id = 0;
+  auto [ptr, ec] = std::from_chars(step->data(), step->data() + step->size(), id);
+  return ec == std::errc() && ptr == step->data() + step->size() && id < 0xfffffff0ULL;
+}
+
 WorldInfo from_slurm_env(const GetEnv& getenv) {
   WorldInfo w;
   w.source = "slurm";
   w.rank = int_at_least("SLURM_PROCID", *lookup(getenv, "SLURM_PROCID"), 0);
-  w.world_size = int_at_least("SLURM_NTASKS", *lookup(getenv, "SLURM_NTASKS"), 1);
+  // The step's task count: SLURM_NTASKS is the allocation's under srun --preserve-env.
+  w.world_size = int_at_least("SLURM_STEP_NUM_TASKS", *lookup(getenv, "SLURM_STEP_NUM_TASKS"), 1);
   if (auto v = lookup(getenv, "SLURM_LOCALID")) w.local_rank = int_at_least("SLURM_LOCALID", *v, 0);
   w.local_world_size = slurm_local_world_size(getenv);
-  check_ranks(w, {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+  check_ranks(w, {"SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID",
                   lookup(getenv, "SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE"
                                                               : "SLURM_NTASKS_PER_NODE/SLURM_TASKS_PER_NODE"});
 
@@ -212,7 +228,7 @@ std::string WorldInfo::describe() const {
 
 WorldInfo world_from_environment(const GetEnv& getenv) {
   if (lookup(getenv, "RANK") || lookup(getenv, "WORLD_SIZE")) return from_torch_env(getenv);
-  if (lookup(getenv, "SLURM_PROCID") && lookup(getenv, "SLURM_NTASKS")) return from_slurm_env(getenv);
+  if (in_srun_step(getenv)) return from_slurm_env(getenv);
   return WorldInfo{};
 }
 
