@@ -262,6 +262,30 @@ class DistributedTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr[-3000:])
         self.assert_same(reference, losses(out))
 
+    def test_replicas_wait_for_a_slow_checkpoint(self):
+        # Only replica 0 writes checkpoints. Replica 1 used to run on into the next step's gradient
+        # all-reduce and give up after one peer timeout while replica 0 was still writing (a slow
+        # shared filesystem); it now waits while replica 0 beats. Here every fsync of process 0
+        # (replica 0) takes 1 s, several seconds per checkpoint, and the peer timeout is 2 s.
+        source = os.path.join(self.tmp, "slow_fsync.c")
+        with open(source, "w") as f:
+            f.write("#include <unistd.h>\n#include <dlfcn.h>\n"
+                    "int fsync(int fd) { sleep(1); int (*real)(int) = (int (*)(int))dlsym(RTLD_NEXT, \"fsync\");"
+                    " return real(fd); }\n")
+        lib = os.path.join(self.tmp, "slow_fsync.so")
+        built = subprocess.run(["cc", "-shared", "-fPIC", "-o", lib, source, "-ldl"], capture_output=True, text=True)
+        self.assertEqual(built.returncode, 0, built.stderr)
+        ranks = Ranks(2, self.common(os.path.join(self.tmp, "slow_ckpt"),
+                                     ["--steps", "3", "--stages", "2", "--data-parallel-size", "2",
+                                      "--checkpoint-interval", "1", "--peer-timeout", "2"]),
+                      env_extra={0: {"LD_PRELOAD": lib}})
+        try:
+            codes = ranks.wait(timeout=240)
+            for r in (0, 1):
+                self.assertEqual(codes[r], 0, ranks.log(r)[-2000:])
+        finally:
+            ranks.close()
+
     def test_replicas_that_do_not_fit_the_launch_are_refused(self):
         config = ["--config", os.path.join(ROOT, "configs/gpt_cpu_tiny.yaml")] + TINY + ["--stages", "2", "--steps", "1"]
         p = self.run_runner(config + ["--data-parallel-size", "2", "--output-dir", os.path.join(self.tmp, "dp_one")])

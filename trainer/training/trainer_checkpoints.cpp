@@ -163,6 +163,11 @@ void PipelineTrainer::save_checkpoint(int64_t step, int epoch, int64_t batch_ind
     prune_checkpoints(root, config_.training.keep_checkpoints, hash);
     engine_log_info(fmt::format("checkpoint of step {} written to {}", step, folder));
   }
+  // Every process leaves the checkpoint together. Replica 1's processes write nothing: they ran
+  // on into the next step's gradient all-reduce, which waits one peer timeout, while replica 0
+  // still wrote (a slow shared filesystem). This wait goes on while rank 0 beats, and rank 0 got
+  // here only after every process's files were written (its gather waits the same way).
+  if (dist_) dist_->broadcast_from_rank0(fmt::format("checkpoint/{}/written", step), folder);
 }
 std::tuple<int64_t, int, int64_t> PipelineTrainer::load_checkpoint() {
   std::string folder = resume_.value_or("");
