@@ -441,6 +441,25 @@ class DistributedTest(unittest.TestCase):
         finally:
             ranks.close()
 
+    def test_missing_rank_0_under_the_agent_store_is_named(self):
+        # torchrun's agent hosts the store; rank 0 never starts. Rank 1 used to block on rank 0's
+        # config hash for the store's whole timeout and then print the store's bare wait error.
+        try:
+            from torch.distributed import TCPStore
+        except ImportError as e:
+            self.skipTest(f"SKIP: this Python has no torch.distributed ({e}) to host an agent store")
+        port = free_port()
+        store = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+        ranks = Ranks(2, self.common(os.path.join(self.tmp, "no_rank0"), ["--steps", "1", "--peer-timeout", "3"]),
+                      port=port, ranks=[1], env_extra={1: {"TORCHELASTIC_USE_AGENT_STORE": "True"}})
+        try:
+            codes = ranks.wait(timeout=60)
+            self.assertNotIn(codes[1], (0, None), ranks.log(1)[-2000:])
+            self.assertIn("missing rank 0", ranks.log(1))
+        finally:
+            ranks.close()
+            del store
+
     def test_ranks_with_different_configs_are_refused(self):
         args = self.common(os.path.join(self.tmp, "mismatch"), ["--steps", "1", "--peer-timeout", "20"])
         port = free_port()

@@ -240,7 +240,6 @@ std::unique_ptr<Distributed> Distributed::connect(const WorldInfo& world, const 
         "dataset.tokenizer_model contents", a, b, a == world.rank ? config_hash : other,
         a == world.rank ? other : config_hash));
   };
-  if (world.rank != 0) check_hash(0);
   const auto deadline = Clock::now() + options.timeout;
   // Polls the store every 20 ms until `done()`. The first rank to give up posts why; the others
   // report that (as a configuration verdict when it was posted as one) rather than a lost store.
@@ -273,6 +272,18 @@ std::unique_ptr<Distributed> Distributed::connect(const WorldInfo& world, const 
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   };
+  if (world.rank != 0) {
+    // Polled, not a blocking get: under torchrun's agent store rank 0 may never come, and its
+    // posted reason (or the missing rank) is what this rank should say.
+    wait_in_store([&] { return store.check({"config_hash/0"}); }, "waiting for rank 0 to join", [&] {
+      const std::string why = fmt::format(
+          "rank 0 did not join the rendezvous at {} within {}; missing rank 0 (not started, failed at start, or "
+          "launched with another MASTER_ADDR/MASTER_PORT or WORLD_SIZE)", impl->store_address, seconds(options.timeout));
+      give_up(why);
+      throw RendezvousError(why);
+    });
+    check_hash(0);
+  }
   const std::string join_phase = fmt::format("waiting for all {} ranks to join", world.world_size);
   wait_in_store([&] { return store.add("joined", 0) >= world.world_size; }, join_phase.c_str(), [&] {
     std::string missing;
