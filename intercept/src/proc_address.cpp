@@ -73,22 +73,26 @@ void* wrapper_for(const char* symbol, int version, cuuint64_t flags, bool* known
   return out;
 }
 
-// Whether every ABI of `base` is order-free (driver_api_classes.csv): such a call cannot observe
-// or change held work, so calls that bypass the shim are harmless.
-bool order_free(const char* base) {
+// Whether calls to `base` may bypass the shim: every ABI of it is order-free
+// (driver_api_classes.csv: it cannot observe or change held work) and none has a hand-written
+// wrapper. An order-free function with one keeps the shim's own books (cuEventCreate notes
+// interprocess events, whose records are never held; cuGraphInstantiate walks the graph for its
+// event nodes; cuStreamCreate notes stream flags; cuGetProcAddress wraps later lookups):
+// bypassing it leaves the shim holding work on stale books.
+bool may_bypass_the_shim(const char* base) {
   bool any = false;
   for (const DriverFunction& f : driver_functions()) {
     if (std::strcmp(f.entry.base, base) != 0) continue;
-    if (f.call_class != CallClass::kOrderFree) return false;
+    if (f.call_class != CallClass::kOrderFree || f.hand_written) return false;
     any = true;
   }
   return any;
 }
 
 // A known entry point goes to the caller as the driver answered it: calls through it bypass the
-// shim, so, unless the function is order-free, the shim stops holding work back for good.
+// shim, so, unless that is harmless (may_bypass_the_shim), the shim stops holding work back for good.
 void handed_out_unwrapped(const char* symbol, int version, cuuint64_t flags, const char* why) {
-  if (order_free(symbol)) return;
+  if (may_bypass_the_shim(symbol)) return;
   if (Shim* shim = active_shim()) {
     shim->stop_holding_work(fmt::format("{} was asked for at CUDA version {}{}: {}", symbol, version,
                                         (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0

@@ -37,4 +37,15 @@ class ProcLookup : public Scheduling {
   PFN_cuGetProcAddress_v12000 get_proc_ = nullptr;
 };
 
+// A driver newer than the shim's build: from kNewer on, the fake answers some functions with
+// entry points of another ABI (fake_cuda_set_newer_launch_abi).
+class NewerDriver : public ProcLookup {
+ protected:
+  static constexpr int kNewer = CUDA_VERSION + 10;
+  void SetUp() override {
+    ProcLookup::SetUp();
+    fake_cuda_set_newer_launch_abi(kNewer);
+  }
+};
+
 }  // namespace icpt_test

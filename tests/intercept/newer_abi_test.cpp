@@ -13,11 +13,9 @@ namespace {
 
 using namespace icpt_test;
 
-using NewerAbi = ProcLookup;
+using NewerAbi = NewerDriver;
 
 TEST_F(NewerAbi, ANewerAbiIsHandedOutUnwrappedAndTheShimStopsHoldingWork) {
-  constexpr int kNewer = CUDA_VERSION + 10;
-  fake_cuda_set_newer_launch_abi(kNewer);
   // At this build's version, and above it for a function whose ABI did not change: the wrapper.
   EXPECT_TRUE(in_shim(lookup("cuLaunchKernel", CUDA_VERSION)));
   EXPECT_TRUE(in_shim(lookup("cuLaunchKernelEx", kNewer)));

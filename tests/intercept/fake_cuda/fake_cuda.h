@@ -132,6 +132,9 @@ CUresult CUDAAPI fake_cuLaunchKernel_newer_abi(CUfunction f, unsigned gx, unsign
 /* From the same version on, cuDeviceGetAttribute (an order-free function) is answered with this
  * entry point of its own: the shim hands it out and keeps holding work. */
 CUresult CUDAAPI fake_cuDeviceGetAttribute_newer_abi(int* v, CUdevice_attribute a, CUdevice d);
+/* And cuEventCreate (order-free, but the shim's hand-written wrapper notes interprocess events):
+ * handed out, it makes the shim stop holding work. */
+CUresult CUDAAPI fake_cuEventCreate_newer_abi(CUevent* out, unsigned int flags);
 
 /* The real driver's answer is unverified where per-thread default-stream semantics are asked for
  * below the version that brought a name's per-thread variant (cuLaunchKernel at 4000 with the

@@ -246,7 +246,8 @@ FAKE_EXPORT CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) {
   return ctx_sync("cuCtxSynchronize_v2", ctx);
 }
 
-FAKE_EXPORT CUresult CUDAAPI cuEventCreate(CUevent* out, unsigned int flags) {
+namespace {
+CUresult create_event(CUevent* out, unsigned int flags) {
   State& s = st();
   std::lock_guard lock(s.mu);
   if (current_ctx() == 0) return CUDA_ERROR_INVALID_CONTEXT;
@@ -256,6 +257,12 @@ FAKE_EXPORT CUresult CUDAAPI cuEventCreate(CUevent* out, unsigned int flags) {
   s.events[h].flags = flags;
   *out = reinterpret_cast<CUevent>(h);
   return CUDA_SUCCESS;  // not logged: the shim creates pool events too
+}
+}  // namespace
+FAKE_EXPORT CUresult CUDAAPI cuEventCreate(CUevent* out, unsigned int flags) { return create_event(out, flags); }
+// Not through cuEventCreate: the shim interposes that name, and this entry point must bypass it.
+FAKE_EXPORT CUresult CUDAAPI fake_cuEventCreate_newer_abi(CUevent* out, unsigned int flags) {
+  return create_event(out, flags);
 }
 // Interprocess events: a handle can be taken only of an event made with CU_EVENT_INTERPROCESS and
 // CU_EVENT_DISABLE_TIMING (as the driver requires); opening one gives this process a new CUevent
@@ -513,6 +520,12 @@ CUresult lookup(const char* symbol, void** pfn, int version, cuuint64_t flags,
   if (newer_launch_abi_from != 0 && version >= newer_launch_abi_from && !per_thread &&
       std::strcmp(symbol, "cuDeviceGetAttribute") == 0) {
     *pfn = reinterpret_cast<void*>(&fake_cuDeviceGetAttribute_newer_abi);
+    set_status(CU_GET_PROC_ADDRESS_SUCCESS);
+    return CUDA_SUCCESS;
+  }
+  if (newer_launch_abi_from != 0 && version >= newer_launch_abi_from && !per_thread &&
+      std::strcmp(symbol, "cuEventCreate") == 0) {
+    *pfn = reinterpret_cast<void*>(&fake_cuEventCreate_newer_abi);
     set_status(CU_GET_PROC_ADDRESS_SUCCESS);
     return CUDA_SUCCESS;
   }
