@@ -158,28 +158,40 @@ ORION_GRAPH_EXEC_UPDATE(cuGraphExecUpdate,
                         (g, graph, error_node, result))
 
 // --- instantiation: whether the executable records or waits on events (Shim::graph_instantiated) ---
-#define ORION_GRAPH_INSTANTIATE(sym, last_t)                                             \
-  ORION_EXPORT CUresult CUDAAPI sym(CUgraphExec* exec, CUgraph graph, last_t last) {      \
-    ORION_REQUIRE_REAL(sym);                                                              \
-    const CUresult rc = real::sym(exec, graph, last);                                     \
-    if (rc == CUDA_SUCCESS && exec != nullptr) {                                          \
-      if (Shim* shim = orion::scheduling_shim()) shim->graph_instantiated(*exec, graph);  \
-    }                                                                                     \
-    return rc;                                                                            \
+namespace orion {
+// An instantiate call's result, after the shim has read what the new executable does.
+inline CUresult instantiated(CUresult rc, CUgraphExec* exec, CUgraph graph) {
+  if (rc == CUDA_SUCCESS && exec != nullptr) {
+    if (Shim* shim = scheduling_shim()) shim->graph_instantiated(*exec, graph);
+  }
+  return rc;
+}
+}  // namespace orion
+#define ORION_GRAPH_INSTANTIATE(sym, last_t)                                        \
+  ORION_EXPORT CUresult CUDAAPI sym(CUgraphExec* exec, CUgraph graph, last_t last) { \
+    ORION_REQUIRE_REAL(sym);                                                         \
+    return orion::instantiated(real::sym(exec, graph, last), exec, graph);           \
   }
 ORION_GRAPH_INSTANTIATE(cuGraphInstantiateWithFlags, unsigned long long)
-ORION_GRAPH_INSTANTIATE(cuGraphInstantiateWithParams, CUDA_GRAPH_INSTANTIATE_PARAMS*)
-ORION_GRAPH_INSTANTIATE(cuGraphInstantiateWithParams_ptsz, CUDA_GRAPH_INSTANTIATE_PARAMS*)
+// With CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD the executable is also uploaded into the params'
+// hUploadStream, behind that stream's work (as cuGraphUpload, a stream-ordered call): what is held
+// reaches the driver first (released: errors stay for the call that synchronises).
+#define ORION_GRAPH_INSTANTIATE_WITH_PARAMS(sym)                                                       \
+  ORION_EXPORT CUresult CUDAAPI sym(CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* params) { \
+    ORION_REQUIRE_REAL(sym);                                                                          \
+    if (params != nullptr && (params->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) != 0) {             \
+      if (Shim* shim = orion::scheduling_shim()) shim->dispatcher().release_all();                    \
+    }                                                                                                 \
+    return orion::instantiated(real::sym(exec, graph, params), exec, graph);                          \
+  }
+ORION_GRAPH_INSTANTIATE_WITH_PARAMS(cuGraphInstantiateWithParams)
+ORION_GRAPH_INSTANTIATE_WITH_PARAMS(cuGraphInstantiateWithParams_ptsz)
 // The pre-12.0 ABIs: an error node and a log buffer instead of flags.
 #define ORION_GRAPH_INSTANTIATE_V1(sym)                                                     \
   ORION_EXPORT CUresult CUDAAPI sym(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node, \
                                     char* log, size_t log_size) {                           \
     ORION_REQUIRE_REAL(sym);                                                                \
-    const CUresult rc = real::sym(exec, graph, error_node, log, log_size);                  \
-    if (rc == CUDA_SUCCESS && exec != nullptr) {                                            \
-      if (Shim* shim = orion::scheduling_shim()) shim->graph_instantiated(*exec, graph);    \
-    }                                                                                       \
-    return rc;                                                                              \
+    return orion::instantiated(real::sym(exec, graph, error_node, log, log_size), exec, graph); \
   }
 ORION_GRAPH_INSTANTIATE_V1(cuGraphInstantiate)
 ORION_GRAPH_INSTANTIATE_V1(cuGraphInstantiate_v2)

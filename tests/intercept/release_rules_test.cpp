@@ -128,6 +128,31 @@ TEST_F(ReleaseRules, AHostToHostCopyIsNeverHeld) {
   EXPECT_EQ(cuMemFreeHost(dst), CUDA_SUCCESS);
 }
 
+// Instantiating with CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD also uploads the executable into the
+// params' stream, behind that stream's work (as cuGraphUpload): a launch held there reaches the
+// driver first. The instantiate call went straight to the driver (it is order-free otherwise).
+TEST_F(ReleaseRules, InstantiatingWithAnUploadReleasesTheUploadStreamFirst) {
+  CUgraph graph = nullptr;
+  ASSERT_EQ(cuGraphCreate(&graph, 0), CUDA_SUCCESS);
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  expect_deferred(k_be_);
+  CUDA_GRAPH_INSTANTIATE_PARAMS params{};
+  params.flags = CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+  params.hUploadStream = be_;
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(cuGraphInstantiateWithParams(&exec, graph, &params), CUDA_SUCCESS);
+  const auto log = calls();
+  const long held = find_launch(log, k_be_), upload = find_named(log, "cuGraphInstantiateWithParams", h(be_));
+  ASSERT_GE(upload, 0);
+  ASSERT_GE(held, 0) << "the launch held on the upload stream did not reach the driver before the upload";
+  EXPECT_LT(held, upload);
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphDestroy(graph), CUDA_SUCCESS);
+}
+
 TEST_F(ReleaseRules, UnregisteringHostMemoryFirstReleasesTheCopyThatWritesIt) {
   static char buffer[8192];
   ASSERT_EQ(cuMemHostRegister(buffer, sizeof buffer, 0), CUDA_SUCCESS);

@@ -51,11 +51,14 @@ void flatten(const State& s, uint64_t graph, int depth, GraphExec& out) {
   }
 }
 
-CUresult instantiate(const char* name, CUgraphExec* exec, CUgraph g) {
+// `upload_stream`: the stream an instantiate with CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD uploads into
+// (logged as the call's stream; 0 without).
+CUresult instantiate(const char* name, CUgraphExec* exec, CUgraph g, CUstream upload_stream = nullptr) {
   State& s = st();
   std::lock_guard lock(s.mu);
   fake_cuda_call& c = begin(s, name);
   c.value = reinterpret_cast<uint64_t>(g);
+  c.stream = reinterpret_cast<uint64_t>(upload_stream);
   if (exec == nullptr || s.graphs.count(c.value) == 0) return finish(s, c, CUDA_ERROR_INVALID_VALUE);
   GraphExec made;
   flatten(s, c.value, 0, made);
@@ -203,12 +206,17 @@ FAKE_EXPORT CUresult CUDAAPI cuGraphInstantiate(CUgraphExec* exec, CUgraph g, CU
 FAKE_EXPORT CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph g, CUgraphNode*, char*, size_t) {
   return instantiate("cuGraphInstantiate_v2", exec, g);
 }
-FAKE_EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS*) {
-  return instantiate("cuGraphInstantiateWithParams", exec, g);
+namespace {
+CUstream upload_stream_of(const CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
+  return p != nullptr && (p->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) != 0 ? p->hUploadStream : nullptr;
+}
+}  // namespace
+FAKE_EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
+  return instantiate("cuGraphInstantiateWithParams", exec, g, upload_stream_of(p));
 }
 FAKE_EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec* exec, CUgraph g,
-                                                               CUDA_GRAPH_INSTANTIATE_PARAMS*) {
-  return instantiate("cuGraphInstantiateWithParams_ptsz", exec, g);
+                                                               CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
+  return instantiate("cuGraphInstantiateWithParams_ptsz", exec, g, upload_stream_of(p));
 }
 
 // ---------------- Executables: launch, destroy, update, edits ----------------
