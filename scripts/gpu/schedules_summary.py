@@ -28,7 +28,8 @@ def run_row(folder: Path, warmup: int):
         raise ValueError(f"{folder}/metrics.jsonl has no step")
     if not all(math.isfinite(it["loss"]) for it in its):
         raise ValueError(f"{folder}: a loss is not finite")
-    timed = [it for it in its if it["step"] >= warmup] or its
+    # A profiled step runs with the PyTorch profiler's overhead: never a timed one.
+    timed = [it for it in its if it["step"] >= warmup and not it.get("profiled", False)] or its
     row = {"ms": statistics.mean(it["step_time_ms"] for it in timed), "steps": len(timed), "fb": None}
     overlap = folder / "kernel_overlap.json"
     if overlap.exists():

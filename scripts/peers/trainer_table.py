@@ -27,9 +27,11 @@ def runner_result(run_dir: Path, warmup: int) -> dict:
             raise ResultError(f"gpipe_runner wrote no {p} (see the run's log)")
     summary = json.loads(summary_path.read_text())
     steps = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
-    timed = steps[warmup:]
+    # A profiled step runs with the PyTorch profiler's overhead: never a timed one.
+    timed = [s for s in steps[warmup:] if not s.get("profiled", False)]
     if not timed:
-        raise ResultError(f"{metrics_path}: {len(steps)} steps, none left after {warmup} warm-up steps")
+        raise ResultError(f"{metrics_path}: {len(steps)} steps, none left after {warmup} warm-up steps "
+                          f"and the profiled one")
     if "tokens_per_step" not in summary:
         raise ResultError(f"{summary_path} has no 'tokens_per_step'")
     seconds = sum(s["step_time_ms"] for s in timed) / 1e3

@@ -49,12 +49,14 @@ TEST(MetricsTest, JsonlAndSummary) {
   {
     MetricsLog log(dir, info);
     log.begin_at(0, /*resumed=*/false);
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < 4; ++i) {
       IterationMetrics m;
       m.step = i;
       m.loss = 5.0 - i;
-      m.step_time_ms = i == 0 ? 900 : 100;  // the first (warm-up) step is left out of means
-      m.bubble_fraction = i == 0 ? 0.9 : 0.3;
+      // The first (warm-up) step and the profiled one (the profiler's overhead) are left out of means.
+      m.profiled = i == 3;
+      m.step_time_ms = i == 0 ? 900 : i == 3 ? 500 : 100;
+      m.bubble_fraction = i == 0 ? 0.9 : i == 3 ? 0.8 : 0.3;
       m.peak_memory_bytes = 10 + i;
       if (i > 0) {  // the allocator's traffic, as a GPU run's steps report it
         m.device_mallocs = 2 * i;
@@ -73,15 +75,15 @@ TEST(MetricsTest, JsonlAndSummary) {
     EXPECT_DOUBLE_EQ(s["tokens_per_s"].get<double>(), 10000.0);
     EXPECT_DOUBLE_EQ(s["mfu"].get<double>(), 1e9 * 1e4 / (1e12 * 4));
     EXPECT_DOUBLE_EQ(s["bubble_fraction"].get<double>(), 0.3);
-    EXPECT_EQ(s["peak_memory_bytes"].get<int64_t>(), 12);
+    EXPECT_EQ(s["peak_memory_bytes"].get<int64_t>(), 13);
     EXPECT_EQ(s["first_loss"].get<double>(), 5.0);
-    EXPECT_EQ(s["final_loss"].get<double>(), 3.0);
-    EXPECT_EQ(s["steps"].get<int>(), 3);
-    EXPECT_EQ(s["device_mallocs_after_first_step"].get<int>(), 2 + 4);  // steps 1 and 2
-    EXPECT_EQ(s["alloc_retries"].get<int>(), 0 + 1);
+    EXPECT_EQ(s["final_loss"].get<double>(), 2.0);
+    EXPECT_EQ(s["steps"].get<int>(), 4);
+    EXPECT_EQ(s["device_mallocs_after_first_step"].get<int>(), 2 + 4 + 6);  // steps 1 to 3
+    EXPECT_EQ(s["alloc_retries"].get<int>(), 0 + 1 + 2);
     log.write_summary();
     EXPECT_NE(log.summary_text().find("MFU"), std::string::npos);
-    EXPECT_NE(log.summary_text().find("CUDA allocator: 6 cudaMalloc after the first step | 1 retried"), std::string::npos)
+    EXPECT_NE(log.summary_text().find("CUDA allocator: 12 cudaMalloc after the first step | 3 retried"), std::string::npos)
         << log.summary_text();
   }
   std::ifstream jsonl(dir + "/metrics.jsonl");
@@ -90,6 +92,7 @@ TEST(MetricsTest, JsonlAndSummary) {
   while (std::getline(jsonl, line)) {
     const auto j = nlohmann::json::parse(line);
     EXPECT_EQ(j.at("step").get<int>(), lines);
+    EXPECT_EQ(j.at("profiled").get<bool>(), lines == 3);
     if (lines == 0) {
       for (const char* key : {"device_mallocs", "device_frees", "alloc_retries", "reserved_peak_bytes"}) {
         EXPECT_TRUE(j.at(key).is_null()) << key << " without allocator figures must be null, not 0";
@@ -101,7 +104,7 @@ TEST(MetricsTest, JsonlAndSummary) {
     }
     ++lines;
   }
-  EXPECT_EQ(lines, 3);
+  EXPECT_EQ(lines, 4);
   std::ifstream summary(dir + "/summary.json");
   EXPECT_EQ(nlohmann::json::parse(summary).at("schedule"), "1f1b");
   testing::remove_tree(dir);

@@ -76,7 +76,8 @@ nlohmann::json to_json(const IterationMetrics& m) {
           {"device_mallocs", optional_json(m.device_mallocs)},
           {"device_frees", optional_json(m.device_frees)},
           {"alloc_retries", optional_json(m.alloc_retries)},
-          {"reserved_peak_bytes", optional_json(m.reserved_peak_bytes)}};
+          {"reserved_peak_bytes", optional_json(m.reserved_peak_bytes)},
+          {"profiled", m.profiled}};
 }
 
 std::vector<std::pair<std::string, double>> tensorboard_scalars(const IterationMetrics& m) {
@@ -155,10 +156,18 @@ void MetricsLog::add(const IterationMetrics& m) {
 }
 
 namespace {
-// The steady-state iterations: all but the first when there are several.
+// The steady-state iterations: all but the first and the profiled ones (a profiled step runs
+// with the profiler's overhead). Too few steps for that: the unprofiled ones, else all.
 std::vector<IterationMetrics> steady(const std::vector<IterationMetrics>& all) {
-  if (all.size() <= 1) return all;
-  return {all.begin() + 1, all.end()};
+  std::vector<IterationMetrics> out;
+  for (size_t i = 1; i < all.size(); ++i) {
+    if (!all[i].profiled) out.push_back(all[i]);
+  }
+  if (!out.empty()) return out;
+  for (const auto& m : all) {
+    if (!m.profiled) out.push_back(m);
+  }
+  return out.empty() ? all : out;
 }
 double mean_of(const std::vector<IterationMetrics>& its, double IterationMetrics::*field) {
   if (its.empty()) return 0.0;

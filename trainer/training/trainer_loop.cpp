@@ -256,6 +256,7 @@ nlohmann::json PipelineTrainer::train() {
       it.learning_rate = learning_rate_at(step, total_steps(), t.learning_rate, t.warmup_steps, t.min_lr_ratio);
       it.grad_norm = grad_norm;
       it.step_time_ms = ms / static_cast<double>(n);  // a window's steps share its time evenly
+      it.profiled = profile_now;
       it.tokens_per_s = static_cast<double>(info.tokens_per_step) / (it.step_time_ms / 1e3);
       it.bubble_fraction = recorder.bubble_fraction();
       it.bubble_clock = to_string(recorder.clock());

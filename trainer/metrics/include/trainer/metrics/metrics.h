@@ -53,6 +53,9 @@ struct IterationMetrics {
   // stream), and the most bytes it reserved from the driver. nullopt on CPU; an asp window of
   // several steps puts its counts on its first step (the others: nullopt).
   std::optional<int64_t> device_mallocs, device_frees, alloc_retries, reserved_peak_bytes;
+  // Run under the PyTorch profiler (training.profile_iteration): its time includes the profiler's
+  // overhead, so summary()'s means leave it out, as they leave out the first step.
+  bool profiled = false;
 };
 nlohmann::json to_json(const IterationMetrics& m);
 
@@ -103,7 +106,8 @@ class MetricsLog {
   // step_time_ms_mean, final_loss, first_loss, steps, schedule, executor, stages, microbatches,
   // plus ranks, device, device_name, dtype, priority, parameters, tokens_per_step,
   // flops_per_token, peak_flops_per_gpu, use_orion_scheduler, orion_env, step_time_ms_first.
-  // Means leave out the first step (warm-up: allocator, lazy init) when there is more than one.
+  // Means leave out the first step (warm-up: allocator, lazy init) and profiled steps, when that
+  // leaves any.
   nlohmann::json summary() const;
   // Writes `<output_dir>/summary.json`; returns its path.
   std::string write_summary() const;
