@@ -62,11 +62,15 @@ case "$1" in -*) echo "OUT '$1' looks like an option; $usage" >&2; exit 2 ;; esa
 # The three device calls. Each starts with `build`, which on a bare machine unpacks the archive
 # call 1 returned (carried as .gpu-bin/gpu-bin.tar.gz) or else builds just what the checks need.
 # Measured on the H100 (2026-11-27): build 96 s on 16 cores, ctest 4 s, a..d 130 s, e f 45 s,
-# g (8 runs) 110 s, h 10 s; a machine start about 30 s.
+# g (8 runs) 110 s, h 10 s; a machine start about 30 s. With 15 device minutes only calls 1 and 2
+# run: call 1 holds what the last GPU run asked for first (d: the async trainer; h: the orion
+# duration gate on replayed workloads), c (memcheck) last; call 2 the schedules (g: deferred
+# receives) and the colocation (j: finished-event windows) before f and e; i (the planner's
+# verify runs, 200 s) waits for a third call.
 declare -A GPU_CALL_PLAN=(
-  [1]="build ctest a b c d"
-  [2]="build e f i h"
-  [3]="build j g"
+  [1]="build ctest a b d h c"
+  [2]="build g j f e"
+  [3]="build i"
 )
 if [ -n "$call" ]; then
   [ -n "${GPU_CALL_PLAN[$call]:-}" ] || { echo "--call: 1, 2 or 3 (got '$call')" >&2; exit 2; }
@@ -118,11 +122,11 @@ commit=${GPU_CHECK_COMMIT:-$(git -C "$GPU_ROOT" rev-parse --short HEAD 2>/dev/nu
 } >"$OUTDIR/results.md"
 
 # publish: results.md and logs.tar.gz into OUT, replaced atomically. The archive holds the work
-# folder's logs and small summaries (.log .json .md .txt .csv .png under 1 MiB), never traces.
+# folder's logs and small summaries (.log .json .jsonl .md .txt .csv .png under 1 MiB), never traces.
 publish() {
   cp "$OUTDIR/results.md" "$OUT/results.md.tmp" && mv "$OUT/results.md.tmp" "$OUT/results.md"
   (cd "$OUTDIR" && find . -type f -size -1024k \
-      \( -name '*.log' -o -name '*.json' -o -name '*.md' -o -name '*.txt' -o -name '*.csv' -o -name '*.png' \) \
+      \( -name '*.log' -o -name '*.json' -o -name '*.jsonl' -o -name '*.md' -o -name '*.txt' -o -name '*.csv' -o -name '*.png' \) \
       ! -name '*trace*.json' -print0 | tar --null -czf "$OUT/logs.tar.gz.tmp" -T -) \
     && mv "$OUT/logs.tar.gz.tmp" "$OUT/logs.tar.gz"
   rm -f "$OUT/logs.tar.gz.tmp"
@@ -184,14 +188,14 @@ step build build.sh 300
 step ctest ctest.sh 120
 step a check_hp_be.sh 60
 step b check_torch_shim.sh 150
-step c check_memcheck.sh 200
 step d check_trainer.sh 450
-step e check_distributed.sh 90
-step f check_driver_rules.sh 120
-step i check_plan.sh 200
-step j check_colocation.sh 240
-step g check_schedules.sh 480
 step h check_replay.sh 120
+step c check_memcheck.sh 200
+step g check_schedules.sh 480
+step j check_colocation.sh 240
+step f check_driver_rules.sh 120
+step e check_distributed.sh 90
+step i check_plan.sh 200
 
 if ! rules=$("$PYTHON" "$here/gpu/check_outdir.py" "$OUT" --only results.md logs.tar.gz gpu-bin.tar.gz 2>&1); then
   record "returned folder" FAIL "$rules"

@@ -89,13 +89,18 @@ def job(name):
 ok = True
 try:
     base, jbase = step_ms("alone"), job("alone")
-    for mode in ("unmanaged", "managed", "mps_unmanaged", "mps_managed"):
-        if not (d / f"job_{mode}.json").exists():
-            continue
+except (OSError, ValueError, KeyError, ZeroDivisionError) as e:
+    print(f"| j: colocation alone | FAIL | {e} |")
+    base = jbase = None
+    ok = False
+for mode in ("unmanaged", "managed", "mps_unmanaged", "mps_managed"):
+    if base is None or not (d / f"job_{mode}.json").exists():
+        continue
+    try:  # one mode's missing run (killed at the limit) leaves the others' rows
         print(f"| j: colocation {mode} | INFO | pipeline step {step_ms(mode):.1f} ms / alone {base:.1f} ms = "
               f"{step_ms(mode) / base:.3f}; job {job(mode):.1f} matmuls/s / alone {jbase:.1f} = {job(mode) / jbase:.3f} |")
-except (OSError, ValueError, KeyError) as e:
-    print(f"| j: colocation | FAIL | {e} |")
-    ok = False
+    except (OSError, ValueError, KeyError, ZeroDivisionError) as e:
+        print(f"| j: colocation {mode} | FAIL | {e} |")
+        ok = False
 sys.exit(0 if ok else 1)
 PY

@@ -21,14 +21,18 @@ import json, sys
 path, rc = sys.argv[1], int(sys.argv[2])
 try:
     report = json.load(open(path))
-except (OSError, ValueError) as e:
-    print(f"| i: plan | FAIL | gpipe_runner --plan exit {rc}, no plan.json ({e}); logs/plan.log |")
+    p = report["profile"]
+    print(f"| i: plan, profile | INFO | {p['device']}: measured in {p['seconds']:.1f} s; {report['considered']} "
+          f"configurations simulated; pick {report['ranked'][0]['label']} at "
+          f"{report['ranked'][0]['predicted_step_ms']:.1f} ms |")
+    verify = report["verify"]
+except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+    # A partial plan.json (a run killed at its limit) still gets its row.
+    print(f"| i: plan | FAIL | gpipe_runner --plan exit {rc}, no complete plan.json ({type(e).__name__}: {e}); "
+          f"logs/plan.log |")
     sys.exit(0)
-p = report["profile"]
-print(f"| i: plan, profile | INFO | {p['device']}: measured in {p['seconds']:.1f} s; {report['considered']} "
-      f"configurations simulated; pick {report['ranked'][0]['label']} at {report['ranked'][0]['predicted_step_ms']:.1f} ms |")
-ok = rc == 0 and report["verify"]
-for v in report["verify"]:
+ok = rc == 0 and bool(verify)
+for v in verify:
     if v["exit_code"] != 0 or v["measured_step_ms"] <= 0:
         ok = False
         print(f"| i: plan #{v['rank']} {v['label']} | FAIL | run exit {v['exit_code']} (logs/plan.log) |")
