@@ -100,6 +100,15 @@ def _default_track_name(track: tuple, tracks: list[tuple]) -> str:
     return f"pid {track[0]} tid {track[1]}"
 
 
+def track_order(track: tuple) -> tuple:
+    """Sort key of a (pid, tid) track: numbers numerically (rank 10 after rank 9, not after rank 1),
+    names after them."""
+    def part(x):
+        text = str(x)
+        return (0, int(text), "") if text.lstrip("-").isdigit() else (1, 0, text)
+    return tuple(part(x) for x in track)
+
+
 def plot(boxes: list[Box], names: dict[tuple, str], output: Path, title: str) -> None:
     try:
         import matplotlib
@@ -110,7 +119,7 @@ def plot(boxes: list[Box], names: dict[tuple, str], output: Path, title: str) ->
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    tracks = sorted({b.track for b in boxes}, key=lambda t: (str(t[0]), str(t[1])))
+    tracks = sorted({b.track for b in boxes}, key=track_order)
     row = {t: i for i, t in enumerate(tracks)}
     t0 = min(b.start_us for b in boxes)
     span_ms = (max(b.start_us + b.dur_us for b in boxes) - t0) / 1e3

@@ -14,9 +14,22 @@ import torch
 from config import ConfigError, gpt_shape, load_config
 from sdpa_kernels import BACKEND_NAMES, KERNELS, use_kernels
 
-# Dense bf16 tensor-core peaks (FLOP/s) by device-name fragment, from the vendors' data sheets
-# (SXM parts). OURGPIPE_PEAK_TFLOPS overrides; on CPU MFU is reported only with that override.
-PEAK_BF16_FLOPS = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12, "L40S": 362e12}
+def peak_bf16_flops_for_name(device_name: str) -> float | None:
+    """Dense bf16 tensor-core peak (FLOP/s) from the vendors' data sheets, by device name: the
+    rules of gpipe_runner's peak_flops_for_device_name (trainer/metrics/metrics.cpp), so that ours
+    and the peers' MFU share a peak. None for an unknown device."""
+    name = device_name.upper()
+    if any(k in name for k in ("H100", "H200", "H800")):
+        if "PCIE" in name:
+            return 756e12
+        return 835e12 if "NVL" in name else 989e12
+    if "A100" in name or "A800" in name:
+        return 312e12
+    if "L40S" in name:
+        return 362e12
+    if "A10" in name or "V100" in name:
+        return 125e12
+    return None
 
 
 def fail(message: str) -> NoReturn:
@@ -94,8 +107,7 @@ def peak_flops(device: torch.device) -> float | None:
         return float(override) * 1e12
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
-    return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
+    return peak_bf16_flops_for_name(torch.cuda.get_device_name(device))
 
 
 def synchronize(device: torch.device) -> None:

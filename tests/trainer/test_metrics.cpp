@@ -21,6 +21,10 @@ TEST(MetricsTest, PeakFlopsFromDeviceName) {
   EXPECT_EQ(peak_flops_for_device_name("NVIDIA H100 80GB HBM3"), 989e12);
   EXPECT_EQ(peak_flops_for_device_name("NVIDIA H200"), 989e12);
   EXPECT_EQ(peak_flops_for_device_name("NVIDIA H100 PCIe"), 756e12);
+  EXPECT_EQ(peak_flops_for_device_name("NVIDIA H100 NVL"), 835e12);
+  EXPECT_EQ(peak_flops_for_device_name("NVIDIA H200 NVL"), 835e12);
+  EXPECT_EQ(peak_flops_for_device_name("NVIDIA H800 PCIe"), 756e12);
+  EXPECT_EQ(peak_flops_for_device_name("NVIDIA GH200 480GB"), 989e12);
   EXPECT_EQ(peak_flops_for_device_name("NVIDIA A100-SXM4-80GB"), 312e12);
   EXPECT_FALSE(peak_flops_for_device_name("cpu").has_value());
 }

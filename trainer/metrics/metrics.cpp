@@ -21,10 +21,14 @@ std::optional<double> peak_flops_for_device_name(const std::string& device_name)
   std::string name;
   for (char c : device_name) name += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
-  // Dense bf16 tensor-core peaks from the vendor data sheets (no sparsity).
-  if (has("H200")) return 989e12;
-  if (has("H100")) return has("PCIE") ? 756e12 : 989e12;
-  if (has("H800")) return 989e12;
+  // Dense bf16 tensor-core peaks from the vendor data sheets (no sparsity: half the sheets'
+  // "with sparsity" figure). scripts/peers/bench_common.py's peak_bf16_flops_for_name() has the
+  // same rules, so ours and the peers' MFU share a peak.
+  if (has("H100") || has("H200") || has("H800")) {
+    if (has("PCIE")) return 756e12;
+    if (has("NVL")) return 835e12;  // H100 NVL, H200 NVL: 1,671 TFLOPS with sparsity
+    return 989e12;                   // SXM (and GH200)
+  }
   if (has("A100") || has("A800")) return 312e12;
   if (has("L40S")) return 362e12;
   if (has("A10")) return 125e12;

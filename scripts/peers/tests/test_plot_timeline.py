@@ -54,6 +54,12 @@ class PlotTimelineTest(unittest.TestCase):
         rank3 = sorted((b for b in boxes if b.track == (0, 3)), key=lambda b: b.start_us)
         self.assertEqual([(b.action, b.microbatch) for b in rank3[:3]], [("F", 0), ("B", 0), ("F", 1)])
 
+    def test_tracks_sort_numerically(self):
+        # 16 ranks: rank 10 comes after rank 9, not between rank 1 and rank 2.
+        tracks = [(0, tid) for tid in (10, 2, 0, 11, 1, 9)]
+        self.assertEqual([t[1] for t in sorted(tracks, key=plot_timeline.track_order)], [0, 1, 2, 9, 10, 11])
+        self.assertEqual(sorted([(0, "lane"), (0, 3)], key=plot_timeline.track_order), [(0, 3), (0, "lane")])
+
     def test_name_fallback_and_begin_end_pairs(self):
         doc = [{"ph": "B", "name": "W7 s0", "pid": 1, "tid": 0, "ts": 10},
                {"ph": "E", "pid": 1, "tid": 0, "ts": 35},

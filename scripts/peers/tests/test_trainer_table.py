@@ -30,6 +30,15 @@ class RunnerResultTest(unittest.TestCase):
         self.assertEqual(r["timed_device_mallocs"], 3)  # the warm-up step's 40 left out
         self.assertEqual((r["first_loss"], r["final_loss"]), (5.0, 3.0))
 
+    def test_the_profiled_step_is_never_timed(self):
+        # gpipe_runner marks the step run under the PyTorch profiler; its overhead is not the runner's.
+        d = self.run_dir([{"step_time_ms": 900, "loss": 5.0},
+                          {"step_time_ms": 400, "loss": 4.0, "profiled": True},
+                          {"step_time_ms": 100, "loss": 3.0, "profiled": False}])
+        r = runner_result(d, warmup=1)
+        self.assertEqual(r["steps"], 1)
+        self.assertAlmostEqual(r["step_time_ms_mean"], 100.0)
+
     def test_a_cpu_run_has_no_allocator_figure(self):
         d = self.run_dir([{"step_time_ms": 100, "loss": 1.0, "device_mallocs": None}] * 3)
         self.assertIsNone(runner_result(d, warmup=1)["timed_device_mallocs"])
