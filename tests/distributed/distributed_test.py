@@ -168,6 +168,20 @@ class DistributedTest(unittest.TestCase):
         grown = peaks[max(peaks)] - peaks[5]
         self.assertLess(grown, 2 << 20, f"memory in use grew {grown} bytes over steps 5..{max(peaks)}: {peaks}")
 
+    def test_metrics_of_a_multi_process_run_cover_every_rank(self):
+        # bubble_fraction is the mean over the replica's ranks, as rank_busy on the same line (it
+        # was process 0's ranks only), and the peaks are the largest of any process's.
+        out = os.path.join(self.tmp, "mp_metrics")
+        p = self.run_runner(["--config", os.path.join(ROOT, "configs/gpt_cpu_tiny.yaml")] + TINY +
+                            ["--stages", "4", "--steps", "3", "--output-dir", out, "--nproc-per-node", "2",
+                             "--master-port", str(free_port())])
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        for m in read_metrics(out):
+            self.assertEqual(len(m["rank_busy"]), 4)
+            self.assertTrue(all(b > 0 for b in m["rank_busy"]), m["rank_busy"])
+            mean_busy = sum(m["rank_busy"]) / len(m["rank_busy"])
+            self.assertAlmostEqual(m["bubble_fraction"], 1 - mean_busy, places=9, msg=f"step {m['step']}")
+
     def test_bert_tied_embedding_over_gloo_equals_in_process(self):
         # The two copies of BERT's tied weight: in different processes (their gradients summed by
         # an all-reduce), in one process on different ranks ([0,1,1,0]: summed directly), four

@@ -227,7 +227,29 @@ nlohmann::json PipelineTrainer::train() {
     if (recorder.wall_us() > 0) {
       for (int r : local_ranks_) rank_busy.at(static_cast<size_t>(r)) = recorder.busy_us(r) / recorder.wall_us();
     }
-    if (replica_group_) rank_busy = replica_group_->all_reduce_sum(rank_busy);
+    // The step's bubble and peak memory over the whole replica, as one process running every rank
+    // reports them: the mean of the ranks' busy shares, the largest peak of any of its devices
+    // (the recorder and the allocator see this process's ranks only).
+    double bubble = recorder.bubble_fraction();
+    int64_t peak_memory = peak_memory_bytes(rank_devices_), peak_allocated = peak_allocated_bytes(rank_devices_);
+    if (replica_group_) {
+      rank_busy = replica_group_->all_reduce_sum(rank_busy);
+      if (!rank_busy.empty()) {
+        double busy = 0;
+        for (double b : rank_busy) busy += b;
+        bubble = std::clamp(1.0 - busy / static_cast<double>(rank_busy.size()), 0.0, 1.0);
+      }
+      // A max through the group's sum: each process fills its own slots.
+      const auto me = static_cast<size_t>(replica_group_->rank());
+      std::vector<double> peaks(2 * static_cast<size_t>(replica_group_->size()), 0.0);
+      peaks[2 * me] = static_cast<double>(peak_memory);
+      peaks[2 * me + 1] = static_cast<double>(peak_allocated);
+      peaks = replica_group_->all_reduce_sum(peaks);
+      for (size_t p = 0; p < peaks.size(); p += 2) {
+        peak_memory = std::max(peak_memory, static_cast<int64_t>(peaks[p]));
+        peak_allocated = std::max(peak_allocated, static_cast<int64_t>(peaks[p + 1]));
+      }
+    }
     // What the Orion shim held back and admitted during the window (this process's launches).
     const std::optional<OrionCounts> orion_now = read_orion_counts();
     std::optional<int64_t> held, admitted;
@@ -258,10 +280,10 @@ nlohmann::json PipelineTrainer::train() {
       it.step_time_ms = ms / static_cast<double>(n);  // a window's steps share its time evenly
       it.profiled = profile_now;
       it.tokens_per_s = static_cast<double>(info.tokens_per_step) / (it.step_time_ms / 1e3);
-      it.bubble_fraction = recorder.bubble_fraction();
+      it.bubble_fraction = bubble;
       it.bubble_clock = to_string(recorder.clock());
-      it.peak_memory_bytes = peak_memory_bytes(rank_devices_);
-      it.peak_allocated_bytes = peak_allocated_bytes(rank_devices_);
+      it.peak_memory_bytes = peak_memory;
+      it.peak_allocated_bytes = peak_allocated;
       it.rank_busy = rank_busy;
       // A window's steps share its counts evenly, as they share its time.
       auto share = [n, k](int64_t total) { return total / n + (k < total % n ? 1 : 0); };
