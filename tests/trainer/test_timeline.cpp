@@ -82,7 +82,8 @@ TEST(TimelineTest, OverlappedForwardsGoOnTheRanksForwardLaneTrack) {
   EXPECT_EQ(events, expected);
   for (int r : lanes) {
     EXPECT_EQ(track_names[ranks + r], "rank " + std::to_string(r) + " forward lane");
-    EXPECT_EQ(sort_index[ranks + r], sort_index[r] + 1);
+    EXPECT_GT(sort_index[ranks + r], sort_index[r]);  // right below its rank
+    if (r + 1 < ranks) EXPECT_LT(sort_index[ranks + r], sort_index[r + 1]);
   }
   EXPECT_EQ(track_names.size(), static_cast<size_t>(ranks) + lanes.size()) << "a lane track for a rank without pairs";
 }
@@ -119,15 +120,22 @@ class GivenGpuTimes final : public GpuSpanTimes {
   double start_, end_;
 };
 
+// Records `action` on `rank` as a GPU rank does: ~0 on the host (kernels only queued), the GPU's
+// [start_us, end_us] known at end_step.
+void record_on_gpu(ActionRecorder& recorder, int rank, Action action, double start_us, double end_us) {
+  const auto now = ActionRecorder::Clock::now();
+  recorder.record(rank, action, now, now, std::make_shared<GivenGpuTimes>(start_us, end_us));
+}
+
 TEST(TimelineTest, GpuTimesReplaceHostTimesAndSetTheClockAndTheWall) {
   ActionRecorder recorder;
   recorder.begin_step(2);
   const auto now = ActionRecorder::Clock::now();
   // Host spans say every action took ~0 (kernels only queued); the GPU says otherwise.
-  recorder.record(0, Action{ActionType::kForward, 0, 0}, now, now, std::make_shared<GivenGpuTimes>(0, 400));
-  recorder.record(0, Action{ActionType::kBackward, 0, 0}, now, now, std::make_shared<GivenGpuTimes>(600, 1000));
-  recorder.record(1, Action{ActionType::kRecvForward, 1, 0}, now, now, std::make_shared<GivenGpuTimes>(0, 400));
-  recorder.record(1, Action{ActionType::kForward, 1, 0}, now, now, std::make_shared<GivenGpuTimes>(400, 600));
+  record_on_gpu(recorder, 0, Action{ActionType::kForward, 0, 0}, 0, 400);
+  record_on_gpu(recorder, 0, Action{ActionType::kBackward, 0, 0}, 600, 1000);
+  record_on_gpu(recorder, 1, Action{ActionType::kRecvForward, 1, 0}, 0, 400);
+  record_on_gpu(recorder, 1, Action{ActionType::kForward, 1, 0}, 400, 600);
   EXPECT_EQ(recorder.clock(), SpanClock::kHost);
   recorder.end_step();
   EXPECT_EQ(recorder.clock(), SpanClock::kCudaEvents);
@@ -144,6 +152,40 @@ TEST(TimelineTest, GpuTimesReplaceHostTimesAndSetTheClockAndTheWall) {
   recorder.end_step();
   EXPECT_EQ(recorder.clock(), SpanClock::kHost);
   EXPECT_EQ(to_chrome_trace(recorder, 4).at("metadata").at("clock"), "host");
+}
+
+// On the GPU clock a rank's actions on different streams run at once (GPipe: F1 need not wait
+// for F0). Chrome-trace "X" events of one track must nest, or Perfetto drops them: overlapping
+// spans go on extra tracks of the rank ("rank 0 (overlap 1)"), each track's spans disjoint.
+TEST(TimelineTest, OverlappingGpuSpansOfARankGetTracksOfTheirOwn) {
+  ActionRecorder recorder;
+  recorder.begin_step(1);
+  record_on_gpu(recorder, 0, Action{ActionType::kForward, 0, 0}, 0, 400);
+  record_on_gpu(recorder, 0, Action{ActionType::kForward, 0, 1}, 100, 500);
+  record_on_gpu(recorder, 0, Action{ActionType::kForward, 0, 2}, 450, 700);
+  recorder.end_step();
+  const nlohmann::json trace = to_chrome_trace(recorder, 0);
+  std::map<int, std::vector<std::pair<double, double>>> by_track;
+  std::map<int, std::string> names;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") == "M" && e.at("name") == "thread_name") names[e.at("tid")] = e.at("args").at("name");
+    if (e.at("ph") == "X") {
+      const double ts = e.at("ts").get<double>();
+      by_track[e.at("tid").get<int>()].push_back({ts, ts + e.at("dur").get<double>()});
+    }
+  }
+  ASSERT_EQ(by_track.size(), 2u) << "three spans, at most two at once: two tracks";
+  for (auto& [tid, spans] : by_track) {
+    EXPECT_TRUE(names.count(tid)) << "track " << tid << " has no name";
+    std::sort(spans.begin(), spans.end());
+    for (size_t i = 1; i < spans.size(); ++i) {
+      EXPECT_LE(spans[i - 1].second, spans[i].first) << "overlapping spans on track " << tid;
+    }
+  }
+  EXPECT_EQ(by_track.at(0).size(), 2u);  // F0, then F2 once F0 ended
+  EXPECT_EQ(names.at(0), "rank 0");
+  const int overlap_tid = std::prev(by_track.end())->first;
+  EXPECT_EQ(names.at(overlap_tid), "rank 0 (overlap 1)");
 }
 
 TEST(TimelineTest, OneStepCannotMixTheHostAndTheGpuClock) {

@@ -118,34 +118,67 @@ std::string span_name(const Action& action) {
          std::to_string(action.stage);
 }
 
+namespace {
+
+// One (rank, lane) of the trace: its spans spread over as many tracks as overlap at once.
+// Chrome-trace "X" events of one track must nest (Perfetto drops those that partly overlap), and
+// on the GPU clock a rank's actions on different streams run at once (GPipe's forwards), so each
+// span goes on the first of the lane's tracks that is free when it starts. Track k > 0 is tid
+// base + k x 2 x ranks, named "... (overlap k)", sorted right after the lane's first track.
+void add_lane(nlohmann::json& events, const std::vector<const ActionSpan*>& spans, int base_tid, int ranks,
+              const std::string& name, int sort_base, bool always) {
+  std::vector<const ActionSpan*> by_start = spans;
+  std::stable_sort(by_start.begin(), by_start.end(),
+                   [](const ActionSpan* a, const ActionSpan* b) { return a->start_us < b->start_us; });
+  std::vector<double> track_end;  // per track of the lane: where its last span ends
+  auto open_track = [&] {
+    const int k = static_cast<int>(track_end.size());
+    const int tid = base_tid + k * 2 * ranks;
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", tid},
+                      {"args", {{"name", k == 0 ? name : name + " (overlap " + std::to_string(k) + ")"}}}});
+    events.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 0}, {"tid", tid},
+                      {"args", {{"sort_index", sort_base + k}}}});
+    track_end.push_back(-std::numeric_limits<double>::infinity());
+  };
+  if (always) open_track();
+  for (const ActionSpan* span : by_start) {
+    const double end = std::max(span->start_us, span->end_us);
+    auto free = std::find_if(track_end.begin(), track_end.end(), [&](double e) { return e <= span->start_us; });
+    if (free == track_end.end()) {
+      open_track();
+      free = track_end.end() - 1;
+    }
+    *free = end;
+    const int k = static_cast<int>(free - track_end.begin());
+    events.push_back({{"name", span_name(span->action)},
+                      {"cat", is_compute(span->action.type) ? "compute" : "comm"},
+                      {"ph", "X"},
+                      {"pid", 0},
+                      {"tid", base_tid + k * 2 * ranks},
+                      {"ts", span->start_us},
+                      {"dur", end - span->start_us},
+                      {"args",
+                       {{"stage", span->action.stage},
+                        {"microbatch", span->action.microbatch},
+                        {"action", short_name(span->action.type)}}}});
+  }
+}
+
+}  // namespace
+
 nlohmann::json to_chrome_trace(const ActionRecorder& recorder, int step) {
   nlohmann::json events = nlohmann::json::array();
   const int ranks = recorder.num_ranks();
+  // Room in the sort order for each lane's overlap tracks.
+  constexpr int kSortStride = 64;
   for (int r = 0; r < ranks; ++r) {
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", r},
-                      {"args", {{"name", "rank " + std::to_string(r)}}}});
-    events.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 0}, {"tid", r},
-                      {"args", {{"sort_index", 2 * r}}}});
-    const auto& spans = recorder.spans(r);
-    if (std::any_of(spans.begin(), spans.end(), [](const ActionSpan& s) { return s.lane == ActionLane::kForwardLane; })) {
-      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", ranks + r},
-                        {"args", {{"name", "rank " + std::to_string(r) + " forward lane"}}}});
-      events.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 0}, {"tid", ranks + r},
-                        {"args", {{"sort_index", 2 * r + 1}}}});
+    std::vector<const ActionSpan*> on_rank, on_forward_lane;
+    for (const auto& span : recorder.spans(r)) {
+      (span.lane == ActionLane::kForwardLane ? on_forward_lane : on_rank).push_back(&span);
     }
-    for (const auto& span : spans) {
-      events.push_back({{"name", span_name(span.action)},
-                        {"cat", is_compute(span.action.type) ? "compute" : "comm"},
-                        {"ph", "X"},
-                        {"pid", 0},
-                        {"tid", span.lane == ActionLane::kForwardLane ? ranks + r : r},
-                        {"ts", span.start_us},
-                        {"dur", std::max(0.0, span.end_us - span.start_us)},
-                        {"args",
-                         {{"stage", span.action.stage},
-                          {"microbatch", span.action.microbatch},
-                          {"action", short_name(span.action.type)}}}});
-    }
+    add_lane(events, on_rank, r, ranks, "rank " + std::to_string(r), kSortStride * 2 * r, /*always=*/true);
+    add_lane(events, on_forward_lane, ranks + r, ranks, "rank " + std::to_string(r) + " forward lane",
+             kSortStride * (2 * r + 1), /*always=*/false);
   }
   return {{"traceEvents", events},
           {"displayTimeUnit", "ms"},
