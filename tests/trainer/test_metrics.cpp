@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -141,6 +142,27 @@ TEST(MetricsTest, AResumedRunKeepsTheEarlierStepsLines) {
   EXPECT_EQ(steps(), (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
   run(0, 2, false);
   EXPECT_EQ(steps(), (std::vector<int64_t>{0, 1})) << "a fresh run starts the file empty";
+  testing::remove_tree(dir);
+}
+
+// A full disk is an error naming the file, not metrics silently lost (/dev/full fails every write).
+TEST(MetricsTest, AFailedWriteIsAnError) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this machine to fail writes with";
+  const std::string dir = testing::fresh_temp_dir("metrics_full");
+  std::filesystem::create_directories(dir);
+  std::filesystem::create_symlink("/dev/full", dir + "/metrics.jsonl");
+  RunInfo info;
+  info.device = "cpu";
+  MetricsLog log(dir, info);
+  log.begin_at(0, /*resumed=*/false);
+  IterationMetrics m;
+  m.step = 7;
+  try {
+    log.add(m);
+    ADD_FAILURE() << "a write to /dev/full went unnoticed";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("metrics.jsonl"), std::string::npos) << e.what();
+  }
   testing::remove_tree(dir);
 }
 

@@ -145,10 +145,24 @@ void MetricsLog::begin_at(int64_t first_step, bool resumed) {
       }
     }
   }
-  jsonl_.open(jsonl_path_, std::ios::trunc);
+  if (resumed) {
+    // The kept lines go to a new file that replaces the old one whole: a crash in between leaves
+    // the earlier history, not a truncated file.
+    const std::string fresh = jsonl_path_ + ".tmp";
+    {
+      std::ofstream out(fresh, std::ios::trunc);
+      out << kept;
+      out.flush();
+      if (!out) throw std::runtime_error("cannot write metrics to '" + fresh + "' (disk full, or not writable?)");
+    }
+    std::error_code ec;
+    std::filesystem::rename(fresh, jsonl_path_, ec);
+    if (ec) throw std::runtime_error("cannot replace '" + jsonl_path_ + "' with '" + fresh + "': " + ec.message());
+    jsonl_.open(jsonl_path_, std::ios::app);
+  } else {
+    jsonl_.open(jsonl_path_, std::ios::trunc);
+  }
   if (!jsonl_) throw std::runtime_error("cannot write metrics to '" + jsonl_path_ + "'");
-  jsonl_ << kept;
-  jsonl_.flush();
 }
 
 void MetricsLog::add(const IterationMetrics& m) {
@@ -156,6 +170,9 @@ void MetricsLog::add(const IterationMetrics& m) {
   iterations_.push_back(m);
   jsonl_ << to_json(m).dump() << '\n';
   jsonl_.flush();
+  if (!jsonl_) {
+    throw std::runtime_error(fmt::format("writing step {}'s metrics to '{}' failed (disk full?)", m.step, jsonl_path_));
+  }
   if (tensorboard_) tensorboard_->add_scalars(m.step, tensorboard_scalars(m));
 }
 
@@ -237,6 +254,8 @@ std::string MetricsLog::write_summary() const {
   std::ofstream out(path, std::ios::trunc);
   if (!out) throw std::runtime_error("cannot write the summary to '" + path + "'");
   out << summary().dump(2) << '\n';
+  out.flush();
+  if (!out) throw std::runtime_error("writing the summary to '" + path + "' failed (disk full?)");
   return path;
 }
 
