@@ -29,7 +29,11 @@ if [ -z "$uuid" ]; then
 fi
 dir=$OUTDIR/colocation
 mkdir -p "$dir"
-export ORION_GPUD_DIR=$dir/gpud
+# The daemon's socket is gpu-<GPU-uuid>.sock (49 characters, more while it is bound): under the
+# work folder it could pass the 108 characters a Unix socket path may have, so a short folder of
+# its own (mktemp -d: mode 0700, as the daemon wants).
+ORION_GPUD_DIR=$(mktemp -d /tmp/gpud.XXXXXX) || { record "j: colocation" FAIL "mktemp -d /tmp/gpud.XXXXXX failed"; exit 1; }
+export ORION_GPUD_DIR
 steps=${GPU_CHECK_COLOCATION_STEPS:-8}
 job_s=${GPU_CHECK_COLOCATION_JOB_S:-15}
 job() {  # name, then env assignments for the job
@@ -49,6 +53,11 @@ pipeline unmanaged || failed=1
 wait $jp || failed=1
 "$daemon_exe" serve --gpu "$uuid" >"$OUTDIR/logs/colocation_daemon.log" 2>&1 & dp=$!
 for _ in $(seq 100); do [ -S "$ORION_GPUD_DIR/gpu-$uuid.sock" ] && break; sleep 0.05; done
+if [ ! -S "$ORION_GPUD_DIR/gpu-$uuid.sock" ]; then
+  # The managed runs would run unmanaged and pass: say why instead.
+  record "j: colocation managed" FAIL "orion-gpud made no socket in $ORION_GPUD_DIR within 5 s (logs/colocation_daemon.log)"
+  failed=1
+fi
 job managed LD_PRELOAD="$SHIM" USE_ORION_SCHEDULER=1 ORION_POLICY=gpud "ORION_POLICY_PARAMS=gpu=$uuid" & jp=$!
 pipeline managed --set "parallel.publish_bubbles_gpu=$uuid" || failed=1
 wait $jp || failed=1
