@@ -111,5 +111,16 @@ for mode in ("unmanaged", "managed", "mps_unmanaged", "mps_managed"):
     except (OSError, ValueError, KeyError, ZeroDivisionError) as e:
         print(f"| j: colocation {mode} | FAIL | {e} |")
         ok = False
+        continue
+    # A managed job that ran without the shim was never gated: its row would compare nothing.
+    if mode.endswith("managed") and not mode.endswith("unmanaged"):
+        try:
+            loaded = json.loads((d / f"job_{mode}.json").read_text()).get("shim_loaded")
+        except (OSError, ValueError):
+            loaded = None
+        if loaded is not True:
+            print(f"| j: colocation {mode} | FAIL | the best-effort job ran without libgpu_scheduler.so "
+                  f"(shim_loaded={loaded}): its launches were not gated |")
+            ok = False
 sys.exit(0 if ok else 1)
 PY
