@@ -1,5 +1,6 @@
 #include "trainer/model/dropout.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
@@ -31,6 +32,12 @@ std::optional<uint64_t> dropout_seed(int64_t layer, int site) {
   return (static_cast<uint64_t>(out[0]) << 32) | out[1];
 }
 
+std::optional<at::Generator> cpu_dropout_generator(int64_t layer, int site) {
+  const std::optional<uint64_t> seed = dropout_seed(layer, site);
+  if (!seed) return std::nullopt;
+  return at::make_generator<at::CPUGeneratorImpl>(*seed);
+}
+
 at::Tensor with_dropout_seed(c10::Device device, int64_t layer, int site, const std::function<at::Tensor()>& draw) {
   const std::optional<uint64_t> seed = dropout_seed(layer, site);
   if (!seed) return draw();
@@ -46,8 +53,12 @@ at::Tensor with_dropout_seed(c10::Device device, int64_t layer, int site, const 
     at::Generator& generator;
     const at::Tensor& state;
     ~Restore() {
-      std::lock_guard lock(generator.mutex());
-      generator.set_state(state);
+      try {
+        std::lock_guard lock(generator.mutex());
+        generator.set_state(state);
+      } catch (const std::exception&) {
+        // The state just read back cannot be refused; a destructor must not throw either way.
+      }
     }
   } restore{generator, saved};
   return draw();

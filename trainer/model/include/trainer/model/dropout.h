@@ -8,6 +8,7 @@
 // Megatron's model-parallel RNG tracker keeps masks a function of position, not of history).
 #pragma once
 
+#include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
@@ -39,10 +40,14 @@ class DropoutScope {
 // outside one).
 std::optional<uint64_t> dropout_seed(int64_t layer, int site);
 
-// Runs `draw`, which draws from the default generator of `device` (at::dropout, dropout inside
-// scaled_dot_product_attention), with that generator seeded dropout_seed(layer, site) and its
-// state restored afterwards; outside a scope it simply runs `draw`. Draws of a process take turns
-// (the default generator is shared): the CUDA kernels only read the seed at launch.
+// A CPU generator of this draw's own, seeded dropout_seed(layer, site) (nullopt outside a scope):
+// CPU masks are drawn from it, so rank threads never share, or wait for, a generator.
+std::optional<at::Generator> cpu_dropout_generator(int64_t layer, int site);
+
+// For CUDA's fused kernels (at::dropout, dropout inside scaled_dot_product_attention), which draw
+// from the device's default generator: runs `draw` with that generator seeded
+// dropout_seed(layer, site), restoring its state afterwards; outside a scope it simply runs
+// `draw`. Draws of a process take turns while they launch (the kernels read the seed at launch).
 at::Tensor with_dropout_seed(c10::Device device, int64_t layer, int site, const std::function<at::Tensor()>& draw);
 
 }  // namespace gpipe
