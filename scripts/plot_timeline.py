@@ -91,6 +91,20 @@ def read_boxes(path: Path) -> tuple[list[Box], dict[tuple, str]]:
     return boxes, names
 
 
+def read_sort_indices(path: Path) -> dict[tuple, int]:
+    """The traces' thread_sort_index metadata ((pid, tid) -> index): gpipe_runner sorts a rank's
+    forward lane and its overlap tracks right after the rank, whatever their tids."""
+    doc = json.loads(path.read_text())
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    order = {}
+    for ev in events or []:
+        if isinstance(ev, dict) and ev.get("ph") == "M" and ev.get("name") == "thread_sort_index":
+            index = (ev.get("args") or {}).get("sort_index")
+            if isinstance(index, int):
+                order[(ev.get("pid", 0), ev.get("tid", 0))] = index
+    return order
+
+
 def _default_track_name(track: tuple, tracks: list[tuple]) -> str:
     # A trace puts ranks in tids of one process, or in processes: name by whichever varies.
     if len({t[0] for t in tracks}) == 1:
@@ -109,7 +123,8 @@ def track_order(track: tuple) -> tuple:
     return tuple(part(x) for x in track)
 
 
-def plot(boxes: list[Box], names: dict[tuple, str], output: Path, title: str) -> None:
+def plot(boxes: list[Box], names: dict[tuple, str], output: Path, title: str,
+         sort_index: dict[tuple, int] | None = None) -> None:
     try:
         import matplotlib
     except ImportError:
@@ -119,7 +134,9 @@ def plot(boxes: list[Box], names: dict[tuple, str], output: Path, title: str) ->
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    tracks = sorted({b.track for b in boxes}, key=track_order)
+    # The trace's own order first (thread_sort_index), then numbers numerically.
+    order = sort_index or {}
+    tracks = sorted({b.track for b in boxes}, key=lambda t: (order.get(t, float("inf")), track_order(t)))
     row = {t: i for i, t in enumerate(tracks)}
     t0 = min(b.start_us for b in boxes)
     span_ms = (max(b.start_us + b.dur_us for b in boxes) - t0) / 1e3
@@ -163,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     output = args.output or args.timeline.with_suffix(".png")
-    plot(boxes, names, output, args.title or str(args.timeline))
+    plot(boxes, names, output, args.title or str(args.timeline), read_sort_indices(args.timeline))
     print(f"wrote {output} ({len(boxes)} events on {len({b.track for b in boxes})} tracks)")
     return 0
 

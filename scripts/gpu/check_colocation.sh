@@ -34,6 +34,7 @@ mkdir -p "$dir"
 # its own (mktemp -d: mode 0700, as the daemon wants).
 ORION_GPUD_DIR=$(mktemp -d /tmp/gpud.XXXXXX) || { record "j: colocation" FAIL "mktemp -d /tmp/gpud.XXXXXX failed"; exit 1; }
 export ORION_GPUD_DIR
+trap 'rm -rf "$ORION_GPUD_DIR"' EXIT
 steps=${GPU_CHECK_COLOCATION_STEPS:-8}
 job_s=${GPU_CHECK_COLOCATION_JOB_S:-15}
 job() {  # name, then env assignments for the job

@@ -60,6 +60,15 @@ class PlotTimelineTest(unittest.TestCase):
         self.assertEqual([t[1] for t in sorted(tracks, key=plot_timeline.track_order)], [0, 1, 2, 9, 10, 11])
         self.assertEqual(sorted([(0, "lane"), (0, 3)], key=plot_timeline.track_order), [(0, 3), (0, "lane")])
 
+    def test_sort_indices_come_from_the_trace(self):
+        # gpipe_runner's overlap track of rank 0 (tid 8 of 4 ranks) sorts right after rank 0.
+        trace = {"traceEvents": [
+            {"ph": "M", "name": "thread_sort_index", "pid": 0, "tid": t, "args": {"sort_index": i}}
+            for t, i in ((0, 0), (8, 1), (1, 128))]}
+        path = self.dir / "sorted.json"
+        path.write_text(json.dumps(trace))
+        self.assertEqual(plot_timeline.read_sort_indices(path), {(0, 0): 0, (0, 8): 1, (0, 1): 128})
+
     def test_name_fallback_and_begin_end_pairs(self):
         doc = [{"ph": "B", "name": "W7 s0", "pid": 1, "tid": 0, "ts": 10},
                {"ph": "E", "pid": 1, "tid": 0, "ts": 35},
