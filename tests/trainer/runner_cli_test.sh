@@ -105,6 +105,23 @@ expect data_checkpointed 0 "Training summary" -- --config "$cfg" --steps 2 --out
 cp "$repo/docs/ARCHITECTURE.md" "$tmp/corpus/"
 expect resume_other_data 2 "was trained on other data" -- --config "$cfg" --steps 4 --output-dir "$tmp/run_data" \
   --checkpoint-interval 1 --resume --set dataset.name=text --set dataset.path="$tmp/corpus"
+# A checkpoint of a build that ordered epochs otherwise (no data_order: seed + epoch) resumes
+# with a warning that the rest of its epoch is visited in another order.
+latest=$(ls -d "$tmp"/run_data/checkpoints/step_* 2>/dev/null | tail -n 1)
+if [ -n "$latest" ] && "${python:-python3}" - "$latest/manifest.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert m["data_order"], "a new checkpoint records its data order"
+del m["data_order"]
+json.dump(m, open(sys.argv[1], "w"))
+PY
+then
+  rm -f "$tmp/corpus/ARCHITECTURE.md"
+  expect resume_old_data_order 0 "ordered epochs otherwise \\(seed \\+ epoch\\)" -- --config "$cfg" --steps 3 \
+    --output-dir "$tmp/run_data" --checkpoint-interval 1 --resume --set dataset.name=text --set dataset.path="$tmp/corpus"
+else
+  echo "FAIL resume_old_data_order: no checkpoint manifest with data_order under $tmp/run_data"; failures=$((failures + 1))
+fi
 # On CPU busy time and bubble are host-timed, and the summary says so (a GPU run says cuda_events).
 grep -q '"bubble_clock": *"host"' "$tmp/run/summary.json" \
   || { echo "FAIL short_run: summary.json does not say bubble_clock host"; failures=$((failures + 1)); }

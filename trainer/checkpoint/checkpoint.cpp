@@ -203,6 +203,7 @@ void write_manifest(const std::string& folder, const Manifest& manifest) {
       {"config_hash", manifest.config_hash},
       {"config", manifest.config_yaml},
       {"data_digest", manifest.data_digest},
+      {"data_order", manifest.data_order},
       {"num_stages", manifest.num_stages},
       {"world_size", manifest.world_size},
       {"stages", stages},
@@ -237,6 +238,7 @@ Manifest read_manifest(const std::string& folder, const std::string& expected_co
     manifest.config_hash = json.at("config_hash").get<std::string>();
     manifest.config_yaml = json.value("config", std::string());
     manifest.data_digest = json.value("data_digest", std::string());
+    manifest.data_order = json.value("data_order", std::string());
     manifest.num_stages = json.at("num_stages").get<int>();
     manifest.world_size = json.at("world_size").get<int>();
     for (const auto& s : json.at("stages")) {

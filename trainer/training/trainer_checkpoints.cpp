@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "trainer/checkpoint/checkpoint.h"
+#include "trainer/data/text_data.h"
 #include "trainer/distributed/distributed.h"
 #include "trainer/log/engine_log.h"
 #include "trainer/execution/stage_runtime.h"
@@ -154,6 +155,7 @@ void PipelineTrainer::save_checkpoint(int64_t step, int epoch, int64_t batch_ind
     manifest.config_hash = hash;
     manifest.config_yaml = checkpoint_config_yaml();
     manifest.data_digest = components_.dataset->content_digest();
+    manifest.data_order = kEpochOrder;
     manifest.num_stages = static_cast<int>(stages_.size());
     manifest.world_size = dist_ ? dist_->world_size() : 1;
     manifest.stages = files;
@@ -192,6 +194,13 @@ std::tuple<int64_t, int, int64_t> PipelineTrainer::load_checkpoint() {
     throw CheckpointError(fmt::format("{} was trained on other data: {} then, {} now (the files under dataset.path or "
                                       "the tokenizer changed); resume with the data it was trained on, or train afresh "
                                       "in another folder", folder, manifest.data_digest, here));
+  }
+  if (manifest.data_order != kEpochOrder && (!dist_ || dist_->rank() == 0)) {
+    // Not refused: the weights are right; only which samples the rest of the epoch visits differs.
+    log_warn("{} was written by a build that ordered epochs otherwise ({}); this build's order is {}: the rest of "
+             "epoch {} visits its samples in another order (some again, some not), later epochs are new orders",
+             folder, manifest.data_order.empty() ? "seed + epoch" : manifest.data_order, kEpochOrder,
+             manifest.position.epoch);
   }
   TrainingPosition position = manifest.position;
   const auto local_stages = std::count_if(stages_.begin(), stages_.end(), [](const auto& s) { return s != nullptr; });

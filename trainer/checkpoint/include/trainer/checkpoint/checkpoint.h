@@ -47,6 +47,8 @@ struct Manifest {
   // The training data's digest when it was written (DatasetInterface::content_digest: token count
   // and CRC): the config names dataset.path, not what is in it. Empty in older checkpoints.
   std::string data_digest;
+  // How epochs order the samples (trainer/data/text_data.h kEpochOrder); empty in older checkpoints.
+  std::string data_order;
   int num_stages = 0;
   int world_size = 1;
   std::vector<StageCheckpointFile> stages;  // exactly one per stage 0..num_stages-1 when complete

@@ -20,6 +20,11 @@
 
 namespace gpipe {
 
+// How an epoch orders the samples, as a checkpoint records it: a resume from a checkpoint that
+// says otherwise visits the rest of its epoch in another order (before 2026-11-29 the generator was
+// seeded with seed + epoch).
+inline constexpr const char* kEpochOrder = "randperm(num_samples), CPU generator seeded by seed_seq(seed, epoch)";
+
 struct TextDocument {
   std::string source;  // where it came from: "file" or "file:line"
   std::string text;
