@@ -50,8 +50,8 @@ def _action_of(event: dict) -> tuple[str, int | None]:
     return long_forms.get(action.lower(), action), (int(mb) if mb is not None else None)
 
 
-def read_boxes(path: Path) -> tuple[list[Box], dict[tuple, str]]:
-    """Boxes and track names ((pid, tid) -> name) from a Chrome trace file."""
+def _trace_events(path: Path) -> list:
+    """The events of a Chrome trace file (a list, or an object with 'traceEvents')."""
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
@@ -63,6 +63,12 @@ def read_boxes(path: Path) -> tuple[list[Box], dict[tuple, str]]:
     if not isinstance(events, list):
         raise TimelineError(f"timeline '{path}': expected a Chrome trace (a list of events or "
                             "an object with 'traceEvents')")
+    return events
+
+
+def read_boxes(path: Path) -> tuple[list[Box], dict[tuple, str]]:
+    """Boxes and track names ((pid, tid) -> name) from a Chrome trace file."""
+    events = _trace_events(path)
     names: dict[tuple, str] = {}
     boxes: list[Box] = []
     open_events: dict[tuple, list[dict]] = {}
@@ -94,10 +100,8 @@ def read_boxes(path: Path) -> tuple[list[Box], dict[tuple, str]]:
 def read_sort_indices(path: Path) -> dict[tuple, int]:
     """The traces' thread_sort_index metadata ((pid, tid) -> index): gpipe_runner sorts a rank's
     forward lane and its overlap tracks right after the rank, whatever their tids."""
-    doc = json.loads(path.read_text())
-    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     order = {}
-    for ev in events or []:
+    for ev in _trace_events(path):
         if isinstance(ev, dict) and ev.get("ph") == "M" and ev.get("name") == "thread_sort_index":
             index = (ev.get("args") or {}).get("sort_index")
             if isinstance(index, int):

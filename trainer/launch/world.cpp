@@ -22,8 +22,10 @@ std::optional<std::string> lookup(const GetEnv& getenv, const char* name) {
   return std::string(value);
 }
 
-std::optional<int> parse_int(std::string_view text) {
-  int value = 0;
+// The whole of `text` as an integer of type T, or nullopt.
+template <typename T = int>
+std::optional<T> parse_int(std::string_view text) {
+  T value = 0;
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, value);
   if (ec != std::errc() || ptr != end) return std::nullopt;
@@ -162,10 +164,8 @@ int slurm_local_world_size(const GetEnv& getenv) {
 bool in_srun_step(const GetEnv& getenv) {
   if (!lookup(getenv, "SLURM_PROCID") || !lookup(getenv, "SLURM_STEP_NUM_TASKS")) return false;
   const auto step = lookup(getenv, "SLURM_STEP_ID");
-  if (!step) return false;
-  unsigned long long id = 0;
-  auto [ptr, ec] = std::from_chars(step->data(), step->data() + step->size(), id);
-  return ec == std::errc() && ptr == step->data() + step->size() && id < 0xfffffff0ULL;
+  const auto id = step ? parse_int<unsigned long long>(*step) : std::nullopt;
+  return id && *id < 0xfffffff0ULL;
 }
 
 WorldInfo from_slurm_env(const GetEnv& getenv) {
@@ -200,16 +200,10 @@ WorldInfo from_slurm_env(const GetEnv& getenv) {
   } else if (auto job = lookup(getenv, "SLURM_JOB_ID")) {
     // Two jobs (or two steps of one job) sharing a node must not both take 29500: every rank of
     // a step derives the same port from the job and step ids, in the range scripts/slurm/common.sh uses.
-    auto number = [](const std::string& text) -> std::optional<unsigned long long> {
-      unsigned long long v = 0;
-      auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-      if (ec != std::errc() || ptr != text.data() + text.size()) return std::nullopt;
-      return v;
-    };
-    const auto job_id = number(*job);
+    const auto job_id = parse_int<unsigned long long>(*job);
     if (!job_id) throw WorldError("SLURM_JOB_ID='" + *job + "' is not an integer");
     const auto step = lookup(getenv, "SLURM_STEP_ID");
-    const unsigned long long step_id = step ? number(*step).value_or(0) : 0;
+    const unsigned long long step_id = step ? parse_int<unsigned long long>(*step).value_or(0) : 0;
     w.master_port = static_cast<int>(15000 + (*job_id % 15000 + 7919 * (step_id % 15000)) % 15000);
   }
   return w;
