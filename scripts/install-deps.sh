@@ -10,7 +10,8 @@ venv=${OURGPIPE_VENV:-$root/.venv}
 debs=(cmake ninja-build g++ pkg-config python3-venv zlib1g-dev
       libspdlog-dev libfmt-dev libtbb-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
       libgloo-dev libgtest-dev libgmock-dev libbenchmark-dev libsentencepiece-dev sentencepiece
-      libprotobuf-dev protobuf-compiler libboost-dev)
+      libprotobuf-dev protobuf-compiler libboost-dev
+      libgl-dev libegl-dev libvdpau-dev)  # headers only: the shim wraps the driver's GL/EGL/VDPAU interop functions
 # Slurm and munge for tests/slurm/local_slurm_check.sh (a one-machine cluster; it needs root).
 if [ "${OURGPIPE_WITH_SLURM:-0}" = "1" ] || { [ -n "${CI:-}" ] && [ "$(id -u)" -eq 0 ]; }; then
   debs+=(slurm-wlm munge)

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Generates the shim's wrapper for every function the toolkit's cuda.h declares.
+"""Generates the shim's wrapper for every function the toolkit's driver headers declare.
 
-Inputs: the toolkit's cuda.h (run through the C++ preprocessor with __CUDA_API_VERSION_INTERNAL,
-which declares every ABI under its own symbol: cuMemFree, cuMemFree_v2, cuLaunchKernel_ptsz, ...),
-cudaTypedefs.h (the PFN_<name>_v<version> typedefs give each ABI's cuGetProcAddress versions),
+Inputs: the toolkit's driver headers (DRIVER_HEADERS: cuda.h and the interop and profiler headers
+beside it, whose functions libcuda exports too and libcudart looks up) run through the C++
+preprocessor with __CUDA_API_VERSION_INTERNAL, which declares every ABI under its own symbol:
+cuMemFree, cuMemFree_v2, cuLaunchKernel_ptsz, ...; their *Typedefs.h headers (the
+PFN_<name>_v<version> typedefs give each ABI's cuGetProcAddress versions),
 src/driver_api_classes.csv (what the shim does with each function) and src/entry_points.def (the
 hand-written wrappers).
 
@@ -15,8 +17,8 @@ Outputs (in --out-dir):
                         the driver; every other one first releases everything the shim holds
   driver_api_summary.txt counts per class, for the README and the test
 
---check: exit 1 when a function is missing from the table, a row names a function cuda.h does
-not declare, or a row's wrapper column disagrees with entry_points.def (the build itself only
+--check: exit 1 when a function is missing from the table, a row names a function no driver
+header declares, or a row's wrapper column disagrees with entry_points.def (the build itself only
 warns: an unclassified function gets the release-everything default).
 """
 import argparse
@@ -34,12 +36,36 @@ VMAX = 0x7FFFFFFF
 ABI_RE = re.compile(r"^(cu\w+?)(?:_v(\d+))?(_ptsz|_ptds)?$")
 
 
-def preprocess(cxx, include_dir):
-    src = "#define __CUDA_API_VERSION_INTERNAL 1\n#include <cuda.h>\n"
-    out = subprocess.run([cxx, "-E", "-P", "-x", "c++", "-I", include_dir, "-"], input=src,
+# Every header of the toolkit that declares driver functions (libcuda.so.1 exports them all), with
+# the windowing-system header each needs first and the Debian package that has it. A function the
+# shim has no wrapper for would reach the driver around it (libcudart asks cuGetProcAddress for
+# cuProfilerStart at start-up) while work is held: each gets the release-everything default unless
+# the table says otherwise. Windows-only ones (cuWGLGetDevice, cudaD3D*.h) are not declared here.
+DRIVER_HEADERS = (("cuda.h", None, None),
+                  ("cudaProfiler.h", None, None),
+                  ("cudaGL.h", "GL/gl.h", "libgl-dev"),
+                  ("cudaEGL.h", "EGL/egl.h", "libegl-dev"),
+                  ("cudaVDPAU.h", "vdpau/vdpau.h", "libvdpau-dev"))
+
+
+def typedef_header(header):
+    return header[:-2] + "Typedefs.h"
+
+
+def preprocess(cxx, include_dirs):
+    """The driver headers, preprocessed; include_dirs: the toolkit's first, then where the
+    windowing-system headers are when they are not on the compiler's own path."""
+    src = "#define __CUDA_API_VERSION_INTERNAL 1\n"
+    for header, needs, _ in DRIVER_HEADERS:
+        src += (f"#include <{needs}>\n" if needs else "") + f"#include <{header}>\n"
+    flags = [f for d in include_dirs for f in ("-I", d)]
+    out = subprocess.run([cxx, "-E", "-P", "-x", "c++", *flags, "-"], input=src,
                          capture_output=True, text=True)
     if out.returncode != 0:
-        sys.exit(f"gen_driver_api: preprocessing cuda.h with {cxx} failed:\n{out.stderr}")
+        missing = [f"{needs} ({package})" for _, needs, package in DRIVER_HEADERS
+                   if needs and needs in out.stderr]
+        hint = (f"\nmissing: {', '.join(missing)}: install them (scripts/install-deps.sh)" if missing else "")
+        sys.exit(f"gen_driver_api: preprocessing the driver headers with {cxx} failed:\n{out.stderr}{hint}")
     return out.stdout
 
 
@@ -130,6 +156,8 @@ def read_entry_points(path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cuda-include", required=True)
+    ap.add_argument("--include", action="append", default=[],
+                    help="another folder with headers the driver headers include (GL, EGL, VDPAU)")
     ap.add_argument("--cxx", required=True)
     ap.add_argument("--table", required=True)
     ap.add_argument("--entry-points", required=True)
@@ -137,10 +165,11 @@ def main():
     ap.add_argument("--check", action="store_true")
     a = ap.parse_args()
 
-    decls = declarations(preprocess(a.cxx, a.cuda_include))
+    decls = declarations(preprocess(a.cxx, [a.cuda_include, *a.include]))
     if len(decls) < 100:
         sys.exit(f"gen_driver_api: found only {len(decls)} declarations in {a.cuda_include}/cuda.h")
-    typedefs = open(os.path.join(a.cuda_include, "cudaTypedefs.h")).read()
+    typedefs = "".join(open(os.path.join(a.cuda_include, typedef_header(h))).read()
+                       for h, _, _ in DRIVER_HEADERS)
     ranges, range_problems = version_ranges(decls, typedefs)
     table = read_table(a.table)
     hand, aliases = read_entry_points(a.entry_points)
@@ -174,10 +203,10 @@ def main():
             cls_of[s] = cls
     for fn in table:
         if fn not in functions:
-            errors.append(f"{os.path.basename(a.table)} lists {fn}, which cuda.h does not declare")
+            errors.append(f"{os.path.basename(a.table)} lists {fn}, which no driver header declares")
     for s, (base, lo, hi, pt) in hand.items():
         if s not in decls:
-            errors.append(f"entry_points.def wraps {s}, which cuda.h does not declare")
+            errors.append(f"entry_points.def wraps {s}, which no driver header declares")
         elif ranges.get(s) != (lo, hi):
             errors.append(f"entry_points.def gives {s} versions [{lo}, {hi}), cudaTypedefs.h {list(ranges.get(s))}")
 
@@ -211,7 +240,7 @@ def class_enum(cls):
 
 
 def functions_inc(decls, ranges, cls_of, hand):
-    out = ["// Generated by intercept/tools/gen_driver_api.py from cuda.h, cudaTypedefs.h and",
+    out = ["// Generated by intercept/tools/gen_driver_api.py from the driver headers, their typedefs and",
            "// driver_api_classes.csv. Do not edit.",
            "// ORION_DRIVER_FUNCTION(base, symbol, min_version, max_version, per_thread, class, hand)"]
     for s in sorted(decls):
@@ -285,7 +314,7 @@ def summary(decls, cls_of, hand, table):
     fns = collections.defaultdict(set)
     for s, c in cls_of.items():
         fns[c].add(abi_key(s)[0])
-    lines = [f"cuda.h functions: {len({abi_key(s)[0] for s in decls})}, ABI symbols: {len(decls)}, "
+    lines = [f"driver functions: {len({abi_key(s)[0] for s in decls})}, ABI symbols: {len(decls)}, "
              f"hand-written wrappers: {sum(1 for s in decls if s in hand)}, "
              f"generated: {sum(1 for s in decls if s not in hand)}"]
     for c in CLASSES:

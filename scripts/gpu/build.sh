@@ -46,6 +46,10 @@ need_staged=(
   "include/gmock/gmock.h|libgmock-dev"
   "include/gloo/algorithm.h|libgloo-dev (c10d's ProcessGroupGloo headers)"
   "include/zlib.h|zlib1g-dev"
+  "include/GL/gl.h|libgl-dev (the shim's GL interop wrappers)"
+  "include/KHR/khrplatform.h|libgl-dev"
+  "include/EGL/egl.h|libegl-dev (the shim's EGL interop wrappers)"
+  "include/vdpau/vdpau.h|libvdpau-dev (the shim's VDPAU interop wrappers)"
 )
 if ! ensure_deps; then
   record build FAIL "no .deps/debs/*.deb: run scripts/gpu/stage-debs.sh on the dev machine and carry .deps"

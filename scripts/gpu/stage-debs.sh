@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Stages, as Debian packages in .deps/debs/ (git-ignored), everything the GPU build takes that the
 # GPU image lacks (it has CUDA, cmake, ninja, python with PyTorch; no apt, no network): the C++
-# libraries, Gloo's headers (c10d's ProcessGroupGloo), zlib's headers, pkg-config, PyYAML for the
-# Python peers. scripts/gpu/build.sh checks each of these up front and names what is missing.
+# libraries, Gloo's headers (c10d's ProcessGroupGloo), zlib's headers, the GL, EGL and VDPAU headers
+# (the shim wraps the driver's interop functions; headers only, nothing links them), pkg-config,
+# PyYAML for the Python peers. scripts/gpu/build.sh checks each of these up front and names what is missing.
 # TensorBoard's protobuf and Boost are left out on purpose: the GPU runner writes metrics.jsonl
 # and says it writes no TensorBoard scalars. Extra package names may be given as arguments.
 # Run on the development machine, in any folder of the project; then carry .deps to the GPU.
@@ -18,6 +19,7 @@ pkgs=(libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
       libgtest-dev libgmock-dev googletest
       libsentencepiece-dev libsentencepiece0
       libgloo-dev libgloo0 zlib1g-dev pkgconf pkgconf-bin libpkgconf3
+      libgl-dev libegl-dev libvdpau-dev
       python3-yaml libyaml-0-2 "$@")
 mkdir -p .deps/debs
 cd .deps/debs

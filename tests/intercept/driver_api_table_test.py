@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""intercept.driver_api_table: every function the toolkit's cuda.h declares is classified in
-intercept/src/driver_api_classes.csv and exported by libgpu_scheduler.so (so a call through dlsym,
-cuGetProcAddress or direct linking reaches a wrapper), and the check itself catches a function
-missing from the table.
+"""intercept.driver_api_table: every function the toolkit's driver headers declare (cuda.h and
+every other header of the toolkit that declares cu* driver functions: cudaProfiler.h, cudaGL.h,
+cudaEGL.h, cudaVDPAU.h) is classified in intercept/src/driver_api_classes.csv and exported by
+libgpu_scheduler.so (so a call through dlsym, cuGetProcAddress or direct linking reaches a
+wrapper), and the check itself catches a function missing from the table.
 
 usage: driver_api_table_test.py LIBRARY -- GEN_DRIVER_API_ARGS...
 """
@@ -16,6 +17,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GEN = os.path.join(HERE, "..", "..", "intercept", "tools", "gen_driver_api.py")
+sys.path.insert(0, os.path.dirname(GEN))
+import gen_driver_api  # noqa: E402  (its DRIVER_HEADERS and preprocess(), the build's own)
 
 
 def run_check(args):
@@ -62,16 +65,35 @@ def main():
     nm = subprocess.run(["nm", "-D", "--defined-only", library], capture_output=True, text=True,
                         check=True).stdout
     exported = {re.sub(r"@.*", "", l.split()[-1]) for l in nm.splitlines() if l.split()}
+    # Found here, not taken from the generator: a toolkit header that declares driver functions
+    # the generator does not read would leave them reaching the driver around the shim.
     inc = arg(args, "--cuda-include")
-    pre = subprocess.run([arg(args, "--cxx"), "-E", "-P", "-x", "c++", "-I", inc, "-"],
-                         input="#define __CUDA_API_VERSION_INTERNAL 1\n#include <cuda.h>\n",
-                         capture_output=True, text=True, check=True).stdout
+    declaring = set()
+    for root, _, files in os.walk(inc):
+        for name in files:
+            if name.endswith(".h"):
+                with open(os.path.join(root, name), errors="replace") as f:
+                    if re.search(r"\bCUresult\s+CUDAAPI\s+cu\w+\s*\(", f.read()):
+                        declaring.add(os.path.relpath(os.path.join(root, name), inc))
+    read = {h for h, _, _ in gen_driver_api.DRIVER_HEADERS}
+    if declaring - read:
+        failures.append(f"{', '.join(sorted(declaring - read))} declare driver functions the generator does "
+                        "not read (gen_driver_api.py DRIVER_HEADERS)")
+    if "cuda.h" not in declaring or len(declaring) < 2:
+        failures.append(f"found driver declarations only in {sorted(declaring)} under {inc}")
+    includes = [inc] + [args[i + 1] for i, a in enumerate(args) if a == "--include"]
+    pre = gen_driver_api.preprocess(arg(args, "--cxx"), includes)
     declared = set(re.findall(r"\bCUresult\s+(cu\w+)\s*\(", pre))
     missing = sorted(declared - exported)
     if missing:
-        failures.append(f"{len(missing)} cuda.h functions are not exported by {library}: "
+        failures.append(f"{len(missing)} driver functions are not exported by {library}: "
                         f"{', '.join(missing[:20])}")
-    print(f"{len(declared)} cuda.h symbols, {len(declared & exported)} exported by the shim")
+    for must in ("cuProfilerStart", "cuProfilerStop", "cuGraphicsGLRegisterBuffer", "cuEGLStreamProducerPresentFrame",
+                 "cuGraphicsVDPAURegisterVideoSurface"):
+        if must not in declared & exported:
+            failures.append(f"{must} is not declared and exported (the interop headers were not read)")
+    print(f"{len(declared)} driver symbols in {', '.join(sorted(declaring))}, "
+          f"{len(declared & exported)} exported by the shim")
 
     for f in failures:
         print("FAIL:", f)

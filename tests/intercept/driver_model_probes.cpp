@@ -364,6 +364,15 @@ const std::map<std::string, Probe>& probes() {
        [](const Driver& d, CUdevice dev) { return legacy_record_beside_capture(d, dev, CU_STREAM_DEFAULT); }},
       {"capture.legacy_work_beside_a_non_blocking_capture",
        [](const Driver& d, CUdevice dev) { return legacy_record_beside_capture(d, dev, CU_STREAM_NON_BLOCKING); }},
+      {"profiler.start_without_context",
+       [](const Driver& d, CUdevice dev) {
+         const CUresult none = d.cuProfilerStart();
+         retain_current(d, dev);
+         const CUresult start = d.cuProfilerStart();
+         const CUresult stop = d.cuProfilerStop();
+         return fmt::format("start without a context={} start={} stop={}", name_of(d, none), name_of(d, start),
+                            name_of(d, stop));
+       }},
       {"event.create_without_context",
        [](const Driver& d, CUdevice) {
          CUevent e = nullptr;

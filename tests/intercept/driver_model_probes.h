@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cuda.h"
+#include "cudaProfiler.h"
 
 namespace driver_model {
 
@@ -25,7 +26,7 @@ namespace driver_model {
   X(cuStreamGetPriority) X(cuStreamCreateWithPriority) X(cuCtxGetStreamPriorityRange)            \
   X(cuModuleLoadData) X(cuModuleGetFunction) X(cuModuleUnload) X(cuLaunchKernel)                 \
   X(cuStreamSynchronize) X(cuFuncGetName) X(cuOccupancyMaxActiveBlocksPerMultiprocessor) \
-  X(cuCtxSynchronize) X(cuStreamIsCapturing)
+  X(cuCtxSynchronize) X(cuStreamIsCapturing) X(cuProfilerStart) X(cuProfilerStop)
 
 struct Driver {
 #define DRIVER_MODEL_FIELD(fn) decltype(&::fn) fn = nullptr;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include <cudaProfiler.h>
 #include <cudaTypedefs.h>
 
 namespace fake_cuda_impl {
@@ -483,6 +484,8 @@ const ProcEntry kProcs[] = {
     {"cuFuncGetName", "cuFuncGetName", 12030, 0x7fffffff, false, reinterpret_cast<void*>(&cuFuncGetName)},
     {"cuDeviceGetAttribute", "cuDeviceGetAttribute", 2000, 0x7fffffff, false,
      reinterpret_cast<void*>(&cuDeviceGetAttribute)},
+    {"cuProfilerStart", "cuProfilerStart", 4000, 0x7fffffff, false, reinterpret_cast<void*>(&cuProfilerStart)},
+    {"cuProfilerStop", "cuProfilerStop", 4000, 0x7fffffff, false, reinterpret_cast<void*>(&cuProfilerStop)},
 };
 
 CUresult lookup(const char* symbol, void** pfn, int version, cuuint64_t flags,

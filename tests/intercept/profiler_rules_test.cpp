@@ -1,0 +1,78 @@
+// The driver functions declared outside cuda.h (cudaProfiler.h, cudaGL.h, cudaEGL.h, cudaVDPAU.h)
+// are the driver's too: libcuda exports them and libcudart looks cuProfilerStart/Stop up at
+// start-up. Before, the shim had no wrapper for them, so cudaProfilerStop() reached the driver
+// while best-effort work was still held: Nsight's capture range (--capture-range=cudaProfilerApi)
+// ended before kernels the program issued inside it. Now each gets a generated wrapper that
+// releases everything held first, whichever way the program reaches it (direct linking, dlsym,
+// cuGetProcAddress). The fake driver models only the profiler calls; the graphics-interop ones
+// need a GL, EGL or VDPAU context it cannot make (intercept.driver_api_table checks that the shim
+// exports and classifies every one). Run scheduled and pass-through.
+#include <cudaProfiler.h>
+
+#include "lookup_fixture.h"
+
+namespace {
+
+using namespace icpt_test;
+
+class ProfilerRules : public ProcLookup {
+ protected:
+  // A best-effort launch held behind high-priority work, then `stop` (logged as `name`): the launch
+  // reaches the driver before it, and only then.
+  void expect_releases_the_held_launch(const char* name, CUresult (*call)()) {
+    hold_high_priority();
+    ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+    expect_deferred(k_be_);
+    ASSERT_EQ(call(), CUDA_SUCCESS);
+    const auto log = calls();
+    const long kernel = find_launch(log, k_be_);
+    const long at = find_call(log, [&](const fake_cuda_call& c) { return std::strcmp(c.name, name) == 0; });
+    ASSERT_GE(at, 0) << name << " did not reach the driver";
+    ASSERT_GE(kernel, 0) << "the launch issued before " << name << " was still held when it reached the driver";
+    EXPECT_LT(kernel, at);
+    EXPECT_FALSE(holding_stopped()) << name << " made the shim stop holding work";
+    fake_cuda_set_stream_busy(hp_, 0);
+    EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  }
+  static CUresult direct_start() { return cuProfilerStart(); }
+  static CUresult direct_stop() { return cuProfilerStop(); }
+  static inline void* looked_up = nullptr;
+  static CUresult looked_up_stop() { return reinterpret_cast<CUresult(CUDAAPI*)()>(looked_up)(); }
+};
+
+TEST_F(ProfilerRules, AProfilerStopComesAfterTheWorkIssuedBeforeIt) {
+  expect_releases_the_held_launch("cuProfilerStop", &direct_stop);
+}
+
+TEST_F(ProfilerRules, AProfilerStartComesAfterTheWorkIssuedBeforeIt) {
+  expect_releases_the_held_launch("cuProfilerStart", &direct_start);
+}
+
+// libcudart's path: cudaProfilerStop() calls the entry point cuGetProcAddress handed it.
+TEST_F(ProfilerRules, TheLookedUpProfilerStopIsTheShimsAndKeepsItHolding) {
+  looked_up = lookup("cuProfilerStop", CUDA_VERSION);
+  ASSERT_NE(looked_up, nullptr);
+  EXPECT_TRUE(in_shim(looked_up)) << "cuGetProcAddress handed out " << library_of(looked_up);
+  EXPECT_TRUE(in_shim(lookup("cuProfilerStart", 4000)));
+  EXPECT_FALSE(holding_stopped()) << "looking the profiler up made the shim stop holding work";
+  expect_releases_the_held_launch("cuProfilerStop", &looked_up_stop);
+}
+
+TEST_F(ProfilerRules, DlsymOnTheDriverFindsTheShimsProfilerWrappers) {
+  EXPECT_TRUE(in_shim(dlsym(driver_, "cuProfilerStart")));
+  EXPECT_TRUE(in_shim(dlsym(driver_, "cuProfilerStop")));
+  // An interop function the driver here does not have stays absent (the real one has it).
+  EXPECT_EQ(dlsym(driver_, "cuGraphicsGLRegisterBuffer"), nullptr);
+}
+
+// The driver's answer comes back unchanged: no current context is an error the caller sees.
+TEST_F(ProfilerRules, TheDriversErrorReachesTheCaller) {
+  CUcontext ctx = nullptr;
+  ASSERT_EQ(cuCtxGetCurrent(&ctx), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSetCurrent(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuProfilerStart(), CUDA_ERROR_INVALID_CONTEXT);
+  ASSERT_EQ(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+  EXPECT_EQ(cuProfilerStart(), CUDA_SUCCESS);
+}
+
+}  // namespace
