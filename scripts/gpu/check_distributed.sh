@@ -5,6 +5,9 @@
 #       losses equal e1's within 1e-4 relative (cuBLAS may pick other kernels per process)
 #   e3  with 1 GPU (NCCL refuses two ranks of one communicator on one GPU): a one-rank NCCL
 #       self-test through PyTorch (init, all-reduce, result checked)
+#   e4  with 1 GPU: 2 processes over the NCCL transport on it are refused at start-up, every rank
+#       naming the shared GPU and the fix (gpu_sharing.h), within 90 s, never NCCL's error later
+#   e5  with 1 GPU: 2 processes over the Gloo transport share it on purpose: they run, named in the log
 # Usage: scripts/gpu/check_distributed.sh OUTDIR
 set -uo pipefail
 OUTDIR=${1:?usage: scripts/gpu/check_distributed.sh OUTDIR}
@@ -57,5 +60,25 @@ PY
   echo "$out" >"$OUTDIR/logs/dist_nccl_self_test.log"
   if [ $rc -eq 0 ]; then record "e3: one-rank NCCL self-test" PASS "$(tail -n 1 <<<"$out")"
   else record "e3: one-rank NCCL self-test" FAIL "exit $rc (logs/dist_nccl_self_test.log)"; failed=1; fi
+  log=$OUTDIR/logs/dist_shared_gpu_nccl.log
+  timeout 90 "$RUNNER" "${common[@]}" --output-dir "$dir/shared_nccl" --transport nccl --nproc-per-node 2 \
+    --master-port 29613 >"$log" 2>&1
+  rc=$?
+  named=$(grep -c "share GPU-.*NCCL cannot run two ranks of one communicator on one GPU" "$log")
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$named" -ge 2 ]; then
+    record "e4: 2 processes over NCCL on 1 GPU refused" PASS "exit $rc, both ranks named the shared GPU"
+  else
+    record "e4: 2 processes over NCCL on 1 GPU refused" FAIL "exit $rc, $named ranks named the shared GPU (logs/dist_shared_gpu_nccl.log)"
+    failed=1
+  fi
+  log=$OUTDIR/logs/dist_shared_gpu_gloo.log
+  timeout 150 "$RUNNER" "${common[@]}" --steps 3 --output-dir "$dir/shared_gloo" --transport gloo --nproc-per-node 2 \
+    --master-port 29614 >"$log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ] && grep -q "share GPU-.*run on one GPU together" "$log"; then
+    record "e5: 2 processes over Gloo share 1 GPU" PASS "final loss $(json_get "$dir/shared_gloo/summary.json" final_loss)"
+  else
+    record "e5: 2 processes over Gloo share 1 GPU" FAIL "exit $rc (logs/dist_shared_gpu_gloo.log)"; failed=1
+  fi
 fi
 exit $failed

@@ -21,6 +21,7 @@
 #include "trainer/launch/world.h"
 #include "trainer/distributed/distributed.h"
 #include "trainer/distributed/gradient_reducer.h"
+#include "trainer/distributed/gpu_sharing.h"
 #include "trainer/log/engine_log.h"
 #include "trainer/execution/executor.h"
 #include "trainer/schedule/schedule_csv.h"
@@ -236,6 +237,13 @@ PipelineTrainer::PipelineTrainer(PipelineConfig config, PipelineComponents compo
     rank_devices_ = resolve_rank_devices(p.device, p.model_parallel_size);
   }
   const bool cuda = rank_devices_.front().is_cuda();
+  if (dist_ && cuda) {
+    // Before any NCCL communicator exists: NCCL's own refusal comes only with the first send.
+    const bool nccl_between_processes = p.transport == "auto" || p.transport == "nccl" || p.data_parallel_size > 1;
+    const std::string shared = check_gpu_sharing(
+        *dist_, {device_uuid(rank_devices_.front()), this_host_name(), dist_->world().local_rank}, nccl_between_processes);
+    if (!shared.empty()) log_warn("{}: these processes run on one GPU together (parallel.transport gloo, one data-parallel replica)", shared);
+  }
   const std::string& dtype = config_.training.dtype;
   if (dtype != "auto" && dtype != "fp32" && dtype != "bf16") {
     throw ConfigError("training.dtype='" + dtype + "' is not one of auto, fp32, bf16");
