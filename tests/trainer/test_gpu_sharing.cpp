@@ -2,7 +2,7 @@
 // processes every rank stops at start-up with one message naming the ranks, the GPU and the fix,
 // instead of NCCL's "Duplicate GPU detected" at the first send; with Gloo they are let be and
 // named. Two ranks in one process (a thread each, over a real TCPStore on loopback) stand for two
-// processes; the GPUs are UUIDs given by the test (on a GPU, device_uuid gives them).
+// processes; the GPUs are UUIDs given by the test (on a GPU, gpu_uuid gives them).
 #include <gtest/gtest.h>
 
 #include <exception>

@@ -78,24 +78,6 @@ std::string device_display_name(const c10::Device& device) {
   return device.str();
 }
 
-std::string device_uuid(const c10::Device& device) {
-#ifdef OURGPIPE_HAVE_TORCH_CUDA
-  if (device.is_cuda()) {
-    cudaDeviceProp prop{};
-    const cudaError_t rc = cudaGetDeviceProperties(&prop, device.index());
-    if (rc != cudaSuccess) {
-      throw std::runtime_error(fmt::format("cannot read the UUID of {}: {}", device.str(), cudaGetErrorString(rc)));
-    }
-    const auto* b = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
-    return fmt::format("GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
-                       b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-                       b[14], b[15]);
-  }
-#endif
-  (void)device;
-  return "";
-}
-
 std::string gpu_uuid(const c10::Device& device) {
 #ifdef OURGPIPE_HAVE_TORCH_CUDA
   if (device.is_cuda()) {

@@ -241,7 +241,7 @@ PipelineTrainer::PipelineTrainer(PipelineConfig config, PipelineComponents compo
     // Before any NCCL communicator exists: NCCL's own refusal comes only with the first send.
     const bool nccl_between_processes = p.transport == "auto" || p.transport == "nccl" || p.data_parallel_size > 1;
     const std::string shared = check_gpu_sharing(
-        *dist_, {device_uuid(rank_devices_.front()), this_host_name(), dist_->world().local_rank}, nccl_between_processes);
+        *dist_, {gpu_uuid(rank_devices_.front()), this_host_name(), dist_->world().local_rank}, nccl_between_processes);
     if (!shared.empty()) log_warn("{}: these processes run on one GPU together (parallel.transport gloo, one data-parallel replica)", shared);
   }
   const std::string& dtype = config_.training.dtype;

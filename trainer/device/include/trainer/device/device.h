@@ -25,9 +25,6 @@ bool cuda_usable();
 std::vector<c10::Device> resolve_rank_devices(const std::string& requested, int num_ranks);
 // "cpu" or the GPU's marketing name ("NVIDIA H100 80GB HBM3").
 std::string device_display_name(const c10::Device& device);
-// The GPU's UUID as nvidia-smi -L prints it ("GPU-8f3c2a1e-..."): one name for one GPU whatever
-// CUDA_VISIBLE_DEVICES calls it. "" for the CPU; throws std::runtime_error if CUDA cannot say.
-std::string device_uuid(const c10::Device& device);
 // The GPU's UUID as nvidia-smi -L spells it ("GPU-8-4-4-4-12 hex digits"), which orion-gpud serves
 // (parallel.publish_bubbles_gpu=auto). Throws std::runtime_error for a CPU device or a failed query.
 std::string gpu_uuid(const c10::Device& device);
