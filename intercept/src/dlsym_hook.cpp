@@ -22,7 +22,7 @@
 
 namespace orion {
 namespace {
-// Every cuda.h symbol (generated, sorted by symbol); the wrapper is the shim's definition.
+// Every driver-header symbol (generated, sorted by symbol); the wrapper is the shim's definition.
 constinit const DriverFunction kDriverFunctions[] = {
 #define ORION_DRIVER_FUNCTION(base, sym, lo, hi, pt, cls, hand) \
   {{#base, #sym, lo, hi, pt != 0, reinterpret_cast<void*>(&::sym)}, CallClass::cls, hand != 0},
@@ -85,7 +85,7 @@ DlsymFn glibc_dlsym(int version_index) {
   return fn;
 }
 
-// Every cu* symbol cuda.h declares has a wrapper (hand-written or generated).
+// Every cu* symbol the driver headers declare has a wrapper (hand-written or generated).
 const orion::EntryInfo* find_wrapped_symbol(const char* name) {
   if (name == nullptr || name[0] != 'c' || name[1] != 'u') return nullptr;
   const orion::DriverFunction* f = orion::find_driver_function(name);

@@ -1,6 +1,6 @@
-// Every function the toolkit's cuda.h declares, in every ABI (cuMemFree, cuMemFree_v2,
+// Every function the toolkit's driver headers (cuda.h, cudaProfiler.h, GL/EGL/VDPAU interop) declare, in every ABI (cuMemFree, cuMemFree_v2,
 // cuLaunchKernel_ptsz, ...), with what the shim does with it. Generated at build time by
-// tools/gen_driver_api.py from cuda.h, cudaTypedefs.h and driver_api_classes.csv into
+// tools/gen_driver_api.py from those headers, their *Typedefs.h and driver_api_classes.csv into
 // driver_functions.inc; each symbol's wrapper is the shim's own definition of it, hand-written
 // (entry_points.def) or generated (driver_wrappers.cpp). dlsym and cuGetProcAddress hand these out.
 #pragma once

@@ -1,10 +1,11 @@
 // cuGetProcAddress / cuGetProcAddress_v2: how libcudart and NCCL reach the driver. The real
-// lookup runs first; a non-NULL answer for any function cuda.h declares is replaced by our
+// lookup runs first; a non-NULL answer for any function the driver headers declare (cuda.h, cudaProfiler.h,
+// the GL/EGL/VDPAU interop headers) is replaced by our
 // wrapper for the same ABI: the one for the requested version range, and the _ptsz/_ptds one when
 // the caller asked for per-thread default-stream semantics. The ranges come from cudaTypedefs.h
 // (gen_driver_api.py; the hand-written entry_points.def must agree, the build checks it); the
 // hand-written table is asked first for its aliases (cuGraphInstantiate at 12000+ answers
-// cuGraphInstantiateWithFlags). A name cuda.h does not declare is left as the driver answered.
+// cuGraphInstantiateWithFlags). A name no driver header declares is left as the driver answered.
 // A name it declares that the driver answers where the table has no wrapper (a version outside
 // every known range) would bypass the shim: unless the function is order-free, the shim then
 // stops holding work back for good. One
@@ -57,7 +58,7 @@ bool lookup(const Range& entries, Get get, const char* symbol, int version, bool
 
 }  // namespace
 
-// The wrapper for (base name, version, flags), or nullptr; *known: whether cuda.h declares the name.
+// The wrapper for (base name, version, flags), or nullptr; *known: whether a driver header declares the name.
 void* wrapper_for(const char* symbol, int version, cuuint64_t flags, bool* known) {
   *known = false;
   if (symbol == nullptr || symbol[0] != 'c' || symbol[1] != 'u') return nullptr;
@@ -108,7 +109,7 @@ template <typename Again>
 void* answer_for(const char* symbol, void* driver_fn, int version, cuuint64_t flags, Again again) {
   bool known = false;
   void* ours = wrapper_for(symbol, version, flags, &known);
-  if (!known) return driver_fn;  // not a function cuda.h declares: nothing the shim could wrap
+  if (!known) return driver_fn;  // not a function a driver header declares: nothing to wrap
   const cuuint64_t legacy_flags = flags & ~cuuint64_t{CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM};
   if (ours == nullptr && legacy_flags != flags) {
     // Per-thread semantics asked for below the version that brought the name's per-thread variant

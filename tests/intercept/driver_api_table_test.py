@@ -37,13 +37,13 @@ def main():
     rc, text = run_check(args)
     print(text)
     if rc != 0:
-        failures.append("the table does not cover cuda.h (see the errors above)")
+        failures.append("the table does not cover the driver headers (see the errors above)")
     m = re.search(r"ABI symbols: (\d+)", text)
     symbols_declared = int(m.group(1)) if m else 0
     if symbols_declared < 400:
-        failures.append(f"only {symbols_declared} ABI symbols found in cuda.h")
+        failures.append(f"only {symbols_declared} ABI symbols found in the driver headers")
 
-    # The check must fail when cuda.h declares a function the table does not list.
+    # The check must fail when a driver header declares a function the table does not list.
     table = arg(args, "--table")
     with open(table) as f:
         lines = f.readlines()
@@ -61,13 +61,33 @@ def main():
     if rc2 == 0 or "cuMemFreeHost" not in text2:
         failures.append(f"--check did not catch an unclassified function (rc {rc2}):\n{text2}")
 
+    # ... and when an ABI symbol has no PFN version to pair with (cuGetProcAddress could not hand
+    # out its wrapper): the driver headers copied, cudaProfilerTypedefs.h without cuProfilerStop's.
+    inc = arg(args, "--cuda-include")
+    with tempfile.TemporaryDirectory() as tmp:
+        for h, _, _ in gen_driver_api.DRIVER_HEADERS:
+            for name in (h, gen_driver_api.typedef_header(h)):
+                with open(os.path.join(inc, name)) as f:
+                    text = f.read()
+                if name == "cudaProfilerTypedefs.h":
+                    cut = re.sub(r"typedef[^;]*PFN_cuProfilerStop_v\d+[^;]*;", "", text)
+                    if cut == text:
+                        failures.append("cudaProfilerTypedefs.h has no PFN_cuProfilerStop typedef to remove")
+                    text = cut
+                with open(os.path.join(tmp, name), "w") as f:
+                    f.write(text)
+        bad = list(args)
+        bad[bad.index("--cuda-include") + 1] = tmp
+        rc3, text3 = run_check(bad)
+    if rc3 == 0 or "cuProfilerStop: 1 ABI symbols but 0 PFN versions" not in text3:
+        failures.append(f"--check did not catch an ABI without a PFN version (rc {rc3}):\n{text3[-2000:]}")
+
     # Every declared symbol is exported by the shim.
     nm = subprocess.run(["nm", "-D", "--defined-only", library], capture_output=True, text=True,
                         check=True).stdout
     exported = {re.sub(r"@.*", "", l.split()[-1]) for l in nm.splitlines() if l.split()}
     # Found here, not taken from the generator: a toolkit header that declares driver functions
     # the generator does not read would leave them reaching the driver around the shim.
-    inc = arg(args, "--cuda-include")
     declaring = set()
     for root, _, files in os.walk(inc):
         for name in files:

@@ -4,9 +4,12 @@
 // while best-effort work was still held: Nsight's capture range (--capture-range=cudaProfilerApi)
 // ended before kernels the program issued inside it. Now each gets a generated wrapper that
 // releases everything held first, whichever way the program reaches it (direct linking, dlsym,
-// cuGetProcAddress). The fake driver models only the profiler calls; the graphics-interop ones
-// need a GL, EGL or VDPAU context it cannot make (intercept.driver_api_table checks that the shim
-// exports and classifies every one). Run scheduled and pass-through.
+// cuGetProcAddress). The fake driver has the profiler calls and one graphics-interop call,
+// cuGLUnmapBufferObjectAsync, as stream work without its GL buffer (no GL, EGL or VDPAU context
+// can be made here; intercept.driver_api_table checks that the shim exports and classifies every
+// interop function). Run scheduled and pass-through.
+#include <GL/gl.h>
+#include <cudaGL.h>
 #include <cudaProfiler.h>
 
 #include "lookup_fixture.h"
@@ -15,7 +18,7 @@ namespace {
 
 using namespace icpt_test;
 
-class ProfilerRules : public ProcLookup {
+class InteropRules : public ProcLookup {
  protected:
   // A best-effort launch held behind high-priority work, then `stop` (logged as `name`): the launch
   // reaches the driver before it, and only then.
@@ -40,16 +43,16 @@ class ProfilerRules : public ProcLookup {
   static CUresult looked_up_stop() { return reinterpret_cast<CUresult(CUDAAPI*)()>(looked_up)(); }
 };
 
-TEST_F(ProfilerRules, AProfilerStopComesAfterTheWorkIssuedBeforeIt) {
+TEST_F(InteropRules, AProfilerStopComesAfterTheWorkIssuedBeforeIt) {
   expect_releases_the_held_launch("cuProfilerStop", &direct_stop);
 }
 
-TEST_F(ProfilerRules, AProfilerStartComesAfterTheWorkIssuedBeforeIt) {
+TEST_F(InteropRules, AProfilerStartComesAfterTheWorkIssuedBeforeIt) {
   expect_releases_the_held_launch("cuProfilerStart", &direct_start);
 }
 
 // libcudart's path: cudaProfilerStop() calls the entry point cuGetProcAddress handed it.
-TEST_F(ProfilerRules, TheLookedUpProfilerStopIsTheShimsAndKeepsItHolding) {
+TEST_F(InteropRules, TheLookedUpProfilerStopIsTheShimsAndKeepsItHolding) {
   looked_up = lookup("cuProfilerStop", CUDA_VERSION);
   ASSERT_NE(looked_up, nullptr);
   EXPECT_TRUE(in_shim(looked_up)) << "cuGetProcAddress handed out " << library_of(looked_up);
@@ -58,15 +61,31 @@ TEST_F(ProfilerRules, TheLookedUpProfilerStopIsTheShimsAndKeepsItHolding) {
   expect_releases_the_held_launch("cuProfilerStop", &looked_up_stop);
 }
 
-TEST_F(ProfilerRules, DlsymOnTheDriverFindsTheShimsProfilerWrappers) {
+TEST_F(InteropRules, DlsymOnTheDriverFindsTheShimsProfilerWrappers) {
   EXPECT_TRUE(in_shim(dlsym(driver_, "cuProfilerStart")));
   EXPECT_TRUE(in_shim(dlsym(driver_, "cuProfilerStop")));
   // An interop function the driver here does not have stays absent (the real one has it).
   EXPECT_EQ(dlsym(driver_, "cuGraphicsGLRegisterBuffer"), nullptr);
 }
 
+// An interop call ordered on a stream: the work held before it reaches the driver first.
+TEST_F(InteropRules, AnOpenGlUnmapOnAStreamComesAfterTheWorkIssuedBeforeIt) {
+  hold_high_priority();
+  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+  expect_deferred(k_be_);
+  ASSERT_EQ(cuGLUnmapBufferObjectAsync(7, be_), CUDA_SUCCESS);
+  const auto log = calls();
+  const long kernel = find_launch(log, k_be_);
+  const long unmap = find_named(log, "cuGLUnmapBufferObjectAsync", h(be_));
+  ASSERT_GE(unmap, 0);
+  ASSERT_GE(kernel, 0) << "the launch issued before the unmap was still held when it reached the driver";
+  EXPECT_LT(kernel, unmap);
+  fake_cuda_set_stream_busy(hp_, 0);
+  EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+}
+
 // The driver's answer comes back unchanged: no current context is an error the caller sees.
-TEST_F(ProfilerRules, TheDriversErrorReachesTheCaller) {
+TEST_F(InteropRules, TheDriversErrorReachesTheCaller) {
   CUcontext ctx = nullptr;
   ASSERT_EQ(cuCtxGetCurrent(&ctx), CUDA_SUCCESS);
   ASSERT_EQ(cuCtxSetCurrent(nullptr), CUDA_SUCCESS);
