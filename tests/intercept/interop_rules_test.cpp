@@ -12,6 +12,8 @@
 #include <cudaGL.h>
 #include <cudaProfiler.h>
 
+#include <functional>
+
 #include "lookup_fixture.h"
 
 namespace {
@@ -20,9 +22,9 @@ using namespace icpt_test;
 
 class InteropRules : public ProcLookup {
  protected:
-  // A best-effort launch held behind high-priority work, then `stop` (logged as `name`): the launch
-  // reaches the driver before it, and only then.
-  void expect_releases_the_held_launch(const char* name, CUresult (*call)()) {
+  // A best-effort launch held behind high-priority work, then `call` (logged as `name`): the
+  // launch reaches the driver before it, and only then.
+  void expect_releases_the_held_launch(const char* name, const std::function<CUresult()>& call) {
     hold_high_priority();
     ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
     expect_deferred(k_be_);
@@ -37,28 +39,25 @@ class InteropRules : public ProcLookup {
     fake_cuda_set_stream_busy(hp_, 0);
     EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
   }
-  static CUresult direct_start() { return cuProfilerStart(); }
-  static CUresult direct_stop() { return cuProfilerStop(); }
-  static inline void* looked_up = nullptr;
-  static CUresult looked_up_stop() { return reinterpret_cast<CUresult(CUDAAPI*)()>(looked_up)(); }
 };
 
 TEST_F(InteropRules, AProfilerStopComesAfterTheWorkIssuedBeforeIt) {
-  expect_releases_the_held_launch("cuProfilerStop", &direct_stop);
+  expect_releases_the_held_launch("cuProfilerStop", [] { return cuProfilerStop(); });
 }
 
 TEST_F(InteropRules, AProfilerStartComesAfterTheWorkIssuedBeforeIt) {
-  expect_releases_the_held_launch("cuProfilerStart", &direct_start);
+  expect_releases_the_held_launch("cuProfilerStart", [] { return cuProfilerStart(); });
 }
 
 // libcudart's path: cudaProfilerStop() calls the entry point cuGetProcAddress handed it.
 TEST_F(InteropRules, TheLookedUpProfilerStopIsTheShimsAndKeepsItHolding) {
-  looked_up = lookup("cuProfilerStop", CUDA_VERSION);
+  void* looked_up = lookup("cuProfilerStop", CUDA_VERSION);
   ASSERT_NE(looked_up, nullptr);
   EXPECT_TRUE(in_shim(looked_up)) << "cuGetProcAddress handed out " << library_of(looked_up);
   EXPECT_TRUE(in_shim(lookup("cuProfilerStart", 4000)));
   EXPECT_FALSE(holding_stopped()) << "looking the profiler up made the shim stop holding work";
-  expect_releases_the_held_launch("cuProfilerStop", &looked_up_stop);
+  expect_releases_the_held_launch("cuProfilerStop",
+                                  [&] { return reinterpret_cast<CUresult(CUDAAPI*)()>(looked_up)(); });
 }
 
 TEST_F(InteropRules, DlsymOnTheDriverFindsTheShimsProfilerWrappers) {
@@ -70,18 +69,8 @@ TEST_F(InteropRules, DlsymOnTheDriverFindsTheShimsProfilerWrappers) {
 
 // An interop call ordered on a stream: the work held before it reaches the driver first.
 TEST_F(InteropRules, AnOpenGlUnmapOnAStreamComesAfterTheWorkIssuedBeforeIt) {
-  hold_high_priority();
-  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
-  expect_deferred(k_be_);
-  ASSERT_EQ(cuGLUnmapBufferObjectAsync(7, be_), CUDA_SUCCESS);
-  const auto log = calls();
-  const long kernel = find_launch(log, k_be_);
-  const long unmap = find_named(log, "cuGLUnmapBufferObjectAsync", h(be_));
-  ASSERT_GE(unmap, 0);
-  ASSERT_GE(kernel, 0) << "the launch issued before the unmap was still held when it reached the driver";
-  EXPECT_LT(kernel, unmap);
-  fake_cuda_set_stream_busy(hp_, 0);
-  EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  expect_releases_the_held_launch("cuGLUnmapBufferObjectAsync", [&] { return cuGLUnmapBufferObjectAsync(7, be_); });
+  EXPECT_GE(find_named(calls(), "cuGLUnmapBufferObjectAsync", h(be_)), 0) << "the unmap was not on its stream";
 }
 
 // The driver's answer comes back unchanged: no current context is an error the caller sees.
