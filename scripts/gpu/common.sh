@@ -18,22 +18,23 @@ GPU_PACKED_FILES="gpipe_runner libgpu_scheduler.so gpu_hp_be_kernels gpu_driver_
 # Every call on the GPU machine starts bare: the staged Debian packages (.deps/debs, carried) are
 # unpacked here, by whichever script runs first, not only by the build step (a carried .deps
 # replaces the machine's copy, so an earlier call's .deps/prefix is gone).
-# The prefix is trusted only with its stamp, and only if no staged .deb is newer than it: a
-# carried .deps/prefix unpacked before a package was added to stage-debs.sh is unpacked again.
+# The prefix is trusted only with its stamp, which lists the checksums of the .debs it was unpacked
+# from: a carried .deps/prefix unpacked before a package was added to (or changed in)
+# stage-debs.sh is unpacked again. Checksums, not times: the copy to the GPU machine need not keep
+# modification times.
+staged_debs_digest() { (cd "$GPU_ROOT/.deps/debs" && sha256sum -- *.deb 2>/dev/null); }
 ensure_deps() {
-  local stamp="$GPU_ROOT/.deps/prefix/.unpacked" f stale=0
-  if [ -f "$stamp" ]; then
-    for f in "$GPU_ROOT"/.deps/debs/*.deb; do
-      [ -e "$f" ] && [ "$f" -nt "$stamp" ] && stale=1
-    done
-    [ "$stale" = 0 ] && return 0
+  local stamp="$GPU_ROOT/.deps/prefix/.unpacked" f digest
+  digest=$(staged_debs_digest)
+  if [ -f "$stamp" ] && { [ -z "$digest" ] || [ "$(cat "$stamp")" = "$digest" ]; }; then
+    return 0
   fi
-  ls "$GPU_ROOT"/.deps/debs/*.deb >/dev/null 2>&1 || { [ -d "$DEPS_PREFIX" ]; return; }
+  [ -n "$digest" ] || { [ -d "$DEPS_PREFIX" ]; return; }
   rm -rf "$GPU_ROOT/.deps/prefix"
   for f in "$GPU_ROOT"/.deps/debs/*.deb; do
     dpkg -x "$f" "$GPU_ROOT/.deps/prefix" || { rm -rf "$GPU_ROOT/.deps/prefix"; return 1; }
   done
-  touch "$stamp"
+  printf '%s\n' "$digest" >"$stamp"
 }
 ensure_deps || true  # the build step names what is missing; the other checks need only the libraries
 export LD_LIBRARY_PATH="$DEPS_PREFIX/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

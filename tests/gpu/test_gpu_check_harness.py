@@ -203,5 +203,55 @@ class CheckOutdirRules(unittest.TestCase):
         self.assertIn("stray.json: not one of the files", out.stdout)
 
 
+class EnsureDeps(unittest.TestCase):
+    """scripts/gpu/common.sh's ensure_deps on a bare copy: the staged .debs are unpacked into
+    .deps/prefix, and a prefix unpacked from other .debs than those staged now is unpacked again,
+    even when the copy kept no modification times (the .deb swapped under an older time)."""
+
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.root = Path(self._tmp.name)
+        (self.root / "scripts" / "gpu").mkdir(parents=True)
+        (self.root / "scripts" / "gpu" / "common.sh").write_text((ROOT / "scripts" / "gpu" / "common.sh").read_text())
+        (self.root / ".deps" / "debs").mkdir(parents=True)
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def stage(self, text):
+        """A one-file package (usr/include/probe.h holding `text`) as .deps/debs/probe_1_all.deb."""
+        pkg = self.root / "pkg"
+        subprocess.run(["rm", "-rf", str(pkg)], check=True)
+        (pkg / "DEBIAN").mkdir(parents=True)
+        (pkg / "DEBIAN" / "control").write_text("Package: probe\nVersion: 1\nArchitecture: all\n"
+                                                "Maintainer: t <t@t>\nDescription: t\n")
+        (pkg / "usr" / "include").mkdir(parents=True)
+        (pkg / "usr" / "include" / "probe.h").write_text(text)
+        deb = self.root / ".deps" / "debs" / "probe_1_all.deb"
+        subprocess.run(["dpkg-deb", "--build", "--root-owner-group", str(pkg), str(deb)], check=True,
+                       capture_output=True)
+        return deb
+
+    def source_common(self):
+        out = subprocess.run(["bash", "-c", 'OUTDIR="$1"; source "$2"', "-", str(self.root / "out"),
+                              str(self.root / "scripts" / "gpu" / "common.sh")], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return (self.root / ".deps" / "prefix" / "usr" / "include" / "probe.h").read_text()
+
+    def test_unpacks_and_reunpacks_when_the_staged_debs_change(self):
+        first = self.stage("one")
+        self.assertEqual(self.source_common(), "one")
+        marker = self.root / ".deps" / "prefix" / "kept"
+        marker.write_text("")
+        then = first.stat().st_mtime - 3600
+        os.utime(first, (then, then))
+        self.assertEqual(self.source_common(), "one")
+        self.assertTrue(marker.exists(), "the prefix was unpacked again though nothing staged changed")
+        deb = self.stage("two")
+        os.utime(deb, (then, then))  # older than the stamp, as a copy without times may leave it
+        self.assertEqual(self.source_common(), "two")
+        self.assertFalse(marker.exists())
+
+
 if __name__ == "__main__":
     unittest.main()
