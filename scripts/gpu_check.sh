@@ -194,7 +194,7 @@ step c check_memcheck.sh 200
 step g check_schedules.sh 480
 step j check_colocation.sh 240
 step f check_driver_rules.sh 120
-step e check_distributed.sh 180
+step e check_distributed.sh 150
 step i check_plan.sh 200
 
 if ! rules=$("$PYTHON" "$here/gpu/check_outdir.py" "$OUT" --only results.md logs.tar.gz gpu-bin.tar.gz 2>&1); then

@@ -7,7 +7,6 @@
 #       self-test through PyTorch (init, all-reduce, result checked)
 #   e4  with 1 GPU: 2 processes over the NCCL transport on it are refused at start-up, every rank
 #       naming the shared GPU and the fix (gpu_sharing.h), within 90 s, never NCCL's error later
-#   e5  with 1 GPU: 2 processes over the Gloo transport share it on purpose: they run, named in the log
 # Usage: scripts/gpu/check_distributed.sh OUTDIR
 set -uo pipefail
 OUTDIR=${1:?usage: scripts/gpu/check_distributed.sh OUTDIR}
@@ -70,15 +69,6 @@ PY
   else
     record "e4: 2 processes over NCCL on 1 GPU refused" FAIL "exit $rc, $named ranks named the shared GPU (logs/dist_shared_gpu_nccl.log)"
     failed=1
-  fi
-  log=$OUTDIR/logs/dist_shared_gpu_gloo.log
-  timeout 150 "$RUNNER" "${common[@]}" --steps 3 --output-dir "$dir/shared_gloo" --transport gloo --nproc-per-node 2 \
-    --master-port 29614 >"$log" 2>&1
-  rc=$?
-  if [ $rc -eq 0 ] && grep -q "share GPU-.*run on one GPU together" "$log"; then
-    record "e5: 2 processes over Gloo share 1 GPU" PASS "final loss $(json_get "$dir/shared_gloo/summary.json" final_loss)"
-  else
-    record "e5: 2 processes over Gloo share 1 GPU" FAIL "exit $rc (logs/dist_shared_gpu_gloo.log)"; failed=1
   fi
 fi
 exit $failed

@@ -149,7 +149,12 @@ TEST(TrainerTest, SmallGptLossFallsOnTheEmbeddedCorpus) {
   testing::remove_tree(c.training.output_dir);
   PipelineComponents parts = create_components(c);
   PipelineTrainer trainer(c, std::move(parts));
+  const auto unix_now = [] {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  };
+  const double began = unix_now();
   const nlohmann::json summary = trainer.train();
+  const double ended = unix_now();
   const double first = summary.at("first_loss").get<double>();
   const double last = summary.at("final_loss").get<double>();
   EXPECT_EQ(summary.at("steps").get<int>(), 40);
@@ -159,6 +164,19 @@ TEST(TrainerTest, SmallGptLossFallsOnTheEmbeddedCorpus) {
   const std::filesystem::path out(c.training.output_dir);
   EXPECT_TRUE(std::filesystem::exists(out / "metrics.jsonl"));
   EXPECT_TRUE(std::filesystem::exists(out / "timeline.json"));
+  // Each step's end on the system clock, inside the run, no sooner after the previous one than
+  // the step's own time.
+  std::ifstream lines(out / "metrics.jsonl");
+  double previous_end = began;
+  int steps = 0;
+  for (std::string line; std::getline(lines, line); ++steps) {
+    const auto m = nlohmann::json::parse(line);
+    const double end = m.at("end_unix_s").get<double>();
+    EXPECT_GE(end - previous_end, m.at("step_time_ms").get<double>() / 1e3 - 1e-3) << "step " << m.at("step");
+    EXPECT_LE(end, ended);
+    previous_end = end;
+  }
+  EXPECT_EQ(steps, 40);
   std::ifstream in(out / "summary.json");
   EXPECT_EQ(nlohmann::json::parse(in).at("executor"), "async_threaded");
   testing::remove_tree(out.string());

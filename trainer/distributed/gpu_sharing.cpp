@@ -2,6 +2,7 @@
 // found; all ranks act on the same verdict, so none is left waiting for a peer that gave up.
 #include "trainer/distributed/gpu_sharing.h"
 
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 
@@ -30,22 +31,81 @@ ProcessGpu decode(const std::string& text, int rank) {
   return p;
 }
 
-std::string describe(const std::vector<SharedGpu>& shared) {
-  std::string out;
-  for (const SharedGpu& g : shared) {
-    out += fmt::format("{}ranks {} (LOCAL_RANK {} on {}) share {}", out.empty() ? "" : "; ",
-                       fmt::join(g.ranks, ", "), fmt::join(g.local_ranks, ", "), g.host, g.uuid);
+std::string describe(const SharedGpu& g) {
+  return fmt::format("ranks {} (LOCAL_RANK {} on {}) share {}", fmt::join(g.ranks, ", "), fmt::join(g.local_ranks, ", "),
+                     g.host, g.uuid);
+}
+
+// The verdict for `by_rank` (rank 0's): "error:<text>", "shared:<text>" or "".
+std::string verdict_for(const std::vector<ProcessGpu>& by_rank, const std::vector<std::vector<int>>& communicators) {
+  std::vector<int> cpu, gpu;
+  for (size_t r = 0; r < by_rank.size(); ++r) (by_rank[r].uuid.empty() ? cpu : gpu).push_back(static_cast<int>(r));
+  if (!cpu.empty() && !gpu.empty()) {
+    return fmt::format(
+        "error:ranks {} run on the CPU and ranks {} on CUDA GPUs: every process must see a GPU (check "
+        "CUDA_VISIBLE_DEVICES and the driver on each node) or all run on the CPU (parallel.device: cpu)",
+        fmt::join(cpu, ", "), fmt::join(gpu, ", "));
   }
-  return out;
+  std::string conflicts, apart;
+  for (const SharedGpu& g : shared_gpus(by_rank)) {
+    const std::set<int> sharing(g.ranks.begin(), g.ranks.end());
+    const std::vector<int>* met = nullptr;
+    for (const std::vector<int>& c : communicators) {
+      if (std::count_if(c.begin(), c.end(), [&](int r) { return sharing.count(r) != 0; }) > 1) {
+        met = &c;
+        break;
+      }
+    }
+    std::string& out = met != nullptr ? conflicts : apart;
+    out += (out.empty() ? "" : "; ") + describe(g) +
+           (met != nullptr ? fmt::format(", and ranks {} form one NCCL communicator", fmt::join(*met, ", ")) : "");
+  }
+  if (!conflicts.empty()) return "error:" + conflicts;
+  return apart.empty() ? "" : "shared:" + apart;
 }
 
 }  // namespace
+
+std::set<std::pair<int, int>> sending_rank_pairs(const Schedule& schedule) {
+  std::set<std::pair<int, int>> pairs;
+  for (int r = 0; r < schedule.num_ranks; ++r) {
+    for (const Action& a : schedule.per_rank[static_cast<size_t>(r)]) {
+      if (a.type == ActionType::kSendForward) pairs.insert({r, schedule.rank_of_stage(a.stage + 1)});
+      if (a.type == ActionType::kSendBackward) pairs.insert({r, schedule.rank_of_stage(a.stage - 1)});
+    }
+  }
+  return pairs;
+}
+
+std::vector<std::vector<int>> nccl_communicators(const Placement& placement, const Schedule& schedule,
+                                                 bool nccl_transport) {
+  std::set<std::vector<int>> out;
+  for (int replica = 0; replica < placement.data_parallel_size; ++replica) {
+    if (!nccl_transport) break;
+    for (const auto& [from, to] : sending_rank_pairs(schedule)) {
+      const int a = placement.process_in_replica(from, replica), b = placement.process_in_replica(to, replica);
+      if (a != b) out.insert({std::min(a, b), std::max(a, b)});
+    }
+  }
+  if (placement.data_parallel_size > 1) {
+    for (int stage = 0; stage < schedule.num_stages(); ++stage) {
+      std::vector<int> group;
+      for (int replica = 0; replica < placement.data_parallel_size; ++replica) {
+        group.push_back(placement.process_in_replica(schedule.rank_of_stage(stage), replica));
+      }
+      std::sort(group.begin(), group.end());
+      out.insert(group);
+    }
+  }
+  return {out.begin(), out.end()};
+}
 
 std::vector<SharedGpu> shared_gpus(const std::vector<ProcessGpu>& by_rank) {
   std::map<std::string, SharedGpu> by_uuid;  // a UUID names one GPU on every host
   std::vector<std::string> order;
   for (size_t r = 0; r < by_rank.size(); ++r) {
     const ProcessGpu& p = by_rank[r];
+    if (p.uuid.empty()) continue;  // the CPU is no GPU to share
     auto [it, fresh] = by_uuid.try_emplace(p.uuid, SharedGpu{p.uuid, p.host, {}, {}});
     if (fresh) order.push_back(p.uuid);
     it->second.ranks.push_back(static_cast<int>(r));
@@ -58,24 +118,25 @@ std::vector<SharedGpu> shared_gpus(const std::vector<ProcessGpu>& by_rank) {
   return out;
 }
 
-std::string check_gpu_sharing(Distributed& dist, const ProcessGpu& mine, bool nccl_between_processes) {
+std::string check_gpu_sharing(Distributed& dist, const ProcessGpu& mine,
+                              const std::vector<std::vector<int>>& communicators) {
   const std::vector<std::string> all = dist.gather_to_rank0("gpu_identity", encode(mine));
-  std::string verdict;  // "error:<text>" | "shared:<text>" | ""
+  std::string verdict;
   if (dist.rank() == 0) {
     std::vector<ProcessGpu> by_rank;
     for (size_t r = 0; r < all.size(); ++r) by_rank.push_back(decode(all[r], static_cast<int>(r)));
-    const std::vector<SharedGpu> shared = shared_gpus(by_rank);
-    if (!shared.empty()) verdict = (nccl_between_processes ? "error:" : "shared:") + describe(shared);
+    verdict = verdict_for(by_rank, communicators);
   }
   verdict = dist.broadcast_from_rank0("gpu_sharing", verdict);
   if (verdict.rfind("error:", 0) == 0) {
+    const std::string what = verdict.substr(6);
+    if (what.find("NCCL communicator") == std::string::npos) throw ConfigError(what);
     throw ConfigError(fmt::format(
-        "{}: NCCL cannot run two ranks of one communicator on one GPU (the nccl transport between processes, or "
-        "the data-parallel gradient all-reduce on CUDA). Each process runs on cuda:(LOCAL_RANK % visible GPUs): "
-        "start at most one process per GPU (torchrun --nproc-per-node, srun --ntasks-per-node / --gpus-per-task) "
-        "or make each see its own (CUDA_VISIBLE_DEVICES); to share a GPU on purpose, use parallel.transport: gloo "
-        "with parallel.data_parallel_size: 1",
-        verdict.substr(6)));
+        "{}: NCCL cannot run two ranks of one communicator on one GPU. Each process runs on cuda:(LOCAL_RANK % "
+        "visible GPUs): start at most one process per GPU (torchrun --nproc-per-node, srun --ntasks-per-node / "
+        "--gpus-per-task) or make each see its own (CUDA_VISIBLE_DEVICES); pipeline ranks meant to share a GPU "
+        "belong in one process (parallel.placement), where their tensors stay in memory",
+        what));
   }
   return verdict.rfind("shared:", 0) == 0 ? verdict.substr(7) : "";
 }

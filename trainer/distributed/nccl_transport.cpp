@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "cross_process_transport.h"
+#include "trainer/distributed/gpu_sharing.h"
 #include "trainer/config/config.h"
 #include "trainer/partition/placement.h"
 
@@ -106,13 +107,7 @@ class NcclProcessTransport final : public CrossProcessTransport {
     }
     // Every process walks the same sorted list of pairs, so the blocking two-rank initialisations
     // happen in one global order and cannot wait on each other in a cycle.
-    std::set<std::pair<int, int>> pairs;
-    for (int r = 0; r < schedule.num_ranks; ++r) {
-      for (const Action& a : schedule.per_rank[static_cast<size_t>(r)]) {
-        if (a.type == ActionType::kSendForward) pairs.insert({r, rank_of(a.stage + 1)});
-        if (a.type == ActionType::kSendBackward) pairs.insert({r, rank_of(a.stage - 1)});
-      }
-    }
+    const std::set<std::pair<int, int>> pairs = sending_rank_pairs(schedule);  // gpu_sharing.h checks these too
     try {
       for (const auto& [from, to] : pairs) {
         const int p_from = placement_.process_of(from), p_to = placement_.process_of(to);

@@ -68,6 +68,7 @@ nlohmann::json to_json(const IterationMetrics& m) {
           {"lr", m.learning_rate},
           {"grad_norm", m.grad_norm},
           {"step_time_ms", m.step_time_ms},
+          {"end_unix_s", m.end_unix_s},
           {"tokens_per_s", m.tokens_per_s},
           {"bubble_fraction", m.bubble_fraction},
           {"bubble_clock", m.bubble_clock},

@@ -237,12 +237,14 @@ PipelineTrainer::PipelineTrainer(PipelineConfig config, PipelineComponents compo
     rank_devices_ = resolve_rank_devices(p.device, p.model_parallel_size);
   }
   const bool cuda = rank_devices_.front().is_cuda();
-  if (dist_ && cuda) {
-    // Before any NCCL communicator exists: NCCL's own refusal comes only with the first send.
-    const bool nccl_between_processes = p.transport == "auto" || p.transport == "nccl" || p.data_parallel_size > 1;
+  if (dist_) {
+    // Before any NCCL communicator exists: NCCL's own refusal comes only at its first use. Every
+    // process takes part (a CPU one says so), so a mix of CPU and CUDA processes is named too.
+    const bool nccl_transport = cuda && (p.transport == "auto" || p.transport == "nccl");
     const std::string shared = check_gpu_sharing(
-        *dist_, {gpu_uuid(rank_devices_.front()), this_host_name(), dist_->world().local_rank}, nccl_between_processes);
-    if (!shared.empty()) log_warn("{}: these processes run on one GPU together (parallel.transport gloo, one data-parallel replica)", shared);
+        *dist_, {cuda ? gpu_uuid(rank_devices_.front()) : "", this_host_name(), dist_->world().local_rank},
+        cuda ? nccl_communicators(placement_, schedule_, nccl_transport) : std::vector<std::vector<int>>{});
+    if (!shared.empty()) log_info("{} (no NCCL communicator between them)", shared);
   }
   const std::string& dtype = config_.training.dtype;
   if (dtype != "auto" && dtype != "fp32" && dtype != "bf16") {

@@ -221,6 +221,8 @@ nlohmann::json PipelineTrainer::train() {
     const double grad_norm = optimizer_step(step + n - 1).first;
     synchronize_devices(rank_devices_);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const double end_unix_s =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     // Each rank's busy share of the step; a multi-process run sums its processes' own ranks over
     // the replica (every process runs this window, so the collective matches).
     std::vector<double> rank_busy(static_cast<size_t>(recorder.num_ranks()), 0.0);
@@ -278,6 +280,7 @@ nlohmann::json PipelineTrainer::train() {
       it.learning_rate = learning_rate_at(step, total_steps(), t.learning_rate, t.warmup_steps, t.min_lr_ratio);
       it.grad_norm = grad_norm;
       it.step_time_ms = ms / static_cast<double>(n);  // a window's steps share its time evenly
+      it.end_unix_s = end_unix_s - (ms / 1e3) * static_cast<double>(n - 1 - k) / static_cast<double>(n);
       it.profiled = profile_now;
       it.tokens_per_s = static_cast<double>(info.tokens_per_step) / (it.step_time_ms / 1e3);
       it.bubble_fraction = bubble;

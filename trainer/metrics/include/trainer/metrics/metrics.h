@@ -32,6 +32,10 @@ struct IterationMetrics {
   double learning_rate = 0;
   double grad_norm = 0;
   double step_time_ms = 0;
+  // When the step ended, in seconds since the Unix epoch (system clock): lines a step up with other
+  // processes' logs and traces (GPU check j: a best-effort job's throughput during the timed
+  // steps). An asp window's steps end at even shares of its time. 0: not recorded.
+  double end_unix_s = 0;
   double tokens_per_s = 0;
   double bubble_fraction = 0;
   // The clock busy time and bubble were measured with: "host" (CPU) or "cuda_events" (GPU).
