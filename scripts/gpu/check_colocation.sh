@@ -9,7 +9,11 @@
 #   mps_unmanaged, mps_managed   the same two under NVIDIA MPS (kernels of both processes run at
 #                once), when nvidia-cuda-mps-control can start a daemon of this user's; else an INFO
 #                row says why
-# Rows: pipeline step time against alone, the job's matmuls/s against alone, per mode.
+# Rows (scripts/gpu/colocation_summary.py): pipeline step time against alone, the job's matmuls/s
+# during the pipeline's timed steps against alone, per mode; a managed mode must show the gating
+# at work (the shim held launches back, the daemon saw windows published and launches admitted:
+# orion-gpud status polled every second while both run). The job runs until the pipeline ends
+# (a stop file), so it overlaps every timed step.
 # Usage: scripts/gpu/check_colocation.sh OUTDIR
 set -uo pipefail
 OUTDIR=${1:?usage: scripts/gpu/check_colocation.sh OUTDIR}
@@ -36,11 +40,35 @@ ORION_GPUD_DIR=$(mktemp -d /tmp/gpud.XXXXXX) || { record "j: colocation" FAIL "m
 export ORION_GPUD_DIR
 trap 'rm -rf "$ORION_GPUD_DIR"' EXIT
 steps=${GPU_CHECK_COLOCATION_STEPS:-8}
-job_s=${GPU_CHECK_COLOCATION_JOB_S:-15}
-job() {  # name, then env assignments for the job
+job_s=${GPU_CHECK_COLOCATION_JOB_S:-15}  # the job alone; beside the pipeline it runs until told to stop
+job() {  # name, then env assignments for the job; beside a pipeline, stop_job NAME ends it
   local name=$1; shift
-  env "$@" timeout 60 "$PYTHON" tests/gpu/be_matmul_job.py --seconds "$job_s" >"$dir/job_$name.json" \
+  local until=(--seconds "$job_s")
+  [ "$name" = alone ] || until=(--seconds 110 --stop-file "$dir/stop_$name")
+  env "$@" timeout 120 "$PYTHON" tests/gpu/be_matmul_job.py "${until[@]}" >"$dir/job_$name.json" \
     2>"$OUTDIR/logs/colocation_job_$name.log"
+}
+stop_job() { touch "$dir/stop_$1"; }
+poll_status() {  # name: orion-gpud status every second into status_NAME.jsonl until stop_job NAME
+  while [ ! -e "$dir/stop_$1" ]; do
+    timeout 5 "$daemon_exe" status --gpu "$uuid" 2>/dev/null | tr -d '\n' >>"$dir/status_$1.jsonl"
+    echo >>"$dir/status_$1.jsonl"
+    sleep 1
+  done
+}
+beside() {  # name, then env assignments for the job: the job and the pipeline at once
+  local name=$1 managed=0 jp sp=""; shift
+  case $name in *_managed|managed) managed=1 ;; esac
+  job "$name" "$@" & jp=$!
+  if [ $managed = 1 ]; then
+    poll_status "$name" & sp=$!
+    pipeline "$name" --set "parallel.publish_bubbles_gpu=$uuid" || failed=1
+  else
+    pipeline "$name" || failed=1
+  fi
+  stop_job "$name"
+  wait $jp || failed=1
+  [ -z "$sp" ] || wait "$sp"
 }
 pipeline() {  # name, then extra gpipe_runner arguments
   local name=$1; shift
@@ -49,9 +77,7 @@ pipeline() {  # name, then extra gpipe_runner arguments
 failed=0
 pipeline alone || failed=1
 job alone || failed=1
-job unmanaged & jp=$!
-pipeline unmanaged || failed=1
-wait $jp || failed=1
+beside unmanaged
 "$daemon_exe" serve --gpu "$uuid" >"$OUTDIR/logs/colocation_daemon.log" 2>&1 & dp=$!
 for _ in $(seq 100); do [ -S "$ORION_GPUD_DIR/gpu-$uuid.sock" ] && break; sleep 0.05; done
 if [ ! -S "$ORION_GPUD_DIR/gpu-$uuid.sock" ]; then
@@ -59,9 +85,7 @@ if [ ! -S "$ORION_GPUD_DIR/gpu-$uuid.sock" ]; then
   record "j: colocation managed" FAIL "orion-gpud made no socket in $ORION_GPUD_DIR within 5 s (logs/colocation_daemon.log)"
   failed=1
 fi
-job managed LD_PRELOAD="$SHIM" USE_ORION_SCHEDULER=1 ORION_POLICY=gpud "ORION_POLICY_PARAMS=gpu=$uuid" & jp=$!
-pipeline managed --set "parallel.publish_bubbles_gpu=$uuid" || failed=1
-wait $jp || failed=1
+beside managed LD_PRELOAD="$SHIM" USE_ORION_SCHEDULER=1 ORION_POLICY=gpud "ORION_POLICY_PARAMS=gpu=$uuid"
 runs=6
 # MPS: a control daemon of our own (its pipe and log folders under OUTDIR); every CUDA process
 # started with the same CUDA_MPS_PIPE_DIRECTORY joins it.
@@ -70,12 +94,8 @@ if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
   if CUDA_MPS_PIPE_DIRECTORY=$dir/mps/pipe CUDA_MPS_LOG_DIRECTORY=$dir/mps/log \
        timeout 20 nvidia-cuda-mps-control -d >"$OUTDIR/logs/colocation_mps_start.log" 2>&1; then
     export CUDA_MPS_PIPE_DIRECTORY=$dir/mps/pipe CUDA_MPS_LOG_DIRECTORY=$dir/mps/log
-    job mps_unmanaged & jp=$!
-    pipeline mps_unmanaged || failed=1
-    wait $jp || failed=1
-    job mps_managed LD_PRELOAD="$SHIM" USE_ORION_SCHEDULER=1 ORION_POLICY=gpud "ORION_POLICY_PARAMS=gpu=$uuid" & jp=$!
-    pipeline mps_managed --set "parallel.publish_bubbles_gpu=$uuid" || failed=1
-    wait $jp || failed=1
+    beside mps_unmanaged
+    beside mps_managed LD_PRELOAD="$SHIM" USE_ORION_SCHEDULER=1 ORION_POLICY=gpud "ORION_POLICY_PARAMS=gpu=$uuid"
     echo quit | timeout 20 nvidia-cuda-mps-control >>"$OUTDIR/logs/colocation_mps_start.log" 2>&1
     unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
     runs=10
@@ -85,43 +105,6 @@ if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
 else
   record "j: colocation mps" INFO "no nvidia-cuda-mps-control on this machine: rows without MPS only"
 fi
-"$daemon_exe" status --gpu "$uuid" >"$dir/status_after.json" 2>&1
 kill "$dp" 2>/dev/null; wait "$dp" 2>/dev/null
-report_runs "j: colocation" "$failed" "$runs runs completed" "logs/colocation_*.log" - "$dir" "$steps" <<'PY'
-import json, statistics, sys
-from pathlib import Path
-d, steps = Path(sys.argv[1]), int(sys.argv[2])
-def step_ms(name):
-    ms = [json.loads(l)["step_time_ms"] for l in (d / f"pipeline_{name}" / "metrics.jsonl").read_text().splitlines() if l.strip()]
-    return statistics.mean(ms[2:] or ms)
-def job(name):
-    return json.loads((d / f"job_{name}.json").read_text())["matmuls_per_s"]
-ok = True
-try:
-    base, jbase = step_ms("alone"), job("alone")
-except (OSError, ValueError, KeyError, ZeroDivisionError) as e:
-    print(f"| j: colocation alone | FAIL | {e} |")
-    base = jbase = None
-    ok = False
-for mode in ("unmanaged", "managed", "mps_unmanaged", "mps_managed"):
-    if base is None or not (d / f"job_{mode}.json").exists():
-        continue
-    try:  # one mode's missing run (killed at the limit) leaves the others' rows
-        print(f"| j: colocation {mode} | INFO | pipeline step {step_ms(mode):.1f} ms / alone {base:.1f} ms = "
-              f"{step_ms(mode) / base:.3f}; job {job(mode):.1f} matmuls/s / alone {jbase:.1f} = {job(mode) / jbase:.3f} |")
-    except (OSError, ValueError, KeyError, ZeroDivisionError) as e:
-        print(f"| j: colocation {mode} | FAIL | {e} |")
-        ok = False
-        continue
-    # A managed job that ran without the shim was never gated: its row would compare nothing.
-    if mode.endswith("managed") and not mode.endswith("unmanaged"):
-        try:
-            loaded = json.loads((d / f"job_{mode}.json").read_text()).get("shim_loaded")
-        except (OSError, ValueError):
-            loaded = None
-        if loaded is not True:
-            print(f"| j: colocation {mode} | FAIL | the best-effort job ran without libgpu_scheduler.so "
-                  f"(shim_loaded={loaded}): its launches were not gated |")
-            ok = False
-sys.exit(0 if ok else 1)
-PY
+report_runs "j: colocation" "$failed" "$runs runs completed" "logs/colocation_*.log" \
+  "$(dirname "$0")/colocation_summary.py" "$dir"

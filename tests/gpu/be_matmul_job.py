@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """A best-effort GPU job for check (j): bf16 matmuls on a priority-0 stream (best effort under the
-shim) for --seconds, kept --depth deep in flight. Prints one JSON line: matmuls done per second,
-and whether the shim was loaded and scheduling.
+shim) for --seconds, or until --stop-file exists, kept --depth deep in flight. Prints one JSON
+line: matmuls done per second, the completions per --bucket-s interval by Unix time (so that
+check j can take the job's rate over the pipeline's timed steps alone), whether the shim was
+loaded, and its orion_get_stats (how many launches it held back: the gating at work).
 
     python3 tests/gpu/be_matmul_job.py --seconds 20                       # unmanaged
     USE_ORION_SCHEDULER=1 ORION_POLICY=gpud ORION_POLICY_PARAMS=gpu=<uuid> \\
@@ -25,6 +27,8 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--size", type=int, default=4096, help="square bf16 matmul size")
     p.add_argument("--depth", type=int, default=4, help="matmuls kept in flight")
+    p.add_argument("--stop-file", help="stop as soon as this file exists (checked every 10 ms)")
+    p.add_argument("--bucket-s", type=float, default=0.1, help="width of the completion-count intervals")
     args = p.parse_args()
     import torch
     if not torch.cuda.is_available():
@@ -38,10 +42,22 @@ def main() -> int:
     stream.synchronize()
     pending, done = deque(), 0
     start = time.perf_counter()
+    start_unix = time.time()
+    buckets: list[int] = []  # completions seen in [start_unix + i * bucket_s, ... + bucket_s)
+    stop_file = Path(args.stop_file) if args.stop_file else None
+    next_stop_look = start
     while time.perf_counter() - start < args.seconds:
+        now = time.perf_counter()
+        if stop_file is not None and now >= next_stop_look:
+            if stop_file.exists():
+                break
+            next_stop_look = now + 0.01
         while pending and pending[0].query():
             pending.popleft()
             done += 1
+            i = int((time.perf_counter() - start) / args.bucket_s)
+            buckets.extend([0] * (i + 1 - len(buckets)))
+            buckets[i] += 1
         while len(pending) < args.depth:
             with torch.cuda.stream(stream):
                 torch.matmul(a, b, out=c)
@@ -50,9 +66,12 @@ def main() -> int:
             pending.append(ev)
         time.sleep(0.0005)
     wall = time.perf_counter() - start
+    # Intervals without a completion up to the end count too (a job held back at the end ran then).
+    buckets.extend([0] * (int(wall / args.bucket_s) + 1 - len(buckets)))
     active = shim_counters.shim_is_loaded()
     print(json.dumps({"matmuls_per_s": done / wall, "matmuls": done, "wall_s": wall, "size": args.size,
-                      "shim_loaded": active}))
+                      "start_unix_s": start_unix, "bucket_s": args.bucket_s, "completions": buckets,
+                      "shim_loaded": active, "shim_stats": shim_counters.shim_stats()}))
     return 0
 
 

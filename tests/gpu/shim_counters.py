@@ -37,6 +37,22 @@ def shim_is_loaded() -> bool:
     return SHIM_NAME in Path("/proc/self/maps").read_text()
 
 
+def shim_stats() -> dict[str, int] | None:
+    """orion_get_stats of the shim preloaded here (no trace needed), or None without one."""
+    if not shim_is_loaded():
+        return None
+    lib = ctypes.CDLL(None)
+    try:
+        get = lib.orion_get_stats
+    except AttributeError as e:
+        raise ShimCounterError(f"{SHIM_NAME} is loaded but does not export orion_get_stats ({e})") from None
+    get.argtypes = [ctypes.POINTER(OrionStats), ctypes.c_size_t]
+    stats = OrionStats()
+    if get(ctypes.byref(stats), ctypes.sizeof(stats)) != 0:
+        return {}  # pass-through mode: the shim keeps no stats
+    return {n: getattr(stats, n) for n, _ in OrionStats._fields_}
+
+
 class ShimCounters:
     def __init__(self) -> None:
         self.trace = os.environ.get("ORION_TRACE")

@@ -450,5 +450,95 @@ class TrainerSummaryTest(unittest.TestCase):
             self.assertIn("| d: trainer ours naive | FAIL | gpipe_runner wrote no", out.stdout)
 
 
+class ColocationSummaryTest(unittest.TestCase):
+    """scripts/gpu/colocation_summary.py (check j) on made-up runs: the job's rate is taken over the
+    pipeline's timed steps only, a job that did not run through them compares nothing, and a
+    managed mode must show the gating at work."""
+
+    T0 = 1_800_000_000.0  # the pipeline's first step ends here (Unix seconds)
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = Path(self.tmp.name)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def pipeline(self, mode, step_ms):
+        d = self.dir / f"pipeline_{mode}"
+        d.mkdir()
+        lines = [{"step": i, "step_time_ms": step_ms, "end_unix_s": self.T0 + i * step_ms / 1e3} for i in range(6)]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
+
+    def job(self, mode, per_bucket, start=None, buckets=200, **extra):
+        """A job of `buckets` 0.1 s intervals from `start` (default 5 s before the pipeline's first
+        step ends), `per_bucket` completions each, but 1000 in the intervals before the timed steps
+        (steps 2..5 start at T0 + 1 s with 1 s steps): a rate over the whole job would show them."""
+        start = self.T0 - 5 if start is None else start
+        timed_start = self.T0 + 1.0
+        counts = [1000 if start + i * 0.1 < timed_start else per_bucket for i in range(buckets)]
+        j = {"matmuls_per_s": 12345.0, "start_unix_s": start, "bucket_s": 0.1, "completions": counts, **extra}
+        (self.dir / f"job_{mode}.json").write_text(json.dumps(j))
+
+    def status(self, mode, windows, admitted):
+        snap = {"clients": [{"role": "pipeline"}, {"role": "best_effort", "launches_admitted": admitted}],
+                "pipeline": {"windows_published": windows, "filled_share": 0.25}}
+        (self.dir / f"status_{mode}.jsonl").write_text("not json (the daemon starting)\n" + json.dumps(snap) + "\n")
+
+    def summary(self):
+        return run(ROOT / "scripts/gpu/colocation_summary.py", self.dir)
+
+    def alone(self):
+        self.pipeline("alone", 1000.0)
+        (self.dir / "job_alone.json").write_text(json.dumps({"matmuls_per_s": 100.0}))
+
+    def test_rates_over_the_timed_steps_and_the_gating_shown(self):
+        self.alone()
+        self.pipeline("unmanaged", 1000.0)
+        self.job("unmanaged", 5)
+        self.pipeline("managed", 1000.0)
+        self.job("managed", 8, shim_loaded=True, shim_stats={"deferred": 42, "holding_stopped": 0})
+        self.status("managed", windows=30, admitted=900)
+        out = self.summary()
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertIn("| j: colocation unmanaged | INFO | pipeline step 1000.0 ms / alone 1000.0 ms = 1.000; "
+                      "job 50.0 matmuls/s (during the timed steps) / alone 100.0 = 0.500 |", out.stdout)
+        self.assertIn("job 80.0 matmuls/s (during the timed steps) / alone 100.0 = 0.800; gpud: 30 windows, "
+                      "900 launches admitted, filled share 0.250; shim deferred 42 |", out.stdout)
+        self.assertNotIn("mps", out.stdout)
+
+    def test_a_job_that_ended_before_the_timed_steps_compares_nothing(self):
+        self.alone()
+        self.pipeline("unmanaged", 1000.0)
+        self.job("unmanaged", 5, buckets=40)  # 4 s: gone before the pipeline's third step
+        out = self.summary()
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("| j: colocation unmanaged | FAIL | the job ran", out.stdout)
+        self.assertIn("not through them", out.stdout)
+
+    def test_a_managed_job_the_shim_never_held_is_not_shown_gated(self):
+        self.alone()
+        self.pipeline("managed", 1000.0)
+        self.job("managed", 8, shim_loaded=True, shim_stats={"deferred": 0, "holding_stopped": 1})
+        self.status("managed", windows=0, admitted=0)
+        out = self.summary()
+        self.assertEqual(out.returncode, 1)
+        for why in ("the shim stopped holding work", "held back none of the job's launches",
+                    "the pipeline published no windows", "admitted none of the job's launches"):
+            self.assertIn(why, out.stdout)
+        (self.dir / "status_managed.jsonl").unlink()
+        self.job("managed", 8, shim_loaded=False, shim_stats=None)
+        out = self.summary()
+        self.assertIn("ran without libgpu_scheduler.so", out.stdout)
+        self.assertIn("no daemon status showed the pipeline and the job attached together (0 polled)", out.stdout)
+
+    def test_a_missing_alone_run_fails_by_name(self):
+        self.pipeline("unmanaged", 1000.0)
+        self.job("unmanaged", 5)
+        out = self.summary()
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("| j: colocation alone | FAIL | pipeline_alone/metrics.jsonl", out.stdout)
+
+
 if __name__ == "__main__":
     unittest.main()
