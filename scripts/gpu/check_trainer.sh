@@ -30,10 +30,16 @@ else
   failed=1
 fi
 run_ours() {  # variant, then extra arguments
-  local variant=$1; shift
+  local variant=$1 start=$SECONDS; shift
   # The last warm-up step is the profiled one: a profiled step is never a timed one.
-  gpu_runner "trainer_$variant" "$dir/$variant" "$steps" "$((warmup - 1))" "$@" \
-    || { echo "gpipe_runner $variant failed: logs/trainer_$variant.log"; failed=1; }
+  if gpu_runner "trainer_$variant" "$dir/$variant" "$steps" "$((warmup - 1))" "$@"; then
+    # A row per run as it ends: the table at the end needs every run, and a check killed at its
+    # limit must still say what it measured.
+    record "d: run $variant" INFO "$((SECONDS - start)) s; $(json_get "$dir/$variant/summary.json" tokens_per_s) tokens/s, step $(json_get "$dir/$variant/summary.json" step_time_ms_mean) ms (mean of the unprofiled steps after the first), final loss $(json_get "$dir/$variant/summary.json" final_loss)"
+  else
+    record "d: run $variant" FAIL "gpipe_runner failed after $((SECONDS - start)) s (logs/trainer_$variant.log)"
+    failed=1
+  fi
 }
 run_ours async --set parallel.scheduler=async_threaded
 run_ours naive --set parallel.scheduler=naive
