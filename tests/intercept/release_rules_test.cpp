@@ -1,89 +1,19 @@
-// The shim against issue 24's findings: calls it did not wrap (frees, context events, graph
-// executable edits) let work it held back run after them, and launches of one graph executable
-// could pass each other. Every function cuda.h declares is now interposed and classified
+// The shim against issue 24's findings: calls it did not wrap (frees, context events, ...) let
+// work it held back run after them. Every driver function is now interposed and classified
 // (intercept/src/driver_api_classes.csv); a release_all call first hands everything held to the
-// driver. Each test fails on c9effad's shim. Run twice by ctest: scheduled and pass-through.
+// driver. Each test fails on c9effad's shim. Graph executables: graph_release_rules_test.cpp.
+// Run twice by ctest: scheduled and pass-through.
 #include <cerrno>
 #include <chrono>
 #include <latch>
 #include <cstdlib>
 #include <thread>
 
-#include "scheduling_fixture.h"
+#include "release_rules_fixture.h"
 
 namespace {
 
 using namespace icpt_test;
-
-class ReleaseRules : public Scheduling {
- protected:
-  // Index of the first call named `name` (any stream), or -1.
-  static long find_any(const std::vector<fake_cuda_call>& log, const char* name) {
-    return find_call(log, [&](const fake_cuda_call& c) { return std::strcmp(c.name, name) == 0; });
-  }
-  // The copy must be held while HP is in flight (scheduled), or in the driver at once.
-  void expect_held(const char* name, CUstream s) {
-    if (scheduled_) {
-      EXPECT_EQ(find_named(calls(), name, h(s)), -1) << name << " was not held back";
-    } else {
-      EXPECT_GE(find_named(calls(), name, h(s)), 0);
-    }
-  }
-  // An interprocess event `ipc` on the best-effort stream while high priority runs: `op` (logged as
-  // `name`) on an ordinary event is held, on `ipc` it reaches the driver before the call returns,
-  // behind the kernel queued before it.
-  void expect_interprocess_op_not_held(const char* name, CUevent ipc, CUresult (*op)(CUevent, CUstream)) {
-    CUevent plain = nullptr;
-    ASSERT_EQ(cuEventCreate(&plain, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
-    hold_high_priority();
-    ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
-    ASSERT_EQ(op(plain, be_), CUDA_SUCCESS);
-    expect_held(name, be_);
-    ASSERT_EQ(op(ipc, be_), CUDA_SUCCESS);
-    const auto log = calls();
-    const long kernel = find_launch(log, k_be_);
-    const long at = find_call(log, [&](const fake_cuda_call& c) { return std::strcmp(c.name, name) == 0 && c.event == h(ipc); });
-    ASSERT_GE(at, 0) << name << " of an interprocess event was held back";
-    ASSERT_GE(kernel, 0) << "the work before " << name << " did not reach the driver before it";
-    EXPECT_LT(kernel, at);
-    fake_cuda_set_stream_busy(hp_, 0);
-    EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
-    EXPECT_EQ(cuEventDestroy(plain), CUDA_SUCCESS);
-  }
-  static CUresult record_on(CUevent e, CUstream s) { return cuEventRecord(e, s); }
-  static CUresult wait_on(CUevent e, CUstream s) { return cuStreamWaitEvent(s, e, 0); }
-  // Held best-effort launches of `exec` then of another executable; then `call` (named `name` in the
-  // driver's log) on the high-priority stream, which CUDA orders behind exec's earlier launches.
-  // The held launch of exec reaches the driver first; the other executable's stays held.
-  void expect_behind_the_executables_held_launch(const char* name, CUresult (*call)(CUgraphExec, CUstream)) {
-    const CUgraphExec exec = make_graph_exec(), other = make_graph_exec();
-    ASSERT_NE(exec, nullptr);
-    ASSERT_NE(other, nullptr);
-    hold_high_priority();
-    ASSERT_EQ(cuGraphLaunch(exec, be_), CUDA_SUCCESS);
-    ASSERT_EQ(cuGraphLaunch(other, be_), CUDA_SUCCESS);
-    expect_held("cuGraphLaunch", be_);
-    ASSERT_EQ(call(exec, hp_), CUDA_SUCCESS);
-    auto log = calls();
-    const long first = find_named(log, "cuGraphLaunch", h(be_));
-    const long second = find_named(log, name, h(hp_));
-    ASSERT_GE(first, 0) << "the earlier launch of the executable is still held";
-    ASSERT_GE(second, 0);
-    EXPECT_LT(first, second);
-    EXPECT_EQ(log[first].value, h(exec));
-    if (scheduled_) {
-      // Only what the call depends on was released: the other executable's launch stays held.
-      EXPECT_EQ(find_call(log, [&](const fake_cuda_call& c) {
-                  return std::strcmp(c.name, "cuGraphLaunch") == 0 && c.value == h(other);
-                }), -1);
-    }
-    fake_cuda_set_stream_busy(hp_, 0);
-    EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
-    EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
-    EXPECT_EQ(cuGraphExecDestroy(other), CUDA_SUCCESS);
-  }
-  static constexpr CUdeviceptr kDev = 0x1000;  // the fake's device addresses: below 0x10000000
-};
 
 // Finding 3: cudaMemcpyAsync from pinned memory, then cudaFreeHost, is legal CUDA: the copy
 // must read the memory before it is freed. The shim held the copy and let the free pass.
@@ -126,31 +56,6 @@ TEST_F(ReleaseRules, AHostToHostCopyIsNeverHeld) {
   EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
   EXPECT_EQ(cuMemFreeHost(src), CUDA_SUCCESS);
   EXPECT_EQ(cuMemFreeHost(dst), CUDA_SUCCESS);
-}
-
-// Instantiating with CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD also uploads the executable into the
-// params' stream, behind that stream's work (as cuGraphUpload): a launch held there reaches the
-// driver first. The instantiate call went straight to the driver (it is order-free otherwise).
-TEST_F(ReleaseRules, InstantiatingWithAnUploadReleasesTheUploadStreamFirst) {
-  CUgraph graph = nullptr;
-  ASSERT_EQ(cuGraphCreate(&graph, 0), CUDA_SUCCESS);
-  hold_high_priority();
-  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
-  expect_deferred(k_be_);
-  CUDA_GRAPH_INSTANTIATE_PARAMS params{};
-  params.flags = CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
-  params.hUploadStream = be_;
-  CUgraphExec exec = nullptr;
-  ASSERT_EQ(cuGraphInstantiateWithParams(&exec, graph, &params), CUDA_SUCCESS);
-  const auto log = calls();
-  const long held = find_launch(log, k_be_), upload = find_named(log, "cuGraphInstantiateWithParams", h(be_));
-  ASSERT_GE(upload, 0);
-  ASSERT_GE(held, 0) << "the launch held on the upload stream did not reach the driver before the upload";
-  EXPECT_LT(held, upload);
-  fake_cuda_set_stream_busy(hp_, 0);
-  EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
-  EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
-  EXPECT_EQ(cuGraphDestroy(graph), CUDA_SUCCESS);
 }
 
 TEST_F(ReleaseRules, UnregisteringHostMemoryFirstReleasesTheCopyThatWritesIt) {
@@ -239,51 +144,6 @@ TEST_F(ReleaseRules, AContextEventRecordsTheHeldWorkToo) {
   fake_cuda_set_stream_busy(hp_, 0);
   EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
   EXPECT_EQ(cuEventDestroy(e), CUDA_SUCCESS);
-}
-
-// Finding 5: a held launch of a graph executable must run the executable as it was when it was
-// launched: an edit after the launch first releases it.
-TEST_F(ReleaseRules, EditingAGraphExecutableFirstReleasesItsHeldLaunch) {
-  CUgraphNode node = nullptr;
-  const CUgraphExec exec = make_graph_exec(k_be_, &node);
-  ASSERT_NE(exec, nullptr);
-  for (const char* edit : {"cuGraphExecKernelNodeSetParams_v2", "cuGraphNodeSetEnabled",
-                           "cuGraphExecNodeSetParams"}) {
-    SCOPED_TRACE(edit);
-    fake_cuda_reset();
-    hold_high_priority();
-    ASSERT_EQ(cuGraphLaunch(exec, be_), CUDA_SUCCESS);
-    expect_held("cuGraphLaunch", be_);
-    CUDA_KERNEL_NODE_PARAMS params{};
-    CUgraphNodeParams node_params{};
-    if (std::strcmp(edit, "cuGraphNodeSetEnabled") == 0) {
-      ASSERT_EQ(cuGraphNodeSetEnabled(exec, node, 0), CUDA_SUCCESS);
-    } else if (std::strcmp(edit, "cuGraphExecNodeSetParams") == 0) {
-      ASSERT_EQ(cuGraphExecNodeSetParams(exec, node, &node_params), CUDA_SUCCESS);
-    } else {
-      ASSERT_EQ(cuGraphExecKernelNodeSetParams(exec, node, &params), CUDA_SUCCESS);
-    }
-    auto log = calls();
-    const long launched = find_named(log, "cuGraphLaunch", h(be_));
-    ASSERT_GE(launched, 0) << "the held launch is still held after the edit";
-    EXPECT_LT(launched, find_any(log, edit));
-    fake_cuda_set_stream_busy(hp_, 0);
-    EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
-  }
-  EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
-}
-
-// Finding 5: CUDA orders each launch of an executable behind its previous launches; a held
-// best-effort launch followed by a high-priority launch of the same executable ran in reverse.
-TEST_F(ReleaseRules, LaunchesOfOneGraphExecutableKeepTheirOrderAcrossStreams) {
-  expect_behind_the_executables_held_launch("cuGraphLaunch", &cuGraphLaunch);
-}
-
-// CUDA orders an upload of an executable behind its earlier launches, on any stream, and the work
-// after the upload on its stream waits for them. A held best-effort launch of the executable must
-// reach the driver before an upload of it on a high-priority stream (the upload used to pass it).
-TEST_F(ReleaseRules, AGraphUploadComesAfterTheExecutablesHeldLaunch) {
-  expect_behind_the_executables_held_launch("cuGraphUpload", &cuGraphUpload);
 }
 
 // The release class is counted (orion_stats), so a program's cost of the default can be measured.
@@ -431,36 +291,6 @@ TEST_F(ReleaseRules, AGreenContextStreamIsClassedByItsPriority) {
   CUcontext popped = nullptr;
   ASSERT_EQ(cuCtxPopCurrent(&popped), CUDA_SUCCESS);
   EXPECT_EQ(cuGreenCtxDestroy(green), CUDA_SUCCESS);
-}
-
-// Finding 5: a CUDA graph captured around NCCL kernels spins until its peers arrive, like the
-// kernels themselves; a replay held on a best-effort stream made the peers wait up to the
-// starvation bound. A graph with a communication kernel node makes its stream a communication
-// stream: its launches are never held.
-TEST_F(ReleaseRules, AGraphOfNcclKernelsIsNeverHeld) {
-  CUfunction nccl = fake_cuda_make_function(kNcclAllReduceMangled, 0, nullptr);
-  CUgraph graph = nullptr;
-  ASSERT_EQ(cuGraphCreate(&graph, 0), CUDA_SUCCESS);
-  CUDA_KERNEL_NODE_PARAMS params{};
-  params.func = nccl;
-  params.gridDimX = params.gridDimY = params.gridDimZ = 1;
-  params.blockDimX = params.blockDimY = params.blockDimZ = 1;
-  CUgraphNode node = nullptr;
-  ASSERT_EQ(cuGraphAddKernelNode(&node, graph, nullptr, 0, &params), CUDA_SUCCESS);
-  CUgraphExec exec = nullptr;
-  ASSERT_EQ(cuGraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
-  const uint64_t comm_before = stats().communication_streams;
-  hold_high_priority();
-  ASSERT_EQ(cuGraphLaunch(exec, be_), CUDA_SUCCESS);
-  EXPECT_GE(find_named(calls(), "cuGraphLaunch", h(be_)), 0) << "the NCCL graph replay was held back";
-  if (scheduled_) {
-    EXPECT_EQ(stats().communication_streams, comm_before + 1);
-  }
-  fake_cuda_set_stream_busy(hp_, 0);
-  EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
-  EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
-  EXPECT_EQ(cuGraphDestroy(graph), CUDA_SUCCESS);
-  // be_ is a communication stream from now on; the fixture makes a new one per test.
 }
 
 // Finding 8: the helper thread admitted queued work while holding the pump lock, and waited for a
