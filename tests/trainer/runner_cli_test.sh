@@ -78,6 +78,19 @@ expect foreign_checkpoints 2 "holds [0-9]+ checkpoints? of another configuration
   --output-dir "$tmp/run_ckpt" --checkpoint-interval 1 --lr 0.001
 [ -f "$tmp/run_ckpt/checkpoints/step_00000004/manifest.json" ] \
   || { echo "FAIL foreign_checkpoints: the earlier run's newest checkpoint is gone"; failures=$((failures + 1)); }
+# ... and so is a fresh run of the same configuration: the earlier run's newer step folders would
+# win every prune (its own were deleted as they came) and a later --resume would pick the earlier
+# run's.
+expect own_earlier_checkpoints 2 "holds [0-9]+ checkpoints? of this configuration from an earlier run" -- \
+  --config "$cfg" --steps 2 --output-dir "$tmp/run_ckpt" --checkpoint-interval 1
+# The run's last steps are checkpointed even between two intervals (max_steps 5, interval 3:
+# step_3 and step_5), so a longer resume goes on from step 5 instead of repeating 3 and 4.
+expect last_step_checkpoint 0 "saving the last step's checkpoint \(step 5" -- --config "$cfg" --steps 5 \
+  --output-dir "$tmp/run_last" --checkpoint-interval 3
+[ -f "$tmp/run_last/checkpoints/step_00000005/manifest.json" ] \
+  || { echo "FAIL last_step_checkpoint: no step_00000005 checkpoint"; failures=$((failures + 1)); }
+expect last_step_resume 0 "resumed from .*step_00000005: 5 steps done" -- --config "$cfg" --steps 6 \
+  --output-dir "$tmp/run_last" --checkpoint-interval 3 --resume
 # A checkpoint folder that cannot be written is named before the first step, not at the first save.
 expect checkpoint_dir_unwritable 2 "training.checkpoint_dir: cannot write checkpoints to '/proc/nope'" -- --config "$cfg" \
   --steps 2 --checkpoint-interval 1 --checkpoint-dir /proc/nope --output-dir "$tmp/run_ckpt_bad"

@@ -313,6 +313,14 @@ std::vector<std::string> foreign_checkpoints(const std::string& root, const std:
   return out;
 }
 
+std::vector<std::pair<int64_t, std::string>> own_checkpoints(const std::string& root, const std::string& config_hash) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  for (const auto& folder : list_step_folders(root)) {
+    if (folder.complete && manifest_config_hash(folder.path) == config_hash) out.emplace_back(folder.step, folder.path);
+  }
+  return out;
+}
+
 void prune_checkpoints(const std::string& root, int keep, const std::string& config_hash) {
   if (keep <= 0) return;
   std::vector<StepFolder> folders = list_step_folders(root);

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/data/text_data.h"
@@ -69,6 +70,37 @@ bool PipelineTrainer::resumes_own_checkpoint() const {
   return !root_error && !from_error && from.parent_path() == root;
 }
 
+// Checkpoints of this configuration that this run would not continue from. A fresh run among an
+// earlier run's would see its own step folders pruned in favour of theirs (prune keeps the newest
+// of the configuration), and a later --resume would pick theirs: refused, naming them. A run
+// resumed from an older step on purpose (rolling back past a loss spike, comparing) leaves the
+// newer ones for a later --resume to prefer: a warning names them. Nothing is deleted unasked.
+void PipelineTrainer::check_own_checkpoints(const std::string& root) {
+  const auto own = own_checkpoints(root, checkpoint_config_hash());
+  if (own.empty()) return;
+  if (!resume_) {
+    std::error_code ec;
+    std::filesystem::remove(std::filesystem::path(root) / ".gpipe_probe", ec);
+    throw ConfigError(fmt::format(
+        "training.checkpoint_dir '{}' holds {} checkpoint{} of this configuration from an earlier run (newest: {}): "
+        "continue it with --resume, or give this run another folder (--checkpoint-dir, or --output-dir), or remove "
+        "them; a fresh run there would have its own checkpoints pruned in favour of the earlier run's",
+        root, own.size(), own.size() == 1 ? "" : "s", own.front().second));
+  }
+  if (resume_->empty() || !resumes_own_checkpoint()) return;  // the newest, or a folder elsewhere
+  std::error_code ec;
+  const auto from = std::filesystem::weakly_canonical(*resume_, ec);
+  std::vector<std::string> newer;
+  for (const auto& [step, path] : own) {
+    if (std::filesystem::weakly_canonical(path, ec) == from) break;  // newest first: the rest are older
+    newer.push_back(std::filesystem::path(path).filename().string());
+  }
+  if (newer.empty() || newer.size() == own.size()) return;  // none newer, or resume_ is not among them
+  log_warn("--resume-from {} is older than {} checkpoint{} of this run in '{}' ({}): a later --resume (the newest) "
+           "would continue from those, not from this branch; to roll back for good, remove (or move) them",
+           *resume_, newer.size(), newer.size() == 1 ? "" : "s", root, fmt::join(newer, ", "));
+}
+
 void PipelineTrainer::check_checkpoint_folder() {
   const std::string root = checkpoint_root();
   const std::filesystem::path probe = std::filesystem::path(root) / ".gpipe_probe";
@@ -99,6 +131,7 @@ void PipelineTrainer::check_checkpoint_folder() {
             "--output-dir), or remove them", root, foreign.size(), foreign.size() == 1 ? "" : "s", foreign.front()));
       }
     }
+    check_own_checkpoints(root);
   }
   if (dist_ && dist_->world_size() > 1) {
     nonce = dist_->broadcast_from_rank0("checkpoint_probe", nonce);

@@ -28,6 +28,7 @@
 #include "trainer/metrics/kineto_profile.h"
 #include "trainer/metrics/metrics.h"
 #include "trainer/metrics/timeline.h"
+#include "trainer/checkpoint/checkpoint.h"
 #include "trainer/colocation/bubble_publisher.h"
 #include "trainer/training/lr_schedule.h"
 
@@ -179,6 +180,8 @@ nlohmann::json PipelineTrainer::train() {
   };
   std::vector<Pending> window;
   bool stop = false;
+  TrainingPosition reached{step, first_epoch, first_index};  // after the last window run
+  int64_t saved_step = step;  // the step of the last checkpoint (or the one resumed from)
   // Runs the steps in `window` (one pipeline run), then logs one metrics line per step and
   // checkpoints when the last of them is due.
   auto run_window = [&] {
@@ -338,10 +341,14 @@ nlohmann::json PipelineTrainer::train() {
         stop = true;
       }
     }
-    if (t.checkpoint_interval > 0 && step % t.checkpoint_interval == 0) {
+    {
       const Pending& last = window.back();
       const bool epoch_done = last.index + 1 >= batches;
-      save_checkpoint(step, epoch_done ? last.epoch + 1 : last.epoch, epoch_done ? 0 : last.index + 1);
+      reached = {step, epoch_done ? last.epoch + 1 : last.epoch, epoch_done ? 0 : last.index + 1};
+    }
+    if (t.checkpoint_interval > 0 && step % t.checkpoint_interval == 0) {
+      save_checkpoint(reached.step, reached.epoch, reached.batch_index);
+      saved_step = step;
     }
     window.clear();
   };
@@ -364,6 +371,13 @@ nlohmann::json PipelineTrainer::train() {
     }
   }
   if (!window.empty()) run_window();  // (every path above ends its window; kept for safety)
+  // The run's last steps since the last interval's checkpoint (training.max_steps, the epochs'
+  // end or exit_after_profile between two intervals): saved too, so a resume that trains longer
+  // goes on from where this run stopped instead of repeating them.
+  if (t.checkpoint_interval > 0 && step > first_step && saved_step != step) {
+    log_info("saving the last step's checkpoint (step {}; training.checkpoint_interval={})", step, t.checkpoint_interval);
+    save_checkpoint(reached.step, reached.epoch, reached.batch_index);
+  }
   // A resumed run past the profiled step: the earlier run wrote that step's timeline; keep it.
   const bool profiled_before = t.profile_iteration >= 0 && t.profile_iteration < first_step &&
                                std::filesystem::exists(timeline_path);

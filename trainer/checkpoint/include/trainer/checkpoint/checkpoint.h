@@ -94,6 +94,10 @@ void prune_checkpoints(const std::string& root, int keep, const std::string& con
 // hash is not `config_hash`, or cannot be read), newest first.
 std::vector<std::string> foreign_checkpoints(const std::string& root, const std::string& config_hash);
 
+// The complete checkpoint folders under root that this configuration wrote (manifest hash
+// `config_hash`), newest first, with their steps.
+std::vector<std::pair<int64_t, std::string>> own_checkpoints(const std::string& root, const std::string& config_hash);
+
 // Stable hash of a config text: zlib crc32 of its bytes, 8 hex digits.
 std::string config_hash(const std::string& text);
 

@@ -124,6 +124,9 @@ class PipelineTrainer {
   // Whether resume_ is one of this run's checkpoints (the newest under checkpoint_root(), or a
   // folder there), not another run's given with --resume-from.
   bool resumes_own_checkpoint() const;
+  // Refuses (a fresh run) or names (a resume from an older step) this configuration's checkpoints
+  // in `root` that the run would not continue from.
+  void check_own_checkpoints(const std::string& root);
   // Loads the local stages from resume_ (or the newest checkpoint); returns {step, epoch, batch}.
   std::tuple<int64_t, int, int64_t> load_checkpoint();
 
