@@ -59,6 +59,7 @@ void PartitionController::observe(const KernelCompletion& done) {
   if (total_steps_ == 0) {
     if (done.sm_count <= 0 || start_.granularity <= 0) return;
     total_steps_ = done.sm_count / start_.granularity;
+    sm_count_ = done.sm_count;
     if (total_steps_ < 2) return;  // no partition possible: best_effort_sms() says 0 anyway
     steps_.store(start_.best_effort_sms(done.sm_count) / start_.granularity, std::memory_order_release);
     changed_ns_ = idle_since_ns_ = done.end_ns;
@@ -82,7 +83,9 @@ void PartitionController::observe(const KernelCompletion& done) {
   if (sample <= 0) return;
 
   const int steps = steps_.load(std::memory_order_relaxed);
-  const int rest_sms = (total_steps_ - steps) * start_.granularity;
+  // What high priority has beside best effort's steps: the SM count's remainder past the last
+  // whole step included (132 SMs, steps of 8, 15 to best effort: 12 left, not 8).
+  const int rest_sms = sm_count_ - steps * start_.granularity;
   // On the rest only, a kernel needing more SMs than the rest has is slowed by the confinement
   // itself (more waves): never an alone sample, and at least that much slower.
   const bool confined = start_.high_priority_on_rest && done.est.sms_needed > rest_sms;

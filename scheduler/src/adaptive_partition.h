@@ -81,6 +81,7 @@ class PartitionController {
 
   mutable std::mutex mu_;
   int total_steps_ = 0;
+  int sm_count_ = 0;  // the device's (its remainder past the last whole step is the rest's too)
   std::unordered_map<KernelId, KernelStats> kernels_;
   double window_sum_ = 0;
   int window_n_ = 0;

@@ -292,9 +292,8 @@ void Dispatcher::Impl::submit_head_locked(StreamState& s, const OpEstimate& est)
       q.waiter->done = true;
     }
     wait_cv.notify_all();
-  } else if (rc != 0 && s.sticky_error == 0) {
-    s.sticky_error = rc;
-    s.sticky_error_seq = q.op.seq;
+  } else if (rc != 0) {
+    s.deferred_errors.emplace_back(q.op.seq, rc);
     sticky_errors.fetch_add(1, std::memory_order_acq_rel);
   }
   // Counted as queued until the device has it and its error is recorded: a lock-free look at
@@ -551,14 +550,18 @@ void Dispatcher::forget_stream(StreamId id) {
   // The handle value may be reused by a new stream, which starts with the default class. The
   // state itself stays (threads may cache it); in-flight entries retire as completions arrive.
   std::lock_guard lock(s->mu);
-  // Review fix: the pending deferred error used to be cleared here and so never reached the
-  // program. The handle may be reused, so it must not stay on the stream: hand it to the next
+  // Review fix: the pending deferred errors used to be cleared here and so never reached the
+  // program. The handle may be reused, so they must not stay on the stream: each goes to a later
   // drain_all() (a context-wide synchronize, where CUDA reports such errors too).
-  if (s->sticky_error != 0) {
-    int none = 0;
-    impl_->orphan_error.compare_exchange_strong(none, s->sticky_error);
-    s->sticky_error = 0;
-    impl_->sticky_errors.fetch_sub(1, std::memory_order_acq_rel);
+  if (!s->deferred_errors.empty()) {
+    const auto n = static_cast<int>(s->deferred_errors.size());
+    {
+      std::lock_guard orphans(impl_->orphan_mu);
+      for (const auto& [seq, rc] : s->deferred_errors) impl_->orphan_errors.push_back(rc);
+    }
+    impl_->orphans.fetch_add(n, std::memory_order_acq_rel);
+    s->deferred_errors.clear();
+    impl_->sticky_errors.fetch_sub(n, std::memory_order_acq_rel);
   }
   if (s->queue.empty()) s->cls.store(impl_->opt.default_class);
 }

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -98,6 +99,8 @@ struct Dispatcher::Impl final : CompletionListener {
   // Takes s's deferred error if its op is at or before `up_to_seq` (an event's record: an error
   // of a later op belongs to whoever waits for that op).
   int take_error(StreamState& s, uint64_t up_to_seq = std::numeric_limits<uint64_t>::max());
+  // The oldest orphan error (see orphan_errors), or 0.
+  int take_orphan_error();
   int drain_stream(StreamId id);
   // The event's latest record (its stream and seq), if it has one.
   std::optional<EventRecordRef> latest_record(EventId event);
@@ -121,9 +124,10 @@ struct Dispatcher::Impl final : CompletionListener {
   QueryState query_stream(StreamId id);
   QueryState query_event(EventId event);
   QueryState query_legacy_sync();
-  // Drains every stream with queued work that `pred` selects; the first deferred error.
+  // Drains every stream with queued work that `pred` selects; the first deferred error (with
+  // with_orphans, a destroyed stream's when no drained stream had one).
   template <typename Pred>
-  int drain_streams(Pred pred);
+  int drain_streams(Pred pred, bool with_orphans);
   void try_pump();
   // try_pump() from a caller's submit(), rate-limited by opt.inline_poll_interval_ns.
   void try_pump_inline();
@@ -177,10 +181,14 @@ struct Dispatcher::Impl final : CompletionListener {
   std::mutex events_mu;
   std::unordered_map<EventId, detail::EventState> events;
 
-  // First deferred error of a stream that was forgotten before a drain returned it: reported by
-  // the next drain_all() instead of being dropped.
-  std::atomic<int> orphan_error{0};
-  // Streams whose sticky_error is set (lets drain_legacy_sync skip every stream when zero).
+  // Deferred errors of streams forgotten (destroyed) before a drain returned them, oldest first:
+  // each reported by a later drain_all() (a context-wide synchronize, where CUDA reports such
+  // errors too), never by a legacy-stream synchronize, which does not wait on that stream.
+  std::mutex orphan_mu;
+  std::deque<int> orphan_errors;
+  std::atomic<int> orphans{0};
+  // Deferred errors waiting in streams' deferred_errors (lets drain_legacy_sync skip every stream
+  // when zero).
   std::atomic<int> sticky_errors{0};
 
   std::mutex deferred_mu;  // completions put off (see apply_completion), applied at the next pump

@@ -34,9 +34,20 @@ void Dispatcher::Impl::drain_until(StreamState& s, uint64_t upto) {
 
 int Dispatcher::Impl::take_error(StreamState& s, uint64_t up_to_seq) {
   std::lock_guard lock(s.mu);
-  if (s.sticky_error_seq > up_to_seq) return 0;
-  const int err = std::exchange(s.sticky_error, 0);
-  if (err != 0) sticky_errors.fetch_sub(1, std::memory_order_acq_rel);
+  if (s.deferred_errors.empty() || s.deferred_errors.front().first > up_to_seq) return 0;
+  const int err = s.deferred_errors.front().second;
+  s.deferred_errors.pop_front();
+  sticky_errors.fetch_sub(1, std::memory_order_acq_rel);
+  return err;
+}
+
+int Dispatcher::Impl::take_orphan_error() {
+  if (orphans.load(std::memory_order_acquire) == 0) return 0;
+  std::lock_guard lock(orphan_mu);
+  if (orphan_errors.empty()) return 0;
+  const int err = orphan_errors.front();
+  orphan_errors.pop_front();
+  orphans.fetch_sub(1, std::memory_order_acq_rel);
   return err;
 }
 
@@ -66,7 +77,7 @@ void Dispatcher::Impl::release_event(EventId event) {
 }
 
 template <typename Pred>
-int Dispatcher::Impl::drain_streams(Pred pred) {
+int Dispatcher::Impl::drain_streams(Pred pred, bool with_orphans) {
   int first = 0;
   for (StreamState* s : all_streams()) {
     if (!pred(*s)) continue;
@@ -75,13 +86,13 @@ int Dispatcher::Impl::drain_streams(Pred pred) {
     // dropping them would lose them).
     if (first == 0) first = take_error(*s);
   }
-  // A forgotten stream's deferred error (see forget_stream()).
-  if (first == 0) first = orphan_error.exchange(0);
+  // A forgotten stream's deferred error (see forget_stream()): a context-wide drain only.
+  if (first == 0 && with_orphans) first = take_orphan_error();
   return first;
 }
 
 int Dispatcher::Impl::drain_all() {
-  return drain_streams([](const StreamState&) { return true; });
+  return drain_streams([](const StreamState&) { return true; }, /*with_orphans=*/true);
 }
 
 template <typename Pred>
@@ -115,8 +126,8 @@ bool Dispatcher::Impl::legacy_waits_on(const StreamState& s) const {
 
 int Dispatcher::Impl::drain_legacy_sync() {
   // The common case (nothing queued, no error waiting) touches no stream.
-  if (holds_nothing() && orphan_error.load(std::memory_order_relaxed) == 0) return 0;
-  return drain_streams([this](const StreamState& s) { return legacy_waits_on(s); });
+  if (holds_nothing()) return 0;
+  return drain_streams([this](const StreamState& s) { return legacy_waits_on(s); }, /*with_orphans=*/false);
 }
 
 QueryState Dispatcher::Impl::query(StreamState& s, bool take_error) {
@@ -125,9 +136,10 @@ QueryState Dispatcher::Impl::query(StreamState& s, bool take_error) {
   std::lock_guard lock(s.mu);
   QueryState out;
   out.queued = !s.queue.empty();
-  if (!take_error) return out;
-  out.error = std::exchange(s.sticky_error, 0);
-  if (out.error != 0) sticky_errors.fetch_sub(1, std::memory_order_acq_rel);
+  if (!take_error || s.deferred_errors.empty()) return out;
+  out.error = s.deferred_errors.front().second;
+  s.deferred_errors.pop_front();
+  sticky_errors.fetch_sub(1, std::memory_order_acq_rel);
   return out;
 }
 

@@ -38,9 +38,10 @@ class OrionPolicy final : public Policy {
   explicit OrionPolicy(OrionParams p) : p_(p) {}
   const char* name() const override { return "orion"; }
 
-  // A kernel never timed, or a graph (an opaque bundle of them), fills the whole threshold: the
-  // next best-effort kernel waits until it is done. At least 1 ns, so that with a threshold of 0
-  // one of them alone is outstanding at a time.
+  // A kernel never timed, or a graph (an opaque bundle of them), counts as the whole threshold.
+  // The gate admits while the outstanding sum is at or under it, so one more kernel still goes
+  // beside it (Orion's own check also lets the kernel that crosses the threshold go), and the one
+  // after that waits. At least 1 ns, so that with a threshold of 0 one alone is outstanding.
   double untimed_kernel_duration_ns() const override { return std::max(p_.dur_threshold_ns, 1.0); }
   double non_kernel_duration_ns(const Op& op) const override {
     return op.kind == OpKind::kGraphLaunch ? untimed_kernel_duration_ns() : 0;

@@ -67,8 +67,10 @@ struct StreamState {
   std::deque<QueuedOp> queue;
   int64_t head_since_ns = 0;  // when the current queue head became the head
   FifoRing<InFlightOp> in_flight;
-  int sticky_error = 0;  // first backend error of a deferred op, returned by the next drain
-  uint64_t sticky_error_seq = 0;  // that op's: a drain up to an earlier op does not take it
+  // Backend errors of deferred ops, oldest first, as (op seq, error): each is returned once, by
+  // the first drain (or query) that synchronises with its op; a drain up to an earlier op takes
+  // none. A list, not one slot: a second failure before the first was taken must not vanish.
+  std::deque<std::pair<uint64_t, int>> deferred_errors;
   // Completions of this stream put off (Dispatcher::Impl::defer_completion) and not applied yet:
   // a newer one waits behind them, so the policy hears of its ops in completion order.
   std::atomic<int> completions_put_off{0};

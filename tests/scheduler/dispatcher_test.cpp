@@ -6,6 +6,7 @@
 #include <atomic>
 #include <thread>
 
+#include "dispatcher_fixture.h"
 #include "fake_device.h"
 #include "scheduler/dispatcher.h"
 #include "scheduler/profile_store.h"
@@ -14,46 +15,7 @@
 namespace sched {
 namespace {
 
-using testing::event_op;
-using testing::FakeDevice;
-using testing::kernel_op;
-using testing::SubmittedOp;
-
-constexpr StreamId kHp = 1, kBe = 2, kBe2 = 3, kComm = 4;
-
-class DispatcherTest : public ::testing::Test {
- protected:
-  std::unique_ptr<Dispatcher> make(const std::string& policy, const PolicyParams& params = {}) {
-    DispatcherOptions opt;
-    opt.background_thread = false;
-    opt.be_max_wait_ns = 1'000'000;
-    opt.profiles = &profiles;
-    auto d = std::make_unique<Dispatcher>(dev, make_policy(policy, params), opt);
-    d->set_stream_class(kHp, StreamClass::kHighPriority);
-    d->set_stream_class(kBe, StreamClass::kBestEffort);
-    d->set_stream_class(kBe2, StreamClass::kBestEffort);
-    d->set_stream_class(kComm, StreamClass::kCommunication);
-    return d;
-  }
-  std::vector<KernelId> kernels_on(StreamId stream) const {
-    std::vector<KernelId> out;
-    for (const auto& s : dev.submitted()) {
-      if (s.stream == stream && s.kind == OpKind::kKernel) out.push_back(s.kernel);
-    }
-    return out;
-  }
-  // Position of the first submitted op matching `pred` (-1 if none).
-  template <typename Pred>
-  int position(Pred pred) const {
-    const auto log = dev.submitted();
-    for (size_t i = 0; i < log.size(); ++i) {
-      if (pred(log[i])) return static_cast<int>(i);
-    }
-    return -1;
-  }
-  FakeDevice dev;
-  ProfileStore profiles;
-};
+using namespace dispatcher_fixture;
 
 TEST_F(DispatcherTest, HighPriorityIsSubmittedInlineWhileBestEffortQueuesAreFull) {
   auto d = make("priority");
@@ -270,48 +232,6 @@ TEST_F(DispatcherTest, QueuedWaitIsNotSubmittedBeforeItsRecord) {
   ASSERT_GE(rec6, 0);
   ASSERT_GE(wait6, 0);
   EXPECT_LT(rec6, wait6);
-}
-
-TEST_F(DispatcherTest, BackendErrorsReachTheCaller) {
-  auto d = make("priority");
-  dev.fail_kernel(666, 700);
-  EXPECT_EQ(d->submit(kernel_op(kHp, 666)), 700);  // inline: returned at once, not sticky
-  EXPECT_EQ(d->drain_stream(kHp), 0);
-  d->submit(kernel_op(kHp, 1));
-  EXPECT_EQ(d->submit(kernel_op(kBe, 10)), 0);
-  EXPECT_EQ(d->submit(kernel_op(kBe, 666)), 0);  // deferred: the error comes at the drain
-  EXPECT_EQ(d->submit(kernel_op(kBe, 11)), 0);
-  EXPECT_EQ(d->drain_stream(kBe), 700);
-  EXPECT_EQ(d->drain_stream(kBe), 0);  // cleared once returned
-  EXPECT_EQ(kernels_on(kBe), (std::vector<KernelId>{10, 11}));  // later ops still went
-  EXPECT_EQ(d->stats().backend_errors, 2u);
-}
-
-TEST_F(DispatcherTest, DeferredErrorReturnedByDrainAllAndEventDrain) {
-  auto d = make("priority");
-  dev.fail_kernel(666, 999);
-  d->submit(kernel_op(kHp, 1));
-  d->submit(kernel_op(kBe, 666));
-  d->submit(event_op(OpKind::kEventRecord, kBe, 8));
-  EXPECT_EQ(d->drain_event(8), 999);
-  d->submit(kernel_op(kBe2, 666));
-  EXPECT_EQ(d->drain_all(), 999);
-  EXPECT_EQ(d->drain_all(), 0);
-}
-
-// An event's drain or query answers for the ops up to its record only: the error of an op queued
-// after the record belongs to whoever synchronises that op (its stream's drain).
-TEST_F(DispatcherTest, AnEventLeavesTheErrorOfALaterOpToItsStream) {
-  auto d = make("priority");
-  dev.fail_kernel(666, 700);
-  d->submit(kernel_op(kHp, 1));
-  d->submit(event_op(OpKind::kEventRecord, kBe, 8));
-  d->submit(kernel_op(kBe, 666));  // after the record
-  dev.complete_all();
-  d->pump();  // HP done: both go, the kernel fails
-  EXPECT_EQ(d->query_event(8).error, 0);
-  EXPECT_EQ(d->drain_event(8), 0);
-  EXPECT_EQ(d->drain_stream(kBe), 700);
 }
 
 TEST_F(DispatcherTest, QueuedOpOwnsAClonedPayload) {
