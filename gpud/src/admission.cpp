@@ -8,6 +8,11 @@ namespace gpud {
 
 Decision admit(const WindowView& window, const GrantView& grant, int64_t now_ns, int64_t kernel_ns,
                int64_t inflight_ns, const AdmissionConfig& config) {
+  // A grant being written: no verdict of the daemon's this time (see GrantView::torn).
+  if (grant.torn) return {Verdict::kHold, "grant being written"};
+  // A grant the daemon revoked (it dropped this client) holds while its lease runs: the client
+  // connects again meanwhile, or, the daemon gone, the lease runs out into the fallback.
+  if (grant.mode == GrantMode::kRevoked && grant.lease_expiry_ns > now_ns) return {Verdict::kHold, "grant revoked"};
   // The daemon renews the lease every tick: past it, the daemon is gone or stuck, and what the
   // grant says can no longer be trusted. The user chose what happens then.
   if (grant.lease_expiry_ns <= now_ns) {

@@ -219,6 +219,11 @@ nlohmann::json Client::status(int64_t timeout_ns) {
   }
 }
 
+void Client::close_connection() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+}
+
 bool Client::daemon_alive() const {
   if (fd_ < 0) return false;
   pollfd p{fd_, POLLIN | POLLRDHUP, 0};

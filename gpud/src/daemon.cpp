@@ -62,7 +62,12 @@ void check_gpu_name(const std::string& gpu) {
 // socket). Other allowed uids need to traverse it: 0711 then, else 0700.
 void prepare_dir(const fs::path& dir, bool others_allowed) {
   std::error_code ec;
-  fs::create_directories(dir, ec);
+  if (dir.has_parent_path()) fs::create_directories(dir.parent_path(), ec);
+  // Made 0700 from the start (create_directories would take the umask's mode, and until the
+  // chmod below another user could plant a link or folder where the lock or socket goes).
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    throw DaemonError(fmt::format("cannot make the runtime folder {}: {}", dir.string(), std::strerror(errno)));
+  }
   struct stat st {};
   if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     throw DaemonError(fmt::format("runtime folder {} is not a folder ({})", dir.string(), std::strerror(errno)));
@@ -162,6 +167,10 @@ struct Daemon::Impl {
   // accept4 failed for lack of descriptors (EMFILE): the listening socket stays readable, so it
   // is left out of poll until this time instead of spinning.
   int64_t accept_paused_until_ns = 0;
+  // Refusals logged this second, and since when (a refused uid connecting in a loop must not
+  // stall the tick on a slow stderr: the log is the daemon's one unbounded wait).
+  int64_t refusal_log_since_ns = 0;
+  int refusals_logged = 0, refusals_unlogged = 0;
 
   PipelinePage& pipeline() { return *static_cast<PipelinePage*>(pipeline_page.data()); }
 
@@ -215,14 +224,21 @@ struct Daemon::Impl {
     return departed_pipeline_pid;
   }
 
-  void drop(size_t index, const std::string& why) {
+  // daemon_stopping: the daemon itself goes (its leases would lapse anyway): grants read revoked
+  // with an expired lease, so each client's fallback applies at once.
+  void drop(size_t index, const std::string& why, bool daemon_stopping = false) {
     Connection& c = connections[index];
     if (c.greeted && c.role == Role::kObserver) {
       spdlog::debug("orion-gpud: observer pid {} left: {}", c.pid, why);
     } else if (c.id != 0) {  // booked (a hello whose welcome could not be sent too)
       spdlog::info("orion-gpud: {} client {} (pid {}) left: {}", to_string(c.role), c.id, c.pid, why);
       if (c.role == Role::kBestEffort && c.grant.data() != nullptr) {
-        write_grant(*static_cast<GrantPage*>(c.grant.data()), GrantView{});  // revoked, if it still looks
+        // Revoked, if it still looks. Dropped by a live daemon, for one lease: it holds (a lease of
+        // 0 reads as a daemon gone, and a fallback=pass client would run beside the pipeline) and
+        // connects again meanwhile. The daemon stopping: its fallback at once.
+        GrantView revoked;
+        revoked.lease_expiry_ns = daemon_stopping ? 0 : monotonic_ns() + options.grants.lease_ns;
+        write_grant(*static_cast<GrantPage*>(c.grant.data()), revoked);
       }
       if (c.role == Role::kPipeline) {
         reset_pipeline_page(pipeline());  // empty until the next one (no grant is gated meanwhile)
@@ -250,11 +266,12 @@ struct Daemon::Impl {
   }
   size_t waiting_connections() const { return waiting_connections(false) + waiting_connections(true); }
 
-  size_t observer_count() const {
-    return static_cast<size_t>(std::count_if(connections.begin(), connections.end(), [](const Connection& c) {
-      return c.greeted && c.role == Role::kObserver;
+  size_t count_of(Role role) const {
+    return static_cast<size_t>(std::count_if(connections.begin(), connections.end(), [role](const Connection& c) {
+      return c.greeted && c.role == role;
     }));
   }
+  size_t observer_count() const { return count_of(Role::kObserver); }
 
   void refuse(int fd, const std::string& why) {
     try {
@@ -283,7 +300,16 @@ struct Daemon::Impl {
     }
     Connection c;
     if (!allowed(uid)) {
-      spdlog::warn("orion-gpud: refused pid {} of uid {} (not in --allow-uid)", pid, uid);
+      if (now - refusal_log_since_ns >= 1'000'000'000) {
+        if (refusals_unlogged > 0) spdlog::warn("orion-gpud: {} more refusals not logged", refusals_unlogged);
+        refusal_log_since_ns = now;
+        refusals_logged = refusals_unlogged = 0;
+      }
+      if (++refusals_logged <= 5) {
+        spdlog::warn("orion-gpud: refused pid {} of uid {} (not in --allow-uid)", pid, uid);
+      } else {
+        ++refusals_unlogged;
+      }
       c.refusal = fmt::format("uid {} is not allowed by this orion-gpud (started by uid {}; it allows more with "
                               "--allow-uid)", uid, geteuid());
     }  // how many clients and observers it serves is checked at the hello, by role
@@ -317,13 +343,20 @@ struct Daemon::Impl {
     if (!m.contains("name") || !m["name"].is_string() || m["name"].get<std::string>().size() > 64) {
       return "hello needs a 'name' of at most 64 characters";
     }
+    // Names go into the daemon's log and status: no control characters (a newline would forge
+    // log lines).
+    for (const char ch : m["name"].get<std::string>()) {
+      if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) return "hello's 'name' must hold no control characters";
+    }
     const std::string name = m["name"].get<std::string>();
     const size_t observers = observer_count();
     if (*role == Role::kObserver && observers >= kMaxObservers) {
       return fmt::format("orion-gpud serves at most {} observers at once (status requests): try again", kMaxObservers);
     }
-    if (*role != Role::kObserver && connections.size() - observers - waiting_connections() >= options.max_clients) {
-      return fmt::format("orion-gpud serves at most {} clients", options.max_clients);
+    // Best-effort clients only: the one pipeline a GPU has always gets in (crowded out by
+    // best-effort connections, it could not publish, and they would run free beside it).
+    if (*role == Role::kBestEffort && count_of(Role::kBestEffort) >= options.max_clients) {
+      return fmt::format("orion-gpud serves at most {} best-effort clients", options.max_clients);
     }
     if (*role == Role::kObserver) {  // status only: no pages, no grant, nothing to revoke (its
       c.role = *role;                // socket's hang-up ends it: no pidfd)
@@ -486,7 +519,7 @@ Daemon::Daemon(DaemonOptions options) {
   prepare_dir(options.dir, !options.allowed_uids.empty());
   impl_ = std::make_unique<Impl>(options);
   const fs::path lock = options.dir / fmt::format("gpu-{}.lock", options.gpu);
-  impl_->lock_fd = open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  impl_->lock_fd = open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (impl_->lock_fd < 0) throw DaemonError(fmt::format("cannot open {}: {}", lock.string(), std::strerror(errno)));
   if (flock(impl_->lock_fd, LOCK_EX | LOCK_NB) != 0) {
     throw DaemonError(fmt::format("another orion-gpud serves GPU {} (it holds {}): one daemon per GPU",
@@ -519,7 +552,7 @@ Daemon::Daemon(DaemonOptions options) {
 
 Daemon::~Daemon() {
   if (!impl_) return;
-  while (!impl_->connections.empty()) impl_->drop(impl_->connections.size() - 1, "the daemon stopped");
+  while (!impl_->connections.empty()) impl_->drop(impl_->connections.size() - 1, "the daemon stopped", /*daemon_stopping=*/true);
   // ~Impl closes the socket, unlinks its file and releases the lock.
 }
 

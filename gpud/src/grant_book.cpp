@@ -1,5 +1,7 @@
 // The daemon's decisions: who holds a grant, in which mode, until when. No I/O and no clock of
 // its own (the daemon passes `now`), so every transition is tested under a fake clock.
+#include <limits>
+
 #include <fmt/format.h>
 
 #include "gpud/gpud.h"
@@ -29,7 +31,12 @@ int GrantBook::add(Role role, pid_t pid, const std::string& name, int64_t now_ns
     throw ProtocolError(fmt::format("a pipeline is already attached to this GPU (pid {}, '{}'): one per GPU", p.pid,
                                     p.name));
   }
-  const int id = next_id_++;
+  // Ids are never 0 (the daemon's "not booked") nor one still in use, even after 2^31 clients.
+  int id = 0;
+  do {
+    id = next_id_;
+    next_id_ = next_id_ == std::numeric_limits<int>::max() ? 1 : next_id_ + 1;
+  } while (clients_.count(id) != 0);
   Client c{role, pid, name, now_ns, {}};
   if (role == Role::kBestEffort) {
     // Gated from the start when a pipeline is there; the first tick settles the mode.

@@ -147,7 +147,7 @@ GrantView read_grant(const GrantPage& page) {
   for (ReadBudget budget;;) {
     const uint64_t before = page.epoch.load(std::memory_order_acquire);
     if (before & 1) {
-      if (budget.spent()) return GrantView{};  // revoked, lease expired: the fallback decides
+      if (budget.spent()) return GrantView{.torn = true};
       continue;
     }
     g.mode = static_cast<GrantMode>(page.mode.load(std::memory_order_relaxed));
@@ -158,7 +158,7 @@ GrantView read_grant(const GrantPage& page) {
       g.epoch = before / 2;
       return g;
     }
-    if (budget.spent()) return GrantView{};
+    if (budget.spent()) return GrantView{.torn = true};
   }
 }
 

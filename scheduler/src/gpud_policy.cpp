@@ -2,6 +2,7 @@
 // best-effort op goes only when gpud::admit says it fits the pipeline's published idle window
 // (or the pipeline is gone, or the daemon is gone and the fallback is pass); the decision reads
 // two shared pages in the calling thread (or the pump's), no round trip to the daemon.
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <memory>
@@ -45,13 +46,17 @@ class GpudPolicy final : public Policy {
   // (PyTorch's): copies and memsets from their size (non_kernel_duration_ns, which the in-flight
   // total counts too), bookkeeping ops take no time.
   static int64_t length_ns(const Op& op, const OpEstimate& est) {
+    // A profile may say anything (an Orion CSV's "inf", 1e300): at most 1000 s, which fits no
+    // window, and never a conversion of a double int64 cannot hold (undefined behaviour).
+    constexpr double kLongest = 1e12;
+    const double ns = std::min(est.duration_ns, kLongest);
     switch (op.kind) {
       case OpKind::kKernel:
       case OpKind::kGraphLaunch:
-        return est.duration_ns > 0 ? static_cast<int64_t>(est.duration_ns) : -1;
+        return ns > 0 ? static_cast<int64_t>(ns) : -1;
       case OpKind::kCopy:
       case OpKind::kMemset:
-        return static_cast<int64_t>(est.duration_ns);
+        return ns > 0 ? static_cast<int64_t>(ns) : 0;
       case OpKind::kEventRecord:
       case OpKind::kStreamWaitEvent:
       case OpKind::kHostFunc:
@@ -103,7 +108,17 @@ class ClientPages {
       : state_(std::make_unique<State>(std::move(dir), std::move(gpu))) {}
   int64_t now() const { return gpud::monotonic_ns(); }
   gpud::WindowView window(int64_t /*now*/) const { return gpud::read_window(current().pipeline()); }
-  gpud::GrantView grant(int64_t /*now*/) const { return gpud::read_grant(current().grant()); }
+  // A torn read (the daemon mid-write) holds, but only while the last good grant's lease runs: a
+  // daemon killed mid-write leaves the page torn for good, and then the lease runs out into the
+  // user's fallback as for any daemon gone.
+  gpud::GrantView grant(int64_t now) const {
+    const gpud::GrantView g = gpud::read_grant(current().grant());
+    if (!g.torn) {
+      state_->last_good_lease_ns.store(g.lease_expiry_ns, std::memory_order_relaxed);
+      return g;
+    }
+    return state_->last_good_lease_ns.load(std::memory_order_relaxed) > now ? g : gpud::GrantView{};
+  }
   // Its usage page is this process's own account (atomics).
   void admitted(int64_t kernel_ns) const { gpud::record_admitted(current().usage(), kernel_ns); }
   // True when a restarted daemon's pages replaced the old ones (read the grant again).
@@ -121,6 +136,9 @@ class ClientPages {
     }
     s.reconnected_ns.store(now, std::memory_order_relaxed);
     s.current.store(s.clients.back().get(), std::memory_order_release);
+    // The old connection's socket goes (its pages stay: other threads may be reading them), so a
+    // daemon restarted again and again does not pile up descriptors here.
+    s.clients[s.clients.size() - 2]->close_connection();
     return true;
   }
   // Within kPipelineGraceNs of connecting again.
@@ -143,6 +161,7 @@ class ClientPages {
     std::atomic<gpud::Client*> current{nullptr};
     std::atomic<int64_t> next_try_ns{0};
     std::atomic<int64_t> reconnected_ns{0};  // 0: never reconnected
+    std::atomic<int64_t> last_good_lease_ns{0};  // of the last untorn grant read
   };
   gpud::Client& current() const { return *state_->current.load(std::memory_order_acquire); }
   std::unique_ptr<State> state_;

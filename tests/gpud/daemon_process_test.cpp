@@ -151,6 +151,8 @@ TEST(GpudDaemon, SighupStopsTheDaemonInOrder) {
   ASSERT_EQ(read_grant(be.grant()).mode, GrantMode::kFree);
   ASSERT_EQ(kill(daemon.pid, SIGHUP), 0);
   EXPECT_TRUE(eventually([&] { return read_grant(be.grant()).mode == GrantMode::kRevoked; }));
+  // ... with its lease over: the daemon is gone, so the client's fallback applies at once.
+  EXPECT_LE(read_grant(be.grant()).lease_expiry_ns, monotonic_ns());
   int status = 0;
   ASSERT_EQ(waitpid(daemon.pid, &status, 0), daemon.pid);
   daemon.pid = -1;

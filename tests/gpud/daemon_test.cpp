@@ -190,6 +190,9 @@ TEST(GpudDaemon, EveryBadHelloIsRefusedWithItsReasonAndTheDaemonCarriesOn) {
       {hello("pipeline", -5), "the sender's pid (a positive integer)"},
       {nlohmann::json{{"type", "hello"}, {"version", kProtocolVersion}, {"role", "pipeline"}, {"pid", getpid()}, {"name", 7}}.dump(),
        "a 'name' of at most 64 characters"},
+      {nlohmann::json{{"type", "hello"}, {"version", kProtocolVersion}, {"role", "best_effort"}, {"pid", getpid()},
+                      {"name", "job\n[info] orion-gpud: forged"}}.dump(),
+       "'name' must hold no control characters"},
       {"{not json", "not a JSON object"},
       {R"(["hello"])", "not a JSON object"},
       {R"({"type":"status"})", "the first message must be a hello"},
@@ -363,10 +366,14 @@ TEST(GpudDaemon, StatusListsAsManyClientsAsTheDaemonServes) {
     Client::connect(dir.path, kGpu, Role::kBestEffort, "one too many");
     ADD_FAILURE() << "a client beyond max_clients was accepted";
   } catch (const ProtocolError& e) {
-    EXPECT_NE(std::string(e.what()).find("serves at most 64 clients"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("serves at most 64 best-effort clients"), std::string::npos) << e.what();
   }
   Client observer = Client::connect(dir.path, kGpu, Role::kObserver, "monitor");
   EXPECT_EQ(observer.status().at("clients").size(), options.max_clients);
+  // The pipeline still gets in: crowded out, it could not publish its windows and the
+  // best-effort clients would run free beside it.
+  Client pipeline = Client::connect(dir.path, kGpu, Role::kPipeline, "gpipe_runner");
+  EXPECT_EQ(observer.status().at("clients").size(), options.max_clients + 1);
 }
 
 TEST(GpudDaemon, ObserversAreCappedApartFromClients) {

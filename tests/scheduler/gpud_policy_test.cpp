@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <iterator>
 #include <thread>
 
 #include "fake_device.h"
@@ -163,6 +164,30 @@ TEST(GpudPolicyTest, ABestEffortProcessReachesARestartedDaemon) {
     gpud::heartbeat(page, gpud::monotonic_ns());
     return r.admit();
   })) << "the reconnected process did not run inside the pipeline's window";
+}
+
+// Each reconnection closes the socket of the connection the old daemon hung up on (its pages stay
+// mapped for threads still reading them): a daemon restarted again and again used to leave one
+// descriptor per restart in every best-effort process.
+TEST(GpudPolicyTest, RestartsLeaveNoSocketBehind) {
+  DaemonRestart r("GPU-restarts");
+  ASSERT_TRUE(eventually([&] { return r.admit(); }));
+  const auto open_fds = [] {
+    return std::distance(std::filesystem::directory_iterator("/proc/self/fd"), std::filesystem::directory_iterator{});
+  };
+  const auto restart = [&] {
+    r.stop_daemon();
+    r.start_daemon();
+    gpud::Client observer = gpud::Client::connect(r.folder.path, r.options.gpu, gpud::Role::kObserver, "test");
+    return eventually([&] {
+      (void)r.admit();
+      return observer.status().dump().find("libgpu_scheduler") != std::string::npos;
+    });
+  };
+  ASSERT_TRUE(restart());
+  const auto fds = open_fds();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(restart()) << "restart " << i;
+  EXPECT_EQ(open_fds(), fds) << "descriptors left behind by 3 reconnections";
 }
 
 // No pipeline comes back: after the wait best effort runs freely again.

@@ -106,6 +106,11 @@ struct GrantView {
   uint64_t epoch = 0;
   int64_t lease_expiry_ns = 0;
   int64_t inflight_budget_ns = 0;
+  // read_grant found the daemon writing the page all along (its read budget spent): nothing in
+  // it can be used. admit() holds: "lease expired" would let a fallback=pass client run beside a
+  // live, gated pipeline whenever the daemon is preempted mid-write. A reader that must not hold
+  // for ever behind a daemon killed mid-write keeps the last good lease (GpudPolicy does).
+  bool torn = false;
 };
 
 void init_pipeline_page(PipelinePage& page);
@@ -266,6 +271,10 @@ class Client {
   // a new Client::connect reaches a restarted daemon. True while the connection stands, even if
   // the daemon is stuck (its lease then runs out: see admit()).
   bool daemon_alive() const;
+  // Closes the socket of a connection the daemon hung up on, keeping the pages mapped (other
+  // threads may still read them): a reconnecting client must not keep one descriptor per daemon
+  // restart. daemon_alive() is false from then on; not concurrently with daemon_alive().
+  void close_connection();
 
  private:
   Client() = default;
