@@ -39,10 +39,25 @@ void send_message(int fd, const nlohmann::json& message, const std::vector<int>&
     c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
     std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
   }
+  // A blocking socket's send waits at most its SO_SNDTIMEO; a signal (SIGPROF, SIGCHLD) makes
+  // sendmsg return EINTR, and a plain retry would wait the whole bound again (never ending under
+  // signals more frequent than it). Each retry gets what is left of the bound.
+  timeval bound{};
+  socklen_t bound_len = sizeof bound;
+  const bool bounded = getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &bound, &bound_len) == 0 &&
+                       (bound.tv_sec != 0 || bound.tv_usec != 0);
+  const int64_t deadline = bounded ? monotonic_ns() + (static_cast<int64_t>(bound.tv_sec) * 1'000'000 + bound.tv_usec) * 1'000 : 0;
   ssize_t n;
-  do {
+  for (;;) {
     n = sendmsg(fd, &msg, MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
+    if (n >= 0 || errno != EINTR) break;
+    if (!bounded) continue;
+    const int64_t left_us = (deadline - monotonic_ns()) / 1'000;
+    if (left_us <= 0) throw SendTimeout("send timed out");
+    const timeval rest{static_cast<time_t>(left_us / 1'000'000), static_cast<suseconds_t>(left_us % 1'000'000)};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &rest, sizeof rest);
+  }
+  if (bounded) setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) throw SendTimeout("send timed out");
   if (n < 0) throw ProtocolError(fmt::format("send failed: {}", std::strerror(errno)));
 }

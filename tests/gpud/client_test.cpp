@@ -1,11 +1,42 @@
 // A gpud client facing a daemon that is hung, gone or not ours: every wait bounded (signals
 // included), a late reply never taken for the next one, a restarted daemon reached again.
 #include "daemon_test_support.h"
+#include "socket_io.h"
 
 namespace gpud {
 namespace {
 
 using namespace daemon_test;
+
+// Signals every 20 ms to one thread (SIGALRM without SA_RESTART: blocking calls return EINTR),
+// what a profiler's SIGPROF or SIGCHLD churn does: run(body) runs body in a thread of its own so
+// interrupted. The handler is installed while this lives.
+struct Signalled {
+  struct sigaction previous {};
+  Signalled() {
+    struct sigaction action {};
+    action.sa_handler = [](int) {};
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = 0;
+    EXPECT_EQ(sigaction(SIGALRM, &action, &previous), 0);
+  }
+  ~Signalled() { sigaction(SIGALRM, &previous, nullptr); }
+  static std::future<std::string> run(std::function<std::string()> body) {
+    return std::async(std::launch::async, [body = std::move(body)] {
+      sigevent ev{};
+      ev.sigev_notify = SIGEV_THREAD_ID;  // this thread only
+      ev.sigev_signo = SIGALRM;
+      ev._sigev_un._tid = static_cast<pid_t>(syscall(SYS_gettid));
+      timer_t timer{};
+      if (timer_create(CLOCK_MONOTONIC, &ev, &timer) != 0) return std::string("timer_create failed");
+      itimerspec every{{0, 20'000'000}, {0, 20'000'000}};
+      timer_settime(timer, 0, &every, nullptr);
+      std::string what = body();
+      timer_delete(timer);
+      return what;
+    });
+  }
+};
 
 // ---- a client facing a daemon that is hung, gone or not ours ------------------------------------
 
@@ -88,39 +119,58 @@ TEST(GpudClient, ADaemonThatAcceptsButNeverAnswersIsAnErrorWithinTheBound) {
 TEST(GpudClient, FrequentSignalsDoNotStretchTheBound) {
   TempDir dir;
   FakeDaemon hung(dir.path, /*accepting=*/true);
-  struct sigaction action {};
-  action.sa_handler = [](int) {};
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = 0;  // no SA_RESTART: poll returns EINTR
-  struct sigaction previous {};
-  ASSERT_EQ(sigaction(SIGALRM, &action, &previous), 0);
+  Signalled signals;
   const int64_t start = monotonic_ns();
-  auto attempt = std::async(std::launch::async, [&dir] {
-    // A timer that signals this thread only (SIGEV_THREAD_ID), every 20 ms.
-    sigevent ev{};
-    ev.sigev_notify = SIGEV_THREAD_ID;
-    ev.sigev_signo = SIGALRM;
-    ev._sigev_un._tid = static_cast<pid_t>(syscall(SYS_gettid));
-    timer_t timer{};
-    if (timer_create(CLOCK_MONOTONIC, &ev, &timer) != 0) return std::string("timer_create failed");
-    itimerspec every{{0, 20'000'000}, {0, 20'000'000}};
-    timer_settime(timer, 0, &every, nullptr);
-    std::string what = "connected";
+  auto attempt = Signalled::run([&dir] {
     try {
       Client::connect(dir.path, kGpu, Role::kBestEffort, "signalled", 300 * kMs);
     } catch (const ProtocolError& e) {
-      what = e.what();
+      return std::string(e.what());
     }
-    timer_delete(timer);
-    return what;
+    return std::string("connected");
   });
   if (attempt.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
     ADD_FAILURE() << "Client::connect under frequent signals hung";
     hung.close_listener();
   }
   const std::string what = attempt.get();
-  sigaction(SIGALRM, &previous, nullptr);
   expect_no_reply_within_300ms(dir.path, {what, monotonic_ns() - start});
+}
+
+// The send side of the same rule: a send waiting for room in a daemon's full queue (it stopped
+// reading) gives up within its bound under frequent signals; each sendmsg restarted after EINTR
+// used to wait the whole SO_SNDTIMEO again.
+TEST(GpudClient, FrequentSignalsDoNotStretchASendsBound) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+  const std::string filler(1000, 'x');
+  while (send(sv[0], filler.data(), filler.size(), MSG_NOSIGNAL | MSG_DONTWAIT) > 0) {
+  }
+  ASSERT_TRUE(errno == EAGAIN || errno == EWOULDBLOCK) << std::strerror(errno);
+  const timeval bound{0, 300'000};
+  ASSERT_EQ(setsockopt(sv[0], SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound), 0);
+  Signalled signals;
+  const int64_t start = monotonic_ns();
+  auto attempt = Signalled::run([fd = sv[0]] {
+    try {
+      io::send_message(fd, {{"type", "status"}});
+    } catch (const io::SendTimeout&) {
+      return std::string("timed out");
+    } catch (const ProtocolError& e) {
+      return std::string(e.what());
+    }
+    return std::string("sent");
+  });
+  if (attempt.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    ADD_FAILURE() << "a send under frequent signals never gave up";
+    close(sv[1]);  // the peer goes: the send fails, the thread ends
+    sv[1] = -1;
+  }
+  const std::string what = attempt.get();
+  EXPECT_EQ(what, "timed out");
+  EXPECT_LT(monotonic_ns() - start, 2'000 * kMs) << "the 300 ms bound stretched";
+  close(sv[0]);
+  if (sv[1] >= 0) close(sv[1]);
 }
 
 TEST(GpudClient, ADaemonThatAcceptsNothingIsAnErrorWithinTheBound) {
