@@ -179,6 +179,26 @@ TEST(CheckpointTest, ManifestRoundTripsAndNeedsEveryStage) {
 
 // A stage written by another node into a checkpoint_dir that is not shared is not here: no
 // manifest (a resume would find a "complete" checkpoint it cannot read), and the error says why.
+// A checkpoint that cannot be written is the system's failure, with its reason, not a refused
+// checkpoint (CheckpointError, exit 2 "see --help"): CheckpointWriteError, exit 1.
+TEST(CheckpointTest, AFailedWriteIsAWriteErrorNamingTheReason) {
+  Trainee trainee;
+  try {
+    write_stage_checkpoint("/proc/no_such_folder/step_00000001", 0, *trainee.net, trainee.optimizer, at::kCPU, {1, 0, 0},
+                           kHash);
+    ADD_FAILURE() << "a checkpoint was written under /proc";
+  } catch (const CheckpointWriteError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot create checkpoint folder /proc/no_such_folder"), std::string::npos)
+        << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not a CheckpointWriteError: " << e.what();
+  }
+  testing::TempDir dir;
+  Manifest manifest;
+  manifest.config_hash = kHash;
+  EXPECT_THROW(write_manifest(dir.path() + "/gone", manifest), CheckpointWriteError);
+}
+
 TEST(CheckpointTest, AManifestListingAStageFileThatIsNotHereIsNotWritten) {
   testing::TempDir dir;
   Trainee trainee;

@@ -33,11 +33,11 @@ std::string parent_folder(const std::string& path) {
 // fsync of a file or a folder: a rename is durable only once the folder holding it is synced.
 void fsync_path(const std::string& path, bool is_folder) {
   const int fd = ::open(path.c_str(), O_RDONLY | (is_folder ? O_DIRECTORY : 0));
-  if (fd < 0) fail("cannot open " + path + " to sync it: " + errno_text());
+  if (fd < 0) fail_write("cannot open " + path + " to sync it: " + errno_text());
   const int rc = ::fsync(fd);
   const int saved_errno = errno;
   ::close(fd);
-  if (rc != 0) fail("cannot sync " + path + ": " + std::strerror(saved_errno));
+  if (rc != 0) fail_write("cannot sync " + path + ": " + std::strerror(saved_errno));
 }
 
 }  // namespace
@@ -45,14 +45,14 @@ void fsync_path(const std::string& path, bool is_folder) {
 void commit_tmp_file(const std::string& tmp_path, const std::string& final_path) {
   fsync_path(tmp_path, false);
   if (std::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
-    fail("cannot rename " + tmp_path + " to " + final_path + ": " + errno_text());
+    fail_write("cannot rename " + tmp_path + " to " + final_path + ": " + errno_text());
   }
   fsync_path(parent_folder(final_path), true);
 }
 
 void remove_manifest(const std::string& folder) {
   const std::string manifest = folder + "/" + kManifestName;
-  if (std::remove(manifest.c_str()) != 0 && errno != ENOENT) fail("cannot delete " + manifest + ": " + errno_text());
+  if (std::remove(manifest.c_str()) != 0 && errno != ENOENT) fail_write("cannot delete " + manifest + ": " + errno_text());
 }
 
 FileDigest digest_file(const std::string& path) {
@@ -74,6 +74,7 @@ FileDigest digest_file(const std::string& path) {
 }
 
 [[noreturn]] void fail(const std::string& message) { throw CheckpointError(message); }
+[[noreturn]] void fail_write(const std::string& message) { throw CheckpointWriteError(message); }
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -132,7 +133,7 @@ void remove_tree(const std::string& path) {
   const int rc = ::nftw(
       path.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return std::remove(p); }, 16,
       FTW_DEPTH | FTW_PHYS);
-  if (rc != 0) fail("cannot delete old checkpoint " + path + ": " + errno_text());
+  if (rc != 0) fail_write("cannot delete old checkpoint " + path + ": " + errno_text());
 }
 
 }  // namespace
@@ -214,7 +215,7 @@ void write_manifest(const std::string& folder, const Manifest& manifest) {
     std::ofstream out(tmp_path, std::ios::binary | std::ios::trunc);
     out << json.dump(2) << "\n";
     out.close();
-    if (!out) fail("cannot write " + tmp_path);
+    if (!out) fail_write("cannot write " + tmp_path + ": " + errno_text());
   }
   commit_tmp_file(tmp_path, path);
   // The step folder's own entry in the checkpoint root: synced before anything older is pruned,

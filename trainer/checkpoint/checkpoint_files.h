@@ -10,8 +10,10 @@ namespace gpipe::checkpoint_files {
 inline constexpr int kFormatVersion = 1;
 inline constexpr const char* kManifestName = "manifest.json";
 
-// Throws CheckpointError(message).
+// Throws CheckpointError(message): a checkpoint that must not be used.
 [[noreturn]] void fail(const std::string& message);
+// Throws CheckpointWriteError(message): writing, syncing, renaming or deleting failed.
+[[noreturn]] void fail_write(const std::string& message);
 // strerror(errno).
 std::string errno_text();
 

@@ -127,7 +127,7 @@ StageCheckpointFile write_stage_checkpoint(const std::string& folder, int stage,
                                            const TrainingPosition& position, const std::string& config_hash) {
   std::error_code error;
   std::filesystem::create_directories(folder, error);
-  if (error) fail("cannot create checkpoint folder " + folder + ": " + error.message());
+  if (error) fail_write("cannot create checkpoint folder " + folder + ": " + error.message());
   // Rewriting a folder (a rerun reaching the same step) invalidates its old manifest until the new one.
   remove_manifest(folder);
   const std::string name = stage_file_name(stage);
@@ -155,7 +155,7 @@ StageCheckpointFile write_stage_checkpoint(const std::string& folder, int stage,
     static_cast<void>(device);  // only CUDA devices have a generator of their own
 #endif
   } catch (const c10::Error& e) {
-    fail("cannot write checkpoint " + tmp_path + ": " + e.what_without_backtrace());
+    fail_write("cannot write checkpoint " + tmp_path + ": " + e.what_without_backtrace());
   }
   commit_tmp_file(tmp_path, path);
   const FileDigest digest = digest_file(path);

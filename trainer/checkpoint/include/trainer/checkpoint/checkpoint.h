@@ -21,6 +21,11 @@ namespace gpipe {
 struct CheckpointError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+// A checkpoint that could not be written (disk full, a folder gone, a failed sync), with the
+// system's reason: not the user's input, so the runner exits 1 (not 2, "see --help").
+struct CheckpointWriteError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 // Where training resumes: `step` optimizer steps are done; the next batch is (epoch, batch_index).
 struct TrainingPosition {
