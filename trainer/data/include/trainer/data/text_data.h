@@ -2,8 +2,9 @@
 //
 // Readers return documents in a deterministic order (folders are walked in sorted path order).
 // Every reader throws std::runtime_error naming the file (and line, for JSONL) on bad input.
-// The token stream is the documents' tokens joined by the tokenizer's EOT id; it is cut into
-// non-overlapping samples of sequence_length + 1 tokens (inputs = [0, T), targets = [1, T + 1)),
+// The token stream is the documents' tokens joined by the tokenizer's EOT id; sample i is its
+// tokens [iT, iT + T + 1) (inputs = [0, T), targets = [1, T + 1)): consecutive samples share one
+// token, the next sample's first input being this one's last target, so no token goes untrained,
 // and each epoch visits the samples in the order of torch.randperm(num_samples) drawn from a CPU
 // generator seeded from (seed, epoch) through std::seed_seq, batch_size samples per global batch (the rest dropped).
 #pragma once
