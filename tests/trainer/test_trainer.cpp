@@ -182,6 +182,36 @@ TEST(TrainerTest, SmallGptLossFallsOnTheEmbeddedCorpus) {
   testing::remove_tree(out.string());
 }
 
+// One run writes a checkpoint folder at a time (an flock on <checkpoint_dir>/.gpipe_lock, held
+// until the trainer goes): a second run into it is refused before its first step instead of
+// racing the first's temporary files, manifests and prunes. Once the first is gone, a resume goes.
+TEST(TrainerTest, ASecondRunIntoACheckpointFolderInUseIsRefused) {
+  PipelineConfig c = small_gpt_config();
+  c.training.max_steps = 2;
+  c.training.checkpoint_interval = 1;
+  c.training.checkpoint_dir = c.training.output_dir + "/ckpt";
+  auto first = std::make_unique<PipelineTrainer>(c, create_components(c));
+  first->train();
+  PipelineConfig again = c;
+  again.training.output_dir = c.training.output_dir + "/again";
+  again.training.max_steps = 3;
+  {
+    PipelineTrainer second(again, create_components(again));
+    second.resume_from("");
+    try {
+      second.train();
+      ADD_FAILURE() << "a second run wrote into a checkpoint folder in use";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("is being written by another run"), std::string::npos) << e.what();
+    }
+  }
+  first.reset();
+  PipelineTrainer third(again, create_components(again));
+  third.resume_from("");
+  EXPECT_EQ(third.train().at("steps").get<int>(), 1) << "resumed at step 2, one step to go";
+  testing::remove_tree(c.training.output_dir);
+}
+
 // The LR schedule spans the steps the run takes: the epochs' end when it comes before
 // training.max_steps (the cosine schedule used to span max_steps and never decay).
 TEST(TrainerTest, TheLearningRateScheduleSpansTheStepsTheRunTakes) {

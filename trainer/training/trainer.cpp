@@ -8,6 +8,8 @@
 #include <ATen/Parallel.h>
 #include <torch/optim/adamw.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -361,6 +363,7 @@ PipelineTrainer::PipelineTrainer(PipelineConfig config, PipelineComponents compo
 }
 
 PipelineTrainer::~PipelineTrainer() {
+  if (checkpoint_lock_fd_ >= 0) ::close(checkpoint_lock_fd_);
   if (dist_ && transport_) dist_->unwatch(transport_.get());
 }
 

@@ -1,9 +1,13 @@
 // PipelineTrainer's checkpoints: each process writes its stages' files, rank 0 the manifest last;
 // resuming reads the manifest rank 0 picked and restores this process's stages (checkpoint.h).
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -118,6 +122,23 @@ void PipelineTrainer::check_checkpoint_folder() {
       // Before anyone waits on the probe: the others hear it through the failure announcement.
       throw ConfigError(fmt::format("training.checkpoint_dir: cannot write checkpoints to '{}'{}: give a writable "
                                     "folder (--checkpoint-dir)", root, ec ? ": " + ec.message() : std::string()));
+    }
+    // One run writes a checkpoint folder at a time: two (a rerun started while the first still
+    // trains, two jobs given one --checkpoint-dir) would race on the same temporary files and
+    // manifests, and each prune could delete the other's folder being written.
+    if (checkpoint_lock_fd_ < 0) {
+      const std::string lock = (std::filesystem::path(root) / ".gpipe_lock").string();
+      const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+      if (fd < 0 || ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        const std::string why = fd < 0 ? std::strerror(errno) : std::string();
+        if (fd >= 0) ::close(fd);
+        std::filesystem::remove(probe, ec);
+        throw ConfigError(fd < 0 ? fmt::format("training.checkpoint_dir: cannot open {}: {}", lock, why)
+                                 : fmt::format("training.checkpoint_dir '{}' is being written by another run (it holds "
+                                               "{}): wait for it to end, or give this run another folder "
+                                               "(--checkpoint-dir, or --output-dir)", root, lock));
+      }
+      checkpoint_lock_fd_ = fd;
     }
     // A run that does not continue its own checkpoints must not write among another run's: its
     // step folders would replace theirs, and --resume would later pick theirs.

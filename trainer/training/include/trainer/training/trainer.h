@@ -157,6 +157,9 @@ class PipelineTrainer {
   Placement placement_;
   std::vector<int> local_ranks_;
   std::optional<std::string> resume_;  // set by resume_from(); "" = the newest
+  // <checkpoint_dir>/.gpipe_lock, held (flock) by the process that writes the manifests for the
+  // whole run: a second run into the same folder is refused instead of racing its files. -1: none.
+  int checkpoint_lock_fd_ = -1;
   bool bf16_ = false;
   std::string attention_backend_;  // the SDPA kernel the model's attention runs ("" for none)
   std::vector<double> measured_layer_ms_;
