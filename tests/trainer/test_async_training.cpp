@@ -183,6 +183,19 @@ TEST(AsyncTraining, WindowedRunLogsEveryStepCheckpointsAndResumes) {
     EXPECT_EQ(resumed[k].first, full[k + 3].first);
     EXPECT_NEAR(resumed[k].second, full[k + 3].second, 1e-6);
   }
+  // Another checkpoint interval ends the windows elsewhere, so it trains otherwise: refused,
+  // naming the field (it used to resume and train another trajectory without a word).
+  PipelineConfig other = again;
+  other.training.output_dir = c.training.output_dir + "/other_interval";
+  other.training.checkpoint_interval = 2;
+  try {
+    PipelineTrainer trainer(other, create_components(other));
+    trainer.resume_from(c.training.checkpoint_dir + "/step_00000003");
+    trainer.train();
+    ADD_FAILURE() << "resumed an asp window run with another checkpoint interval";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("training.checkpoint_interval"), std::string::npos) << e.what();
+  }
   testing::remove_tree(c.training.output_dir);
 }
 

@@ -37,10 +37,15 @@ std::string PipelineTrainer::checkpoint_config_yaml() const {
   PipelineConfig trajectory = config_;
   trajectory.training.output_dir = "-";
   trajectory.training.checkpoint_dir.clear();
-  trajectory.training.checkpoint_interval = 0;
+  // Under asp with windows of several steps, a window also ends at each checkpoint and around
+  // the profiled step: there they shape what is trained, and a resume with others would train
+  // otherwise without a word. Elsewhere they only say when to save and profile.
+  if (schedule_.sync_mode != SyncMode::kAsp || config_.parallel.asp_window_steps == 1) {
+    trajectory.training.checkpoint_interval = 0;
+    trajectory.training.profile_iteration = 0;
+  }
   trajectory.training.keep_checkpoints = 0;
   trajectory.training.log_interval = 1;
-  trajectory.training.profile_iteration = 0;
   trajectory.training.exit_after_profile = false;
   // How long to train may change on resume (to train longer): the learning-rate schedule then
   // follows this run's total (load_checkpoint() says so in the log).
