@@ -41,23 +41,30 @@ void send_message(int fd, const nlohmann::json& message, const std::vector<int>&
   }
   // A blocking socket's send waits at most its SO_SNDTIMEO; a signal (SIGPROF, SIGCHLD) makes
   // sendmsg return EINTR, and a plain retry would wait the whole bound again (never ending under
-  // signals more frequent than it). Each retry gets what is left of the bound.
+  // signals more frequent than it). Each retry gets what is left of the bound, read only once a
+  // signal came (the common send costs no extra system call).
+  const int64_t start = monotonic_ns();
   timeval bound{};
-  socklen_t bound_len = sizeof bound;
-  const bool bounded = getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &bound, &bound_len) == 0 &&
-                       (bound.tv_sec != 0 || bound.tv_usec != 0);
-  const int64_t deadline = bounded ? monotonic_ns() + (static_cast<int64_t>(bound.tv_sec) * 1'000'000 + bound.tv_usec) * 1'000 : 0;
+  bool have_bound = false, shortened = false;
   ssize_t n;
-  for (;;) {
-    n = sendmsg(fd, &msg, MSG_NOSIGNAL);
-    if (n >= 0 || errno != EINTR) break;
-    if (!bounded) continue;
-    const int64_t left_us = (deadline - monotonic_ns()) / 1'000;
-    if (left_us <= 0) throw SendTimeout("send timed out");
+  while ((n = sendmsg(fd, &msg, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
+    if (!have_bound) {
+      socklen_t len = sizeof bound;
+      have_bound = getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &bound, &len) == 0 && (bound.tv_sec != 0 || bound.tv_usec != 0);
+      if (!have_bound) continue;  // unbounded: a retry waits as the first send did
+    }
+    const int64_t left_us =
+        (static_cast<int64_t>(bound.tv_sec) * 1'000'000 + bound.tv_usec) - (monotonic_ns() - start) / 1'000;
+    if (left_us <= 0) {
+      errno = EAGAIN;
+      break;
+    }
     const timeval rest{static_cast<time_t>(left_us / 1'000'000), static_cast<suseconds_t>(left_us % 1'000'000)};
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &rest, sizeof rest);
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &rest, sizeof rest) == 0) shortened = true;
   }
-  if (bounded) setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound);
+  const int saved_errno = errno;
+  if (shortened) setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound);
+  errno = saved_errno;
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) throw SendTimeout("send timed out");
   if (n < 0) throw ProtocolError(fmt::format("send failed: {}", std::strerror(errno)));
 }

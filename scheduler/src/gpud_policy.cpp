@@ -114,7 +114,9 @@ class ClientPages {
   gpud::GrantView grant(int64_t now) const {
     const gpud::GrantView g = gpud::read_grant(current().grant());
     if (!g.torn) {
-      state_->last_good_lease_ns.store(g.lease_expiry_ns, std::memory_order_relaxed);
+      // Written once per renewal (every daemon tick), not per launch: launching threads share it.
+      std::atomic<int64_t>& last = state_->last_good_lease_ns;
+      if (last.load(std::memory_order_relaxed) != g.lease_expiry_ns) last.store(g.lease_expiry_ns, std::memory_order_relaxed);
       return g;
     }
     return state_->last_good_lease_ns.load(std::memory_order_relaxed) > now ? g : gpud::GrantView{};

@@ -60,7 +60,14 @@ std::string verdict_for(const std::vector<ProcessGpu>& by_rank, const std::vecto
     out += (out.empty() ? "" : "; ") + describe(g) +
            (met != nullptr ? fmt::format(", and ranks {} form one NCCL communicator", fmt::join(*met, ", ")) : "");
   }
-  if (!conflicts.empty()) return "error:" + conflicts;
+  if (!conflicts.empty()) {
+    return fmt::format(
+        "error:{}: NCCL cannot run two ranks of one communicator on one GPU. Each process runs on cuda:(LOCAL_RANK % "
+        "visible GPUs): start at most one process per GPU (torchrun --nproc-per-node, srun --ntasks-per-node / "
+        "--gpus-per-task) or make each see its own (CUDA_VISIBLE_DEVICES); pipeline ranks meant to share a GPU "
+        "belong in one process (parallel.placement), where their tensors stay in memory",
+        conflicts);
+  }
   return apart.empty() ? "" : "shared:" + apart;
 }
 
@@ -128,16 +135,7 @@ std::string check_gpu_sharing(Distributed& dist, const ProcessGpu& mine,
     verdict = verdict_for(by_rank, communicators);
   }
   verdict = dist.broadcast_from_rank0("gpu_sharing", verdict);
-  if (verdict.rfind("error:", 0) == 0) {
-    const std::string what = verdict.substr(6);
-    if (what.find("NCCL communicator") == std::string::npos) throw ConfigError(what);
-    throw ConfigError(fmt::format(
-        "{}: NCCL cannot run two ranks of one communicator on one GPU. Each process runs on cuda:(LOCAL_RANK % "
-        "visible GPUs): start at most one process per GPU (torchrun --nproc-per-node, srun --ntasks-per-node / "
-        "--gpus-per-task) or make each see its own (CUDA_VISIBLE_DEVICES); pipeline ranks meant to share a GPU "
-        "belong in one process (parallel.placement), where their tensors stay in memory",
-        what));
-  }
+  if (verdict.rfind("error:", 0) == 0) throw ConfigError(verdict.substr(6));
   return verdict.rfind("shared:", 0) == 0 ? verdict.substr(7) : "";
 }
 
