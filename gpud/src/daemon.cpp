@@ -90,12 +90,26 @@ pid_t peer_pid_uid(int fd, uid_t* uid) {
   return cred.pid;
 }
 
-int pidfd_of(pid_t pid) {
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77  // Linux 6.5; glibc's headers may predate it
+#endif
+
+// The pidfd of the process that connected `fd`, taken at accept: from the socket itself
+// (SO_PEERPIDFD names the very process SO_PEERCRED does, however long ago it connected), else
+// opened from its pid (a pid reused between connect and accept is the window left). It used to be
+// opened from the pid at the hello, a window as long as the client liked. -1: none (the socket's
+// hang-up and the pid still tell).
+int peer_pidfd(int fd, pid_t pid) {
+  int pidfd = -1;
+  socklen_t len = sizeof pidfd;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) == 0 && len == sizeof pidfd && pidfd >= 0) {
+    return pidfd;  // close-on-exec, as every pidfd the kernel hands out
+  }
 #ifdef SYS_pidfd_open
   return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
 #else
   (void)pid;
-  return -1;  // the socket's hang-up still tells
+  return -1;
 #endif
 }
 
@@ -110,6 +124,11 @@ bool process_alive(int pidfd, pid_t pid) {
     return rc == 0;  // readable once the process exited
   }
   return kill(pid, 0) == 0 || errno == EPERM;
+}
+
+std::string exited_connector(pid_t pid) {
+  return fmt::format("the process that opened this connection (pid {}) has exited: connect from the process that "
+                     "uses the connection", pid);
 }
 
 }  // namespace
@@ -315,6 +334,7 @@ struct Daemon::Impl {
     }  // how many clients and observers it serves is checked at the hello, by role
     c.fd = fd;
     c.pid = pid;
+    if (c.refusal.empty()) c.pidfd = peer_pidfd(fd, pid);
     c.hello_deadline_ns = now + options.hello_timeout_ns;
     connections.push_back(std::move(c));
   }
@@ -349,6 +369,9 @@ struct Daemon::Impl {
       if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) return "hello's 'name' must hold no control characters";
     }
     const std::string name = m["name"].get<std::string>();
+    // The daemon trusts the process that connected, and watches it: a connection handed on (over
+    // SCM_RIGHTS, or inherited) by a process that has since exited belongs to no one it can watch.
+    if (!process_alive(c.pidfd, c.pid)) return exited_connector(c.pid);
     const size_t observers = observer_count();
     if (*role == Role::kObserver && observers >= kMaxObservers) {
       return fmt::format("orion-gpud serves at most {} observers at once (status requests): try again", kMaxObservers);
@@ -359,7 +382,7 @@ struct Daemon::Impl {
       return fmt::format("orion-gpud serves at most {} best-effort clients", options.max_clients);
     }
     if (*role == Role::kObserver) {  // status only: no pages, no grant, nothing to revoke (its
-      c.role = *role;                // socket's hang-up ends it: no pidfd)
+      c.role = *role;                // socket's hang-up ends it)
       try {
         io::send_message(c.fd, {{"type", "welcome"}, {"version", kProtocolVersion}, {"client_id", 0}, {"gpu", options.gpu}},
                          {}, kMaxReplyBytes);
@@ -385,7 +408,6 @@ struct Daemon::Impl {
       return e.what();
     }
     c.role = *role;
-    c.pidfd = pidfd_of(c.pid);
     std::vector<int> fds;
     std::vector<int> to_close;
     try {
@@ -570,7 +592,9 @@ void Daemon::run(const std::atomic<bool>& stop) {
     fds.push_back({d.listen_fd, static_cast<short>(now >= d.accept_paused_until_ns ? POLLIN : 0), 0});
     for (const auto& c : d.connections) {
       fds.push_back({c.fd, POLLIN, 0});
-      fds.push_back({c.pidfd, static_cast<short>(c.pidfd >= 0 ? POLLIN : 0), 0});
+      // A refused connection's pidfd is not watched (one refused at accept has none; one whose
+      // process exited before its hello stays readable, and waits for that hello to be answered).
+      fds.push_back({c.pidfd, static_cast<short>(c.pidfd >= 0 && c.refusal.empty() ? POLLIN : 0), 0});
     }
     const int wait_ms = static_cast<int>(std::clamp<int64_t>((next_tick - now + 999'999) / 1'000'000, 0, 1000));
     const int rc = poll(fds.data(), fds.size(), wait_ms);
@@ -585,8 +609,14 @@ void Daemon::run(const std::atomic<bool>& stop) {
       const pollfd& sock = fds[1 + 2 * i];
       const pollfd& pid = fds[2 + 2 * i];
       if (pid.revents & POLLIN) {
-        d.drop(i, "its process exited");
-        continue;
+        // Not yet greeted: whoever holds the connection now hears why at its hello (or at the
+        // hello deadline it is dropped), instead of a reset with no reason.
+        if (!d.connections[i].greeted) {
+          d.connections[i].refusal = exited_connector(d.connections[i].pid);
+        } else {
+          d.drop(i, "its process exited");
+          continue;
+        }
       }
       if (sock.revents & POLLIN) {
         try {

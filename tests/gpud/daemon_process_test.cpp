@@ -1,6 +1,9 @@
 // orion-gpud and its clients as separate processes (the daemon binary and gpud_test_client): a
 // peer of another uid refused, refused peers never crowding out an allowed one, and each party
 // killed for real.
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
+
 #include "daemon_test_support.h"
 
 extern char** environ;
@@ -102,6 +105,53 @@ TEST(GpudDaemon, RefusedPeersCannotCrowdOutAnAllowedClient) {
   kill(crowd, SIGKILL);
   waitpid(crowd, nullptr, 0);
   EXPECT_EQ(error, "") << "an allowed client was crowded out by refused peers";
+}
+
+// A refused uid connecting in a loop must not stall the daemon's tick on its log: at most 5
+// refusal lines a second, and the next second's first line counts the ones left out.
+TEST(GpudDaemon, RefusalsAreLoggedAtMostFiveASecondAndTheRestCounted) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make a process of another uid";
+  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(256);
+  spdlog::default_logger()->sinks().push_back(sink);
+  struct Unhook {  // the sink goes whatever the test's outcome
+    ~Unhook() { spdlog::default_logger()->sinks().pop_back(); }
+  } unhook;
+  auto count = [&sink](const std::string& text) {
+    size_t n = 0;
+    for (const auto& line : sink->last_formatted()) n += line.find(text) != std::string::npos;
+    return n;
+  };
+  TempDir dir;
+  DaemonOptions o = test_options(dir.path);
+  o.allowed_uids = {4242};  // opens the socket (0666): SO_PEERCRED decides
+  DaemonThread d(o);
+  const sockaddr_un addr = address_of(dir.path);  // before the fork: the child only makes syscalls
+  // `n` connections of uid 65534, each closed at once (so none waits long enough to meet a cap).
+  auto intrude = [&addr](int n) {
+    const pid_t child = fork();
+    if (child == 0) {
+      if (syscall(SYS_setresgid, 65534, 65534, 65534) != 0 || syscall(SYS_setresuid, 65534, 65534, 65534) != 0) _exit(3);
+      for (int i = 0; i < n; ++i) {
+        const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) _exit(4);
+        close(fd);
+      }
+      _exit(0);
+    }
+    int status = -1;
+    if (child > 0) waitpid(child, &status, 0);
+    return child > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  };
+  const std::string refused = "refused pid";
+  ASSERT_TRUE(intrude(12)) << "the other uid's process could not connect";
+  ASSERT_TRUE(eventually([&] { return count(refused) >= 5; })) << "the first refusals were not logged";
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the other 7 were accepted meanwhile
+  EXPECT_EQ(count(refused), 5u) << "more than 5 refusal lines in a second";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // the next second
+  ASSERT_TRUE(intrude(1));
+  EXPECT_TRUE(eventually([&] { return count("7 more refusals not logged") == 1; }))
+      << "the refusals left out were not counted";
+  EXPECT_TRUE(eventually([&] { return count(refused) == 6; })) << "the next second's refusal was not logged";
 }
 
 // `orion-gpud status` (the binary) asks as an observer: the clients it prints are the GPU's only.

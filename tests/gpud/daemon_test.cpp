@@ -168,6 +168,48 @@ TEST(GpudDaemon, AClientThatChmodsItsPagesCannotLockTheNextOneOut) {
                                        "become an ordinary user; 4: fchmod refused";
 }
 
+// The daemon trusts and watches the process that connected (SO_PEERCRED). A connection handed on
+// by a process that then exited belongs to no process it can watch: its hello is refused, naming
+// why. Before, the pidfd was opened from the pid at the hello: for a gone process none was, and the
+// client was welcomed unwatched (or, with the pid reused, watched as some other process).
+TEST(GpudDaemon, AConnectionWhoseConnectorExitedIsRefusedAtItsHello) {
+  TempDir dir;
+  DaemonThread d(test_options(dir.path));
+  int pair[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair), 0);
+  const sockaddr_un addr = address_of(dir.path);  // before the fork: the child only makes syscalls
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // connects, hands the connection to the test, exits
+    const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) _exit(2);
+    const char byte = 0;
+    _exit(send_with_fd(pair[1], &byte, 1, fd, 0) == 1 ? 0 : 3);
+  }
+  close(pair[1]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child could not connect or hand on";
+  const int handed_fd = receive_fd(pair[0]);
+  close(pair[0]);
+  ASSERT_GE(handed_fd, 0) << "no connection was handed on";
+  Raw handed(handed_fd);
+  handed.send(hello("best_effort"));
+  std::vector<int> fds;
+  const std::string reply = handed.reply(&fds);
+  for (int fd : fds) close(fd);
+  EXPECT_NE(reply.find("the process that opened this connection (pid " + std::to_string(child) + ") has exited"),
+            std::string::npos)
+      << reply;
+  EXPECT_TRUE(fds.empty()) << "a page went to a connection no process the daemon watches holds";
+  // The daemon carries on: the next client of a live process is welcomed.
+  Raw next(dir.path);
+  next.send(hello("best_effort"));
+  std::vector<int> next_fds;
+  EXPECT_NE(next.reply(&next_fds).find("\"welcome\""), std::string::npos);
+  for (int fd : next_fds) close(fd);
+}
+
 // A client in another PID namespace (a container) knows itself by another pid than the socket
 // says: welcomed, and watched by the socket's pid.
 TEST(GpudDaemon, AClientInAnotherPidNamespaceIsWelcomed) {
@@ -222,19 +264,7 @@ TEST(GpudDaemon, AMessageWithDescriptorsIsRefusedWithoutTheDaemonTakingThem) {
   int pipe_fds[2];
   ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);
   const std::string text = hello("pipeline");
-  iovec iov{const_cast<char*>(text.data()), text.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &pipe_fds[0], sizeof(int));
-  ASSERT_EQ(sendmsg(raw.fd, &msg, MSG_NOSIGNAL), static_cast<ssize_t>(text.size()));
+  ASSERT_EQ(send_with_fd(raw.fd, text.data(), text.size(), pipe_fds[0]), static_cast<ssize_t>(text.size()));
   close(pipe_fds[0]);
   const std::string reply = raw.reply();
   EXPECT_NE(reply.find("a message with descriptors attached (clients send none)"), std::string::npos) << reply;

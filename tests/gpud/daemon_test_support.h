@@ -68,6 +68,45 @@ inline sockaddr_un address_of(const fs::path& dir) {
 }
 
 // A raw connection, to say what a well-behaved client would not.
+// A message of `size` bytes with room for one descriptor (SCM_RIGHTS), for sendmsg/recvmsg.
+struct OneFdMessage {
+  iovec iov;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  OneFdMessage(void* bytes, size_t size) : iov{bytes, size} {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+  }
+  OneFdMessage(const OneFdMessage&) = delete;  // msg points into itself
+  OneFdMessage& operator=(const OneFdMessage&) = delete;
+};
+
+// Sends `bytes` with descriptor `fd` attached. Syscalls only: safe in a forked child of a threaded
+// process.
+inline ssize_t send_with_fd(int sock, const void* bytes, size_t size, int fd, int flags = MSG_NOSIGNAL) {
+  OneFdMessage m(const_cast<void*>(bytes), size);
+  cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  return sendmsg(sock, &m.msg, flags);
+}
+
+// The descriptor a one-byte message on `sock` carries, or -1.
+inline int receive_fd(int sock) {
+  char byte = 0;
+  OneFdMessage m(&byte, 1);
+  if (recvmsg(sock, &m.msg, MSG_CMSG_CLOEXEC) != 1) return -1;
+  const cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
+  if (c == nullptr || c->cmsg_type != SCM_RIGHTS) return -1;
+  int fd = -1;
+  std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+  return fd;
+}
+
 struct Raw {
   int fd = -1;
   explicit Raw(const fs::path& dir) {
@@ -77,6 +116,10 @@ struct Raw {
       ADD_FAILURE() << "connect: " << std::strerror(errno);
     }
   }
+  // A connection made elsewhere (handed over SCM_RIGHTS), owned from now on.
+  explicit Raw(int adopted) : fd(adopted) {}
+  Raw(const Raw&) = delete;
+  Raw& operator=(const Raw&) = delete;
   ~Raw() { close(fd); }
   void send(const std::string& bytes) const { ASSERT_GE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), 0); }
   // For the fuzz: the daemon may already have closed the connection.
