@@ -104,7 +104,7 @@ void expect_no_reply_within_300ms(const fs::path& dir, const std::pair<std::stri
             std::string::npos)
       << what;
   EXPECT_GE(took_ns, 250 * kMs);
-  EXPECT_LT(took_ns, 1500 * kMs);
+  EXPECT_LT(took_ns, 3000 * kMs);  // a missing bound hangs until the 5 s watchdog
 }
 
 TEST(GpudClient, ADaemonThatAcceptsButNeverAnswersIsAnErrorWithinTheBound) {
@@ -168,7 +168,7 @@ TEST(GpudClient, FrequentSignalsDoNotStretchASendsBound) {
   }
   const std::string what = attempt.get();
   EXPECT_EQ(what, "timed out");
-  EXPECT_LT(monotonic_ns() - start, 2'000 * kMs) << "the 300 ms bound stretched";
+  EXPECT_LT(monotonic_ns() - start, 4'000 * kMs) << "the 300 ms bound stretched";  // unbounded: the 5 s watchdog
   close(sv[0]);
   if (sv[1] >= 0) close(sv[1]);
 }
@@ -221,7 +221,7 @@ TEST(GpudClient, ALateStatusReplyIsNotTakenForTheNextOne) {
     Client observer = Client::connect(dir.path, kGpu, Role::kObserver, "monitor");
     EXPECT_THROW(observer.status(100 * kMs), ProtocolError);
     first_ask_gave_up = true;
-    EXPECT_EQ(observer.status(2000 * kMs).value("answer", ""), "second");
+    EXPECT_EQ(observer.status(10'000 * kMs).value("answer", ""), "second");
   } catch (const std::exception& e) {
     ADD_FAILURE() << e.what();
   }
@@ -258,14 +258,15 @@ TEST(GpudClient, StatusKeepsItsBoundWhenTheDaemonStopsReading) {
       const int64_t start = monotonic_ns();
       EXPECT_THROW(observer.status(10 * kMs), ProtocolError);
       slowest = std::max(slowest, monotonic_ns() - start);
-      if (slowest > 500 * kMs) break;
+      if (slowest > 1500 * kMs) break;
     }
   } catch (const std::exception& e) {
     ADD_FAILURE() << e.what();
   }
   done = true;
   server.join();
-  EXPECT_LT(slowest, 500 * kMs) << "a status(10 ms) took " << slowest / kMs << " ms";
+  // A send stuck on the full queue took the 2 s default bound; a preempted call takes far less.
+  EXPECT_LT(slowest, 1500 * kMs) << "a status(10 ms) took " << slowest / kMs << " ms";
 }
 
 TEST(GpudClient, ADaemonOfAnotherUidIsNotTrusted) {

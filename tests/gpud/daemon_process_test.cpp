@@ -98,7 +98,8 @@ TEST(GpudDaemon, RefusedPeersCannotCrowdOutAnAllowedClient) {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the daemon accepted them
   std::string error;
   try {
-    Client c = Client::connect(dir.path, kGpu, Role::kBestEffort, "allowed", 500 * kMs);
+    // The crowding showed as a refusal at accept, not as slowness: a generous bound.
+    Client c = Client::connect(dir.path, kGpu, Role::kBestEffort, "allowed", 5'000 * kMs);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -238,8 +239,9 @@ TEST_F(GpudKill, AKilledBestEffortClientLosesItsGrantAndTheDaemonCarriesOn) {
   auto be = attached("best_effort");
   ASSERT_EQ(clients_with_role(watcher, "best_effort"), 1u);
   be->kill9();
-  ASSERT_TRUE(eventually([&] { return clients_with_role(watcher, "best_effort") == 0; }, 1000))
-      << "the daemon did not notice within 1 s";
+  // Within 5 s: the heartbeat goes stale only after 10 s, so the pidfd or socket told.
+  ASSERT_TRUE(eventually([&] { return clients_with_role(watcher, "best_effort") == 0; }, 5000))
+      << "the daemon did not notice within 5 s";
   EXPECT_EQ(watcher.status()["grants_revoked"], 1);
 }
 
@@ -249,9 +251,9 @@ TEST_F(GpudKill, AKilledPipelineFreesBestEffortWork) {
   ASSERT_TRUE(eventually([&] { return read_grant(be.grant()).mode == GrantMode::kGated; }));
   const int64_t killed_at = monotonic_ns();
   pipeline->kill9();
-  ASSERT_TRUE(eventually([&] { return read_grant(be.grant()).mode == GrantMode::kFree; }, 1000));
+  ASSERT_TRUE(eventually([&] { return read_grant(be.grant()).mode == GrantMode::kFree; }, 5000));
   // Noticed through its pidfd / socket: the heartbeat would go stale only after 10 s.
-  EXPECT_LT(monotonic_ns() - killed_at, 2'000 * kMs);
+  EXPECT_LT(monotonic_ns() - killed_at, 6'000 * kMs);
   EXPECT_EQ(clients_with_role(be, "pipeline"), 0u);
   attached("pipeline");  // a new pipeline may attach
 }
@@ -311,7 +313,7 @@ TEST(GpudDaemonKilled, ItsClientsKeepTheirLeaseThenFallBack) {
   AdmissionConfig hold, pass;
   pass.fallback = Fallback::kPassThrough;
   daemon.kill9();
-  EXPECT_TRUE(eventually([&] { return !pipeline.daemon_alive() && !be.daemon_alive(); }, 1000));
+  EXPECT_TRUE(eventually([&] { return !pipeline.daemon_alive() && !be.daemon_alive(); }, 5000));
   // The pipeline never needed the daemon: it still publishes (its page is its own memory).
   beat();
   // Until the lease runs out the grant stands; then each client falls back as it chose.

@@ -41,7 +41,9 @@ using ::gpud::testing::TempDir;
 constexpr int64_t kMs = 1'000'000;
 constexpr const char* kGpu = "GPU-test-0";
 
-inline bool eventually(const std::function<bool()>& cond, int64_t timeout_ms = 3000) {
+// Polls `cond` until it holds or `timeout_ms` passed: generous, since it returns as soon as it
+// holds, and a sanitizer build on a loaded 2-core machine may take seconds to start a process.
+inline bool eventually(const std::function<bool()>& cond, int64_t timeout_ms = 10'000) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (std::chrono::steady_clock::now() < end) {
     if (cond()) return true;
@@ -125,7 +127,7 @@ struct Raw {
   // For the fuzz: the daemon may already have closed the connection.
   void send_quietly(const std::string& bytes) const { (void)::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL); }
   // The reply's text ("" when the daemon closed without one), and its descriptors.
-  std::string reply(std::vector<int>* fds = nullptr, int timeout_ms = 2000) const {
+  std::string reply(std::vector<int>* fds = nullptr, int timeout_ms = 10000) const {
     pollfd p{fd, POLLIN, 0};
     if (poll(&p, 1, timeout_ms) <= 0) return "<no reply>";
     char buf[kMaxMessageBytes + 1];
@@ -150,7 +152,7 @@ struct Raw {
   bool closed_by_peer() const {
     char b;
     pollfd p{fd, POLLIN, 0};
-    return poll(&p, 1, 2000) > 0 && recv(fd, &b, 1, MSG_DONTWAIT) == 0;
+    return poll(&p, 1, 10000) > 0 && recv(fd, &b, 1, MSG_DONTWAIT) == 0;
   }
 };
 

@@ -40,6 +40,14 @@ struct DaemonThread {
   }
 };
 
+// A heartbeat stale only after 10 s: for tests in which the pipeline leaves by disconnecting, so
+// that a heartbeat thread starved on a loaded machine never frees held work by itself.
+inline GrantConfig patient_grants() {
+  GrantConfig g;
+  g.stale_after_ns = 10'000'000'000;
+  return g;
+}
+
 // A daemon for `gpu` in a folder of its own, ticking every `tick_ns`.
 struct InProcessDaemon {
   TempDir folder;
@@ -47,10 +55,11 @@ struct InProcessDaemon {
   DaemonOptions options;
   std::unique_ptr<DaemonThread> running;
 
-  explicit InProcessDaemon(const std::string& gpu, int64_t tick_ns = 2'000'000) {
+  explicit InProcessDaemon(const std::string& gpu, int64_t tick_ns = 2'000'000, GrantConfig grants = {}) {
     options.gpu = gpu;
     options.dir = dir;
     options.tick_ns = tick_ns;
+    options.grants = grants;
     running = std::make_unique<DaemonThread>(options);
   }
 };

@@ -41,12 +41,7 @@ class LateEntryPoints : public Scheduling {
     EXPECT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
     expect_deferred(k_be_);
     std::thread releaser;
-    if (c.caller_waits) {
-      releaser = std::thread([this] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        fake_cuda_set_stream_busy(hp_, 0);
-      });
-    }
+    if (c.caller_waits) releaser = release_high_priority_once_a_caller_waits();
     CUresult rc = c.call();
     log_at_return_ = calls();
     if (releaser.joinable()) releaser.join();

@@ -138,7 +138,7 @@ TEST_P(ContextEnds, TheShimDropsWhatItHadThereAndTracksReusedHandlesAfresh) {
   ASSERT_EQ(high_priority_stream(&s2_destroyed), CUDA_SUCCESS);
   for (int i = 0; i < 3; ++i) {  // finished: their completion events go back to s2's pool
     ASSERT_EQ(cuLaunchKernel(any_ctx, 1, 1, 1, 32, 1, 1, 0, s2, nullptr, nullptr), CUDA_SUCCESS);
-    ASSERT_TRUE(wait_idle(std::chrono::milliseconds(2000)));
+    ASSERT_TRUE(wait_idle());
   }
   fake_cuda_set_stream_busy(s2, 1);
   ASSERT_EQ(cuLaunchKernel(any_ctx, 2, 1, 1, 32, 1, 1, 0, s2, nullptr, nullptr), CUDA_SUCCESS);  // pending
@@ -162,13 +162,13 @@ TEST_P(ContextEnds, TheShimDropsWhatItHadThereAndTracksReusedHandlesAfresh) {
     for (from = before; from < log.size() && log[from].name != seen;) ++from;
     ASSERT_LT(from, log.size()) << seen << " never reached the driver";
   } else {
-    ASSERT_TRUE(wait_idle(std::chrono::milliseconds(1000)));
+    ASSERT_TRUE(wait_idle());
     from = calls().size();
   }
   ASSERT_NO_FATAL_FAILURE(next_context());
   std::vector<CUevent> mine(8);
   for (CUevent& e : mine) ASSERT_EQ(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
-  EXPECT_TRUE(wait_idle(std::chrono::milliseconds(1000))) << "the dead context's work is still counted in flight";
+  EXPECT_TRUE(wait_idle()) << "the dead context's work is still counted in flight";
 
   CUstream s3 = nullptr;
   ASSERT_EQ(cuStreamCreateWithPriority(&s3, CU_STREAM_NON_BLOCKING, -5), CUDA_SUCCESS);
@@ -200,7 +200,7 @@ TEST_P(ContextEnds, TheShimDropsWhatItHadThereAndTracksReusedHandlesAfresh) {
   ASSERT_EQ(cuStreamDestroy(s3), CUDA_SUCCESS);
   for (CUevent e : mine) EXPECT_EQ(cuEventDestroy(e), CUDA_SUCCESS);
   ASSERT_NO_FATAL_FAILURE(end_next_context());
-  EXPECT_TRUE(wait_idle(std::chrono::milliseconds(1000)));
+  EXPECT_TRUE(wait_idle());
 }
 
 // A release that was not the last ends nothing: the shim keeps tracking the context's streams
@@ -224,7 +224,7 @@ TEST_F(Scheduling, APrimaryContextReleaseThatIsNotTheLastEndsNothing) {
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   expect_deferred(k_be_);  // the live context's high-priority work still holds it back
   fake_cuda_set_stream_busy(s, 0);
-  ASSERT_TRUE(wait_idle(std::chrono::milliseconds(2000))) << "the live context's completion was never seen";
+  ASSERT_TRUE(wait_idle()) << "the live context's completion was never seen";
   EXPECT_EQ(count_launches(calls(), k_be_), 1u);
   CUcontext popped = nullptr;
   ASSERT_EQ(cuCtxPopCurrent(&popped), CUDA_SUCCESS);
@@ -288,7 +288,7 @@ TEST_F(Scheduling, ARetainRightAfterALastReleaseWaitsUntilTheShimHasSeenTheEnd) 
       EXPECT_NE(log[i].event, h(e)) << log[i].name << " on the program's event: the shim kept a dead context's event";
     }
   }
-  EXPECT_TRUE(wait_idle(std::chrono::milliseconds(1000))) << "the dead context's work is still counted in flight";
+  EXPECT_TRUE(wait_idle()) << "the dead context's work is still counted in flight";
   ASSERT_EQ(cuCtxPushCurrent(dev1), CUDA_SUCCESS);
   for (CUevent e : mine) EXPECT_EQ(cuEventDestroy(e), CUDA_SUCCESS);
   ASSERT_EQ(cuCtxPopCurrent(&popped), CUDA_SUCCESS);

@@ -350,20 +350,22 @@ TEST_F(DriverRules, TheShimsPollingDoesNotInvalidateAGlobalModeCapture) {
 
 // A program thread (global capture mode) whose poll passed its capture check just before another
 // thread began a global-mode capture must not query events beside it: the capture waits for
-// that poll to end. The poller's event query is held 300 ms in the fake to open the window.
+// that poll to end. The poller's event query is held 1 s in the fake to open the window (long
+// enough that a loaded machine's scheduler does not close it before this thread sees it).
 TEST_F(DriverRules, ACaptureBegunDuringAProgramThreadsPollIsNotInvalidatedByIt) {
   if (!scheduled_) GTEST_SKIP() << "pass-through: the shim polls nothing";
   hold_high_priority();  // a tracked op in flight: a poll queries its completion event
   std::thread poller([&] {  // a program thread launching best-effort work; its launches poll
     ASSERT_NE(use_device(0), nullptr);
-    fake_cuda_delay_next_on_this_thread("cuEventQuery", 300'000);
+    fake_cuda_delay_next_on_this_thread("cuEventQuery", 1'000'000);
     for (int i = 0; i < 5000 && fake_cuda_delay_pending_on_this_thread("cuEventQuery"); ++i) {
       EXPECT_EQ(launch(k_other_, be_, i), CUDA_SUCCESS);
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
   });
   bool in_query = false;
-  for (int i = 0; i < 2000 && !in_query; ++i) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!in_query && std::chrono::steady_clock::now() < deadline) {
     in_query = fake_cuda_delays_sleeping() > 0;
     if (!in_query) std::this_thread::sleep_for(std::chrono::microseconds(500));
   }
@@ -376,7 +378,7 @@ TEST_F(DriverRules, ACaptureBegunDuringAProgramThreadsPollIsNotInvalidatedByIt) 
     CUfunction captured = fake_cuda_make_function("captured_beside_a_poll", 0, nullptr);
     EXPECT_EQ(cuLaunchKernel(captured, 1, 1, 1, 1, 1, 1, 0, cap, nullptr, nullptr), CUDA_SUCCESS);
     // The capture stays open until the poller's held query has gone to the driver.
-    for (int i = 0; i < 2000 && fake_cuda_delays_sleeping() > 0; ++i) {
+    while (fake_cuda_delays_sleeping() > 0 && std::chrono::steady_clock::now() < deadline + std::chrono::seconds(10)) {
       std::this_thread::sleep_for(std::chrono::microseconds(500));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

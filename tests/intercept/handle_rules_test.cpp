@@ -281,20 +281,21 @@ TEST_F(DriverRules, OpsThatCannotBeCopiedDrainTheirStreamAtOnce) {
     hold_high_priority();
     ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);  // queued ahead of the op
     expect_deferred(k_be_);
-    std::atomic<bool> returned{false};
-    std::thread watchdog([&] {  // the old behaviour waited for high priority to finish
-      for (int i = 0; i < 100 && !returned.load(); ++i) {
+    // The old behaviour waited for high priority to finish: only the watchdog ends that wait (after
+    // 10 s), so whether it had to is the verdict, not the call's wall-clock time.
+    std::atomic<bool> returned{false}, released{false};
+    std::thread watchdog([&] {
+      for (int i = 0; i < 2000 && !returned.load(); ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
+      released = !returned.load();
       fake_cuda_set_stream_busy(hp_, 0);
     });
-    const auto t0 = std::chrono::steady_clock::now();
     const CUresult rc = c.call();
-    const auto waited = std::chrono::steady_clock::now() - t0;
     returned = true;
     watchdog.join();
     EXPECT_EQ(rc, CUDA_SUCCESS);
-    EXPECT_LT(waited, std::chrono::milliseconds(250)) << "the caller waited for the policy";
+    EXPECT_FALSE(released.load()) << "the caller waited for the policy";
     auto log = calls();
     ASSERT_GE(find_launch(log, k_be_), 0);
     ASSERT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);

@@ -309,8 +309,9 @@ TEST_F(ReleaseRules, ABlockingDriverCallOnOneStreamDoesNotStallAdmissionOfTheOth
   for (int i = 0; i < kOthers; ++i) ASSERT_EQ(launch(k_be_, others[i], i), CUDA_SUCCESS);  // held
   ASSERT_EQ(count_launches(calls(), k_be_), 0u);
   // The next launch to reach the fake (be_'s held one, submitted by the waiting caller below
-  // under be_'s stream mutex) takes 1 s.
-  fake_cuda_delay_next("cuLaunchKernel", 1'000'000);
+  // under be_'s stream mutex) takes 2 s. While high priority is busy only that caller can reach
+  // the driver, so the delay is its.
+  fake_cuda_delay_next("cuLaunchKernel", 2'000'000);
   std::thread caller([&] {
     ASSERT_NE(use_device(0), nullptr);
     int arg = 5;
@@ -318,11 +319,17 @@ TEST_F(ReleaseRules, ABlockingDriverCallOnOneStreamDoesNotStallAdmissionOfTheOth
     // Its arguments cannot be copied: the caller drains be_ up to it and waits.
     EXPECT_EQ(cuLaunchKernel(opaque, 1, 1, 1, 32, 1, 1, 0, be_, params, nullptr), CUDA_SUCCESS);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the caller is in the slow call
+  // The caller is in the slow call (polled: on a loaded machine its thread may start late).
+  const auto asleep_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (fake_cuda_delays_sleeping() == 0 && std::chrono::steady_clock::now() < asleep_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(fake_cuda_delays_sleeping(), 1) << "the caller never reached the slow driver call";
   fake_cuda_set_stream_busy(hp_, 0);  // HP done: the pump may admit the other streams' work
   const auto start = std::chrono::steady_clock::now();
   size_t admitted = 0;
-  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(400)) {
+  // Well inside the 2 s the caller's call takes: a pump stalled behind it admits nothing.
+  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1500)) {
     admitted = count_launches(calls(), k_be_);
     if (admitted == kOthers) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -439,7 +446,7 @@ TEST_F(ReleaseRules, DestroyingAContextFirstReleasesItsHeldWorkAndForgetsItsComp
   EXPECT_EQ(log[second].result, CUDA_SUCCESS) << "the held launch reached a destroyed context";
   EXPECT_LT(second, find_any(log, "cuCtxDestroy_v2"));
   fake_cuda_set_stream_busy(hp_, 0);
-  EXPECT_TRUE(wait_idle(std::chrono::milliseconds(1000))) << "the shim still waits for a dead context's work";
+  EXPECT_TRUE(wait_idle()) << "the shim still waits for a dead context's work";
 }
 
 }  // namespace

@@ -39,6 +39,24 @@ class Scheduling : public ShimTest {
     ASSERT_EQ(launch(k_hp_, hp_, 1), CUDA_SUCCESS);
   }
 
+  // Ends hold_high_priority() once a caller waits for its op (the shim counted a caller wait), or
+  // after 10 s; at once in pass-through mode, where no call waits. A fixed sleep raced a caller
+  // that started late: the hold ended first, its op went inline, and no wait was counted.
+  std::thread release_high_priority_once_a_caller_waits() {
+    if (!scheduled_) {
+      fake_cuda_set_stream_busy(hp_, 0);
+      return std::thread([] {});
+    }
+    const uint64_t before = stats().caller_waits;
+    return std::thread([this, before] {
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (stats().caller_waits == before && std::chrono::steady_clock::now() < end) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      fake_cuda_set_stream_busy(hp_, 0);
+    });
+  }
+
   // A launch on the best-effort stream while HP is in flight: deferred when scheduling.
   void expect_deferred(CUfunction f) {
     auto log = calls();

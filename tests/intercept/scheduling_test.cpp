@@ -351,10 +351,7 @@ TEST_F(Scheduling, NothingIsDeferredWhileACaptureIsActive) {
 TEST_F(Scheduling, UnknownArgumentSizesMakeTheCallerWaitInsteadOfCopying) {
   hold_high_priority();
   CUfunction opaque = fake_cuda_make_function("opaque_args", 2, nullptr);
-  std::thread releaser([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    fake_cuda_set_stream_busy(hp_, 0);
-  });
+  std::thread releaser = release_high_priority_once_a_caller_waits();
   int a = 5;
   double b = 6;
   void* params[] = {&a, &b};

@@ -55,7 +55,9 @@ TEST(GpudPolicyTest, ParametersAndAMissingDaemonAreNamed) {
 }
 
 TEST(GpudPolicyTest, BestEffortWaitsForThePipelinesWindowNotForATimer) {
-  gpud::testing::InProcessDaemon daemon("GPU-policy");
+  // Stale after 10 s, in the daemon and the policy: the pipeline leaves by disconnecting, and a
+  // stall of this thread between heartbeats must not free the held op.
+  gpud::testing::InProcessDaemon daemon("GPU-policy", 2'000'000, gpud::testing::patient_grants());
   const std::filesystem::path& dir = daemon.dir;
   const gpud::DaemonOptions& options = daemon.options;
   {
@@ -70,7 +72,7 @@ TEST(GpudPolicyTest, BestEffortWaitsForThePipelinesWindowNotForATimer) {
     opt.background_thread = false;
     opt.be_max_wait_ns = 1'000'000;  // would force a head out after 1 ms under any other policy
     opt.profiles = &profiles;
-    auto policy = make_policy("gpud", {{"gpu", options.gpu}, {"dir", dir.string()}});
+    auto policy = make_policy("gpud", {{"gpu", options.gpu}, {"dir", dir.string()}, {"stale_ms", "10000"}});
     Dispatcher d(dev, std::move(policy), opt);
     constexpr StreamId kBe = 2;
     d.set_stream_class(kBe, StreamClass::kBestEffort);

@@ -40,24 +40,31 @@ TEST(BubblePublisherTest, WindowsArePublishedInOrderBeforeTheyOpen) {
   {
     gpud::Client be = gpud::Client::connect(dir, options.gpu, gpud::Role::kBestEffort, "observer");
     BubblePublisher publisher(options.gpu, dir);
-    const int64_t step_start = gpud::monotonic_ns();
+    // The step starts at the publisher's own clock read, somewhere in [before, after].
+    const int64_t before = gpud::monotonic_ns();
     publisher.begin_step({{20'000, 40'000}, {60'000, 70'000}});  // us: [20, 40) ms and [60, 70) ms
+    const int64_t after = gpud::monotonic_ns();
     std::vector<gpud::WindowView> seen;
-    bool opened_early_enough = true;
-    while (gpud::monotonic_ns() - step_start < 90'000'000) {
+    bool published_ahead = true;
+    int64_t last_unseen_ns = before;  // the last read that did not show the newest window
+    while (gpud::monotonic_ns() - after < 90'000'000) {
+      const int64_t read_at = gpud::monotonic_ns();
       const gpud::WindowView w = gpud::read_window(be.pipeline());
       if (w.windows_published > 0 && (seen.empty() || seen.back().windows_published != w.windows_published)) {
         seen.push_back(w);
-        // Published ahead: each window is on the page before it opens.
-        opened_early_enough &= gpud::monotonic_ns() <= w.open_ns + 1'000'000;
+        // Published ahead: each window is on the page before it opens. Judged by the last read that
+        // did not show it (the reader being late to see it is not the publisher being late).
+        published_ahead &= last_unseen_ns <= w.open_ns + 1'000'000;
       }
+      last_unseen_ns = read_at;
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
     ASSERT_EQ(seen.size(), 2u);
-    EXPECT_TRUE(opened_early_enough);
-    EXPECT_NEAR(static_cast<double>(seen[0].open_ns - step_start), 20e6, 2e6);
+    EXPECT_TRUE(published_ahead);
+    EXPECT_GE(seen[0].open_ns, before + 20'000'000);
+    EXPECT_LE(seen[0].open_ns, after + 20'000'000);
     EXPECT_NEAR(static_cast<double>(seen[0].close_ns - seen[0].open_ns), 20e6, 1e3);
-    EXPECT_NEAR(static_cast<double>(seen[1].open_ns - step_start), 60e6, 2e6);
+    EXPECT_NEAR(static_cast<double>(seen[1].open_ns - seen[0].open_ns), 40e6, 1e3);
     EXPECT_EQ(publisher.windows_published(), 2u);
     // It heartbeats between windows: the grant is gated, not freed as stale.
     EXPECT_EQ(gpud::read_grant(be.grant()).mode, gpud::GrantMode::kGated);
@@ -153,8 +160,9 @@ TEST(BubblePublisherTest, ItReattachesToARestartedDaemonAndRepublishesTheOpenWin
   gpud::testing::InProcessDaemon daemon("GPU-restarted");
   const gpud::DaemonOptions& options = daemon.options;
   BubblePublisher publisher(options.gpu, daemon.dir);
-  const int64_t step_start = gpud::monotonic_ns();
+  const int64_t before = gpud::monotonic_ns();  // the step starts in [before, after]
   publisher.begin_step({{0, 5'000'000}});  // [0, 5) s: still open after the restart
+  const int64_t after = gpud::monotonic_ns();
   auto eventually = [](const std::function<bool()>& cond) {
     for (int i = 0; i < 1500 && !cond(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
     return cond();
@@ -175,7 +183,8 @@ TEST(BubblePublisherTest, ItReattachesToARestartedDaemonAndRepublishesTheOpenWin
   ASSERT_TRUE(eventually([&] { return gpud::read_grant(be.grant()).mode == gpud::GrantMode::kGated; }));
   const gpud::WindowView w = gpud::read_window(be.pipeline());
   EXPECT_EQ(w.windows_published, 1u);
-  EXPECT_NEAR(static_cast<double>(w.close_ns - step_start), 5e9, 2e6);
+  EXPECT_GE(w.close_ns, before + 5'000'000'000);
+  EXPECT_LE(w.close_ns, after + 5'000'000'000);
 }
 
 // Best-effort processes read the page a daemon handed over until their leases on its grant run
@@ -185,8 +194,9 @@ TEST(BubblePublisherTest, ThePageOfADaemonThatHungUpStaysLiveUntilANewOneTakesOv
   gpud::testing::InProcessDaemon daemon("GPU-orphan");
   BubblePublisher publisher(daemon.options.gpu, daemon.dir);
   gpud::Client be = gpud::Client::connect(daemon.dir, daemon.options.gpu, gpud::Role::kBestEffort, "reader");
-  const int64_t step_start = gpud::monotonic_ns();
+  const int64_t before = gpud::monotonic_ns();  // the step starts in [before, after]
   publisher.begin_step({{0, 5'000'000}});
+  const int64_t after = gpud::monotonic_ns();
   auto eventually = [](const std::function<bool()>& cond) {
     for (int i = 0; i < 1500 && !cond(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
     return cond();
@@ -203,7 +213,8 @@ TEST(BubblePublisherTest, ThePageOfADaemonThatHungUpStaysLiveUntilANewOneTakesOv
     return w.heartbeat_ns > gpud::monotonic_ns() - 50'000'000 && w.open_ns < w.close_ns;
   })) << "the page the reader holds went quiet";
   EXPECT_GE(w.windows_published, 1u);
-  EXPECT_NEAR(static_cast<double>(w.close_ns - step_start), 5e9, 2e6);
+  EXPECT_GE(w.close_ns, before + 5'000'000'000);
+  EXPECT_LE(w.close_ns, after + 5'000'000'000);
 }
 
 TEST(BubblePublisherTest, NoDaemonIsAClearError) {
