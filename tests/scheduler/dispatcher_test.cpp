@@ -447,7 +447,9 @@ TEST_F(DispatcherTest, APumpDoesNotWaitForAStreamWhoseSubmitBlocks) {
     d->pump();
     pumped = true;
   });
-  for (int i = 0; i < 2000 && !pumped; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // Bounded by time, not by sleeps (which a loaded machine stretches); the stall is for good.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!pumped && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_TRUE(pumped) << "the pump waited for the mutex of a stream blocked in its submit";
   unblock = true;
   blocked.join();
