@@ -7,6 +7,8 @@
 #include <fstream>
 #include <numeric>
 
+#include <zlib.h>
+
 #include "temp_dir.h"
 #include "trainer/model/registry.h"
 #include "trainer/data/text_data.h"
@@ -66,6 +68,37 @@ TEST(TokenBatcher, TooLittleDataAndBadIndexAreErrors) {
   EXPECT_THROW(batcher.batch(0, -1, 1), std::out_of_range);
 }
 
+// The stream is kept in blocks of TokenStream::kBlockTokens: a sample across a block boundary
+// reads both blocks, and the stream's CRC is that of the tokens laid end to end.
+TEST(TokenStream, SamplesAndTheCrcSpanBlockBoundaries) {
+  const auto n = static_cast<int32_t>(TokenStream::kBlockTokens + 1000);
+  const std::vector<int32_t> flat = counting_tokens(n);
+  TokenStream stream;
+  for (int32_t t : flat) stream.push_back(t);
+  ASSERT_EQ(stream.size(), n);
+  EXPECT_EQ(stream[TokenStream::kBlockTokens - 1], TokenStream::kBlockTokens - 1);
+  EXPECT_EQ(stream[TokenStream::kBlockTokens], TokenStream::kBlockTokens);
+  EXPECT_EQ(stream.to_vector(), flat);
+  // A sequence length that does not divide the block: some sample straddles the boundary.
+  constexpr int64_t kSeq = 1000;
+  TokenBatcher batcher(std::move(stream), 1, kSeq, "blocks");
+  uLong crc = crc32(0L, Z_NULL, 0);
+  crc = crc32(crc, reinterpret_cast<const Bytef*>(flat.data()), static_cast<uInt>(flat.size() * sizeof(int32_t)));
+  EXPECT_EQ(batcher.tokens_crc32(), static_cast<uint32_t>(crc));
+  const int64_t straddling = TokenStream::kBlockTokens / kSeq;  // starts before the boundary, ends after it
+  ASSERT_LT(straddling * kSeq, TokenStream::kBlockTokens);
+  ASSERT_GT((straddling + 1) * kSeq, TokenStream::kBlockTokens);
+  bool found = false;
+  for (int64_t i = 0; i < batcher.num_batches() && !found; ++i) {
+    const Batch b = batcher.batch(0, i, 1);
+    if (b.input_ids[0][0].item<int64_t>() != straddling * kSeq) continue;
+    found = true;
+    EXPECT_TRUE(at::equal(b.input_ids[0], at::arange(straddling * kSeq, (straddling + 1) * kSeq, at::kLong)));
+    EXPECT_TRUE(at::equal(b.targets, b.input_ids + 1));
+  }
+  EXPECT_TRUE(found) << "no batch held the straddling sample";
+}
+
 TEST(TokenizeDocuments, JoinsDocumentsWithEndOfText) {
   ByteTokenizer tokenizer;
   const auto tokens = tokenize_documents({{"a", "hi"}, {"b", "yo"}}, tokenizer);
@@ -92,6 +125,15 @@ TEST(TextDatasets, CodeSearchNetFallsBackToTheEmbeddedCorpus) {
   EXPECT_TRUE(at::equal(first.input_ids, again->process_batch(0, 1).input_ids));
 }
 
+// dataset.name text on `path`, two samples a batch.
+DatasetConfig text_config(const std::string& path) {
+  DatasetConfig config;
+  config.name = "text";
+  config.path = path;
+  config.batch_size = 2;
+  return config;
+}
+
 TEST(TextDatasets, TextFileAndVocabularyCheck) {
   gpipe::testing::TempDir temp;
   const std::filesystem::path path = temp.path() + "/small.txt";
@@ -99,13 +141,10 @@ TEST(TextDatasets, TextFileAndVocabularyCheck) {
     std::ofstream out(path);
     for (int i = 0; i < 100; ++i) out << "line " << i << " of a small text file\n";
   }
-  auto dataset = dataset_registry().create("text");
-  DatasetConfig config;
-  config.name = "text";
-  config.path = path.string();
-  config.batch_size = 2;
+  DatasetConfig config = text_config(path.string());
   ModelConfig model;
   model.sequence_length = 32;
+  auto dataset = dataset_registry().create("text");
   dataset->load_dataset(config, model);
   const Batch batch = dataset->process_batch(0, 0);
   const auto& tokenizer = dataset->get_tokenizer();
@@ -113,6 +152,28 @@ TEST(TextDatasets, TextFileAndVocabularyCheck) {
   EXPECT_NE(tokenizer.decode(row).find("small text"), std::string::npos) << tokenizer.decode(row);
   model.vocab_size = 100;  // smaller than the byte vocabulary
   EXPECT_THROW(dataset->load_dataset(config, model), std::runtime_error);
+}
+
+// The datasets read and tokenize one document at a time: the stream they build is the one the
+// readers' documents give, in the readers' order (a folder's files sorted by path).
+TEST(TextDatasets, AFolderStreamedDocumentByDocumentGivesTheReadersTokens) {
+  gpipe::testing::TempDir temp;
+  const std::filesystem::path dir = temp.path() + "/corpus";
+  std::filesystem::create_directories(dir / "sub");
+  for (const char* name : {"b.txt", "a.txt", "sub/c.txt"}) {
+    std::ofstream out(dir / name);
+    for (int i = 0; i < 40; ++i) out << name << " line " << i << "\n";
+  }
+  ModelConfig model;
+  model.sequence_length = 32;
+  auto dataset = dataset_registry().create("text");
+  dataset->load_dataset(text_config(dir.string()), model);
+  ByteTokenizer tokenizer;
+  const TokenBatcher expected(tokenize_documents(read_text_path(dir.string()), tokenizer), 2, 32, "expected");
+  char crc[16];
+  std::snprintf(crc, sizeof crc, "%08x", expected.tokens_crc32());
+  EXPECT_EQ(dataset->content_digest(), std::to_string(expected.num_tokens()) + " tokens, " +
+                                           std::to_string(expected.num_batches()) + " batches per epoch, token CRC-32 " + crc);
 }
 
 }  // namespace

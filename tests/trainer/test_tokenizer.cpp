@@ -26,6 +26,10 @@ TEST(ByteTokenizer, RoundTripsAnyBytes) {
   for (int64_t id : ids) EXPECT_TRUE(id >= 0 && id < 256);
   EXPECT_EQ(tokenizer.decode(ids), text);
   EXPECT_EQ(tokenizer.vocab_size(), 257);
+  // The data pipeline's path (straight into the token stream) gives the same ids.
+  TokenStream stream;
+  tokenizer.encode_into(text, stream);
+  EXPECT_EQ(stream.to_vector(), std::vector<int32_t>(ids.begin(), ids.end()));
 }
 
 TEST(ByteTokenizer, EndOfTextAndBadIds) {
@@ -96,6 +100,9 @@ TEST(SentencePieceTokenizer, TrainedModelRoundTrips) {
   const std::string text = "def add_7(a, b):\n    return a + b * 7";
   const auto ids = tokenizer.encode(text);
   EXPECT_LT(ids.size(), text.size());  // pieces are longer than one character
+  TokenStream stream;
+  tokenizer.encode_into(text, stream);
+  EXPECT_EQ(stream.to_vector(), std::vector<int32_t>(ids.begin(), ids.end()));
   // SentencePiece normalises whitespace runs, so compare without newlines and indentation.
   EXPECT_EQ(tokenizer.decode(tokenizer.encode("return a + b")), "return a + b");
   EXPECT_THROW(tokenizer.decode({120}), std::out_of_range);

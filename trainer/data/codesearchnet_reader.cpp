@@ -65,7 +65,9 @@ std::string string_field(const nlohmann::json& record, const char* field, const 
   return it->get<std::string>();
 }
 
-void read_file(const std::string& path, std::vector<TextDocument>& out) {
+// Returns how many documents it handed to `visit`.
+int64_t read_file(const std::string& path, const DocumentVisitor& visit) {
+  int64_t count = 0;
   for_each_line(path, [&](int64_t line_number, const std::string& line) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) return;  // blank line
     const std::string where = path + ":" + std::to_string(line_number);
@@ -78,13 +80,15 @@ void read_file(const std::string& path, std::vector<TextDocument>& out) {
     if (!record.is_object()) throw std::runtime_error(where + ": expected a JSON object per line");
     const std::string docstring = string_field(record, "docstring", where, false);
     const std::string code = string_field(record, "code", where, true);
-    out.push_back({where, docstring.empty() ? code : docstring + "\n" + code});
+    visit({where, docstring.empty() ? code : docstring + "\n" + code});
+    ++count;
   });
+  return count;
 }
 
 }  // namespace
 
-std::vector<TextDocument> read_codesearchnet(const std::string& path) {
+void for_each_codesearchnet_document(const std::string& path, const DocumentVisitor& visit) {
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);
   if (ec || !fs::exists(status)) {
@@ -100,9 +104,14 @@ std::vector<TextDocument> read_codesearchnet(const std::string& path) {
   } else {
     files.push_back(path);
   }
+  int64_t documents = 0;
+  for (const auto& file : files) documents += read_file(file, visit);
+  if (documents == 0) throw std::runtime_error("CodeSearchNet path '" + path + "' holds no records");
+}
+
+std::vector<TextDocument> read_codesearchnet(const std::string& path) {
   std::vector<TextDocument> documents;
-  for (const auto& file : files) read_file(file, documents);
-  if (documents.empty()) throw std::runtime_error("CodeSearchNet path '" + path + "' holds no records");
+  for_each_codesearchnet_document(path, [&documents](TextDocument&& d) { documents.push_back(std::move(d)); });
   return documents;
 }
 

@@ -14,38 +14,40 @@
 
 namespace gpipe {
 
-std::vector<int32_t> tokenize_documents(const std::vector<TextDocument>& documents, const DocumentTokenizer& tokenizer) {
+void append_document_tokens(TokenStream& out, const std::string& text, const DocumentTokenizer& tokenizer) {
   if (tokenizer.vocab_size() > std::numeric_limits<int32_t>::max()) {
     throw std::runtime_error("tokenizer vocabulary does not fit the int32 token stream");
   }
-  const auto eot = tokenizer.eot_id();
-  std::vector<int32_t> tokens;
-  for (const auto& document : documents) {
-    for (int64_t id : tokenizer.encode(document.text)) tokens.push_back(static_cast<int32_t>(id));
-    if (eot) tokens.push_back(static_cast<int32_t>(*eot));
-  }
-  return tokens;
+  tokenizer.encode_into(text, out);
+  if (const auto eot = tokenizer.eot_id()) out.push_back(static_cast<int32_t>(*eot));
 }
 
-TokenBatcher::TokenBatcher(std::vector<int32_t> tokens, int64_t batch_size, int64_t sequence_length,
-                           const std::string& origin)
+std::vector<int32_t> tokenize_documents(const std::vector<TextDocument>& documents, const DocumentTokenizer& tokenizer) {
+  TokenStream tokens;
+  for (const auto& document : documents) append_document_tokens(tokens, document.text, tokenizer);
+  return tokens.to_vector();
+}
+
+TokenBatcher::TokenBatcher(TokenStream tokens, int64_t batch_size, int64_t sequence_length, const std::string& origin)
     : tokens_(std::move(tokens)), batch_size_(batch_size), sequence_length_(sequence_length) {
   if (batch_size_ <= 0) throw std::runtime_error("dataset.batch_size must be positive, got " + std::to_string(batch_size_));
   if (sequence_length_ <= 0) {
     throw std::runtime_error("model.sequence_length must be positive, got " + std::to_string(sequence_length_));
   }
-  // Chunks of at most 1 GiB: crc32() takes a uInt length.
+  // The stream's bytes in order, block by block, in chunks of at most 1 GiB (crc32() takes a uInt).
   uLong crc = crc32(0L, Z_NULL, 0);
-  const auto* bytes = reinterpret_cast<const Bytef*>(tokens_.data());
-  for (size_t left = tokens_.size() * sizeof(int32_t); left > 0;) {
-    const size_t n = std::min<size_t>(left, size_t{1} << 30);
-    crc = crc32(crc, bytes, static_cast<uInt>(n));
-    bytes += n;
-    left -= n;
-  }
+  tokens_.for_each_block([&crc](const int32_t* tokens, size_t count) {
+    const auto* bytes = reinterpret_cast<const Bytef*>(tokens);
+    for (size_t left = count * sizeof(int32_t); left > 0;) {
+      const size_t n = std::min<size_t>(left, size_t{1} << 30);
+      crc = crc32(crc, bytes, static_cast<uInt>(n));
+      bytes += n;
+      left -= n;
+    }
+  });
   tokens_crc32_ = static_cast<uint32_t>(crc);
   // Samples overlap by one token: sample i covers tokens [i*T, i*T + T] inclusive.
-  num_samples_ = tokens_.size() > 1 ? static_cast<int64_t>(tokens_.size() - 1) / sequence_length_ : 0;
+  num_samples_ = tokens_.size() > 1 ? (tokens_.size() - 1) / sequence_length_ : 0;
   if (num_batches() == 0) {
     throw std::runtime_error(origin + " gives " + std::to_string(tokens_.size()) + " tokens, too few for one batch of " +
                              std::to_string(batch_size_) + " x " + std::to_string(sequence_length_) + " (needs " +
@@ -92,10 +94,10 @@ Batch TokenBatcher::batch(int64_t epoch, int64_t index, uint64_t seed) const {
   int64_t* in = inputs.mutable_data_ptr<int64_t>();
   int64_t* out = targets.mutable_data_ptr<int64_t>();
   for (int64_t b = 0; b < batch_size_; ++b) {
-    const int32_t* sample = tokens_.data() + sample_ids[b] * sequence_length_;
+    const int64_t sample = sample_ids[b] * sequence_length_;
     for (int64_t t = 0; t < sequence_length_; ++t) {
-      in[b * sequence_length_ + t] = sample[t];
-      out[b * sequence_length_ + t] = sample[t + 1];
+      in[b * sequence_length_ + t] = tokens_[sample + t];
+      out[b * sequence_length_ + t] = tokens_[sample + t + 1];
     }
   }
   return {inputs, targets};

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <stdexcept>
 
 #include "trainer/data/text_data.h"
@@ -22,24 +21,30 @@ bool is_hidden(const fs::path& relative) {
   return false;
 }
 
+// Read straight into a string of the file's size (a stringstream held the text twice).
 std::string read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw std::runtime_error("cannot open text file '" + path + "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw std::runtime_error("cannot read text file '" + path + "'");
-  return text.str();
+  const std::streamoff size = in.tellg();
+  if (size < 0) throw std::runtime_error("cannot read text file '" + path + "'");
+  std::string text(static_cast<size_t>(size), '\0');
+  in.seekg(0);
+  if (!in.read(text.data(), size)) throw std::runtime_error("cannot read text file '" + path + "'");
+  return text;
 }
 
 }  // namespace
 
-std::vector<TextDocument> read_text_path(const std::string& path) {
+void for_each_text_document(const std::string& path, const DocumentVisitor& visit) {
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);
   if (ec || !fs::exists(status)) {
     throw std::runtime_error("text path '" + path + "' does not exist (dataset.path: a text file or a folder)");
   }
-  if (!fs::is_directory(status)) return {{path, read_whole_file(path)}};
+  if (!fs::is_directory(status)) {
+    visit({path, read_whole_file(path)});
+    return;
+  }
 
   std::vector<std::string> files;
   for (const auto& entry : fs::recursive_directory_iterator(path)) {
@@ -47,9 +52,12 @@ std::vector<TextDocument> read_text_path(const std::string& path) {
   }
   std::sort(files.begin(), files.end());
   if (files.empty()) throw std::runtime_error("text folder '" + path + "' has no files");
+  for (const auto& file : files) visit({file, read_whole_file(file)});
+}
+
+std::vector<TextDocument> read_text_path(const std::string& path) {
   std::vector<TextDocument> documents;
-  documents.reserve(files.size());
-  for (const auto& file : files) documents.push_back({file, read_whole_file(file)});
+  for_each_text_document(path, [&documents](TextDocument&& d) { documents.push_back(std::move(d)); });
   return documents;
 }
 

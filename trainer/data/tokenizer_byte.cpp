@@ -14,6 +14,10 @@ std::vector<int64_t> ByteTokenizer::encode(const std::string& text) const {
   return ids;
 }
 
+void ByteTokenizer::encode_into(const std::string& text, TokenStream& out) const {
+  for (unsigned char c : text) out.push_back(static_cast<int32_t>(c));
+}
+
 std::string ByteTokenizer::decode(const std::vector<int64_t>& ids) const {
   std::string text;
   text.reserve(ids.size());

@@ -46,6 +46,13 @@ std::vector<int64_t> SentencePieceTokenizer::encode(const std::string& text) con
   return {pieces.begin(), pieces.end()};
 }
 
+void SentencePieceTokenizer::encode_into(const std::string& text, TokenStream& out) const {
+  std::vector<int> pieces;
+  const auto status = impl_->processor.Encode(text, &pieces);
+  if (!status.ok()) throw std::runtime_error("SentencePiece encode failed: " + status.ToString());
+  for (int id : pieces) out.push_back(static_cast<int32_t>(id));
+}
+
 std::string SentencePieceTokenizer::decode(const std::vector<int64_t>& ids) const {
   std::vector<int> pieces;
   pieces.reserve(ids.size());
@@ -79,6 +86,7 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path) {
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 int64_t SentencePieceTokenizer::vocab_size() const { return 0; }
 std::vector<int64_t> SentencePieceTokenizer::encode(const std::string&) const { return {}; }
+void SentencePieceTokenizer::encode_into(const std::string&, TokenStream&) const {}
 std::string SentencePieceTokenizer::decode(const std::vector<int64_t>&) const { return {}; }
 std::optional<int64_t> SentencePieceTokenizer::eot_id() const { return std::nullopt; }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "trainer/config/config.h"
+#include "trainer/data/token_stream.h"
 #include "trainer/model/interfaces.h"
 
 namespace gpipe {
@@ -21,6 +22,12 @@ namespace gpipe {
 class DocumentTokenizer : public Tokenizer {
  public:
   virtual std::optional<int64_t> eot_id() const = 0;
+  // Appends the text's tokens to `out` (ids fit int32: the caller checks vocab_size()). The
+  // tokenizers override it to skip encode()'s int64 vector, 8 bytes a token for the whole text:
+  // a plain-text file is one document, so that was 8 bytes per byte of the file at once.
+  virtual void encode_into(const std::string& text, TokenStream& out) const {
+    for (int64_t id : encode(text)) out.push_back(static_cast<int32_t>(id));
+  }
 };
 
 class ByteTokenizer final : public DocumentTokenizer {
@@ -30,6 +37,7 @@ class ByteTokenizer final : public DocumentTokenizer {
 
   int64_t vocab_size() const override { return 257; }
   std::vector<int64_t> encode(const std::string& text) const override;
+  void encode_into(const std::string& text, TokenStream& out) const override;
   // EOT decodes to "<|endoftext|>"; an id outside [0, 257) throws std::out_of_range.
   std::string decode(const std::vector<int64_t>& ids) const override;
   std::optional<int64_t> eot_id() const override { return kEndOfText; }
@@ -44,6 +52,7 @@ class SentencePieceTokenizer final : public DocumentTokenizer {
 
   int64_t vocab_size() const override;
   std::vector<int64_t> encode(const std::string& text) const override;
+  void encode_into(const std::string& text, TokenStream& out) const override;
   std::string decode(const std::vector<int64_t>& ids) const override;
   std::optional<int64_t> eot_id() const override;
 

@@ -1,0 +1,47 @@
+// The whole dataset's token stream, held in fixed blocks: appending never copies what is there (a
+// std::vector doubling held up to 3x its tokens at a reallocation, 12 bytes per int32 token), and
+// reading token i is a shift and a mask. A block's pages are touched only as tokens fill it.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace gpipe {
+
+class TokenStream {
+ public:
+  static constexpr int kBlockBits = 22;  // 4 Mi tokens, 16 MiB per block
+  static constexpr int64_t kBlockTokens = int64_t{1} << kBlockBits;
+
+  TokenStream() = default;
+  explicit TokenStream(const std::vector<int32_t>& tokens);
+  TokenStream(TokenStream&&) noexcept = default;
+  TokenStream& operator=(TokenStream&&) noexcept = default;
+
+  void push_back(int32_t token) {
+    if ((size_ & (kBlockTokens - 1)) == 0) add_block();
+    blocks_.back()[size_ & (kBlockTokens - 1)] = token;
+    ++size_;
+  }
+  int64_t size() const { return size_; }
+  int32_t operator[](int64_t i) const { return blocks_[static_cast<size_t>(i >> kBlockBits)][i & (kBlockTokens - 1)]; }
+  // Calls visit(tokens, count) for each block's filled part, in order (a CRC over the stream).
+  template <class Visit>
+  void for_each_block(Visit&& visit) const {
+    for (size_t b = 0; b < blocks_.size(); ++b) {
+      const int64_t begin = static_cast<int64_t>(b) * kBlockTokens;
+      visit(blocks_[b].get(), static_cast<size_t>(std::min(kBlockTokens, size_ - begin)));
+    }
+  }
+  std::vector<int32_t> to_vector() const;
+
+ private:
+  void add_block();
+  std::vector<std::unique_ptr<int32_t[]>> blocks_;
+  int64_t size_ = 0;
+};
+
+}  // namespace gpipe
