@@ -95,21 +95,26 @@ pid_t peer_pid_uid(int fd, uid_t* uid) {
 #endif
 
 // The pidfd of the process that connected `fd`, taken at accept: from the socket itself
-// (SO_PEERPIDFD names the very process SO_PEERCRED does, however long ago it connected), else
-// opened from its pid (a pid reused between connect and accept is the window left). It used to be
-// opened from the pid at the hello, a window as long as the client liked. -1: none (the socket's
-// hang-up and the pid still tell).
-int peer_pidfd(int fd, pid_t pid) {
+// (SO_PEERPIDFD names the very process SO_PEERCRED does, however long ago it connected); on a
+// kernel without it (ENOPROTOOPT, before 6.5), opened from its pid (a pid reused between connect
+// and accept is the window left there). It used to be opened from the pid at the hello, a window
+// as long as the client liked. -1 with *gone set: the socket says its process has exited and been
+// reaped (EINVAL/ESRCH before 6.16); opening its pid then could name another process.
+int peer_pidfd(int fd, pid_t pid, bool* gone) {
+  *gone = false;
   int pidfd = -1;
   socklen_t len = sizeof pidfd;
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) == 0 && len == sizeof pidfd && pidfd >= 0) {
-    return pidfd;  // close-on-exec, as every pidfd the kernel hands out
+  const int rc = getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len);
+  if (rc == 0 && len == sizeof pidfd && pidfd >= 0) return pidfd;  // close-on-exec, as every pidfd
+  if (rc != 0 && errno != ENOPROTOOPT) {
+    *gone = true;
+    return -1;
   }
 #ifdef SYS_pidfd_open
   return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
 #else
   (void)pid;
-  return -1;
+  return -1;  // the socket's hang-up and the pid still tell
 #endif
 }
 
@@ -146,6 +151,7 @@ struct Daemon::Impl {
     // answer to its first message, so the close does not reset a connection with unread data (the
     // peer would see ECONNRESET instead of the reason).
     std::string refusal;
+    bool uid_refused = false;  // refused at accept for its uid (capped apart from allowed peers)
     SharedPage grant;
     SharedPage usage;  // best effort: the client writes it, status reads it
   };
@@ -276,11 +282,12 @@ struct Daemon::Impl {
     connections.erase(connections.begin() + static_cast<std::ptrdiff_t>(index));
   }
 
-  // Connections that have not been welcomed yet (the one being greeted among them).
-  // Not greeted yet: allowed peers before their hello (`refused` false), or refused ones (true).
+  // Connections that have not been welcomed yet (the one being greeted among them): peers of an
+  // allowed uid before their hello (`refused` false; one whose connector exited among them), or
+  // of a refused uid (true).
   size_t waiting_connections(bool refused) const {
     return static_cast<size_t>(std::count_if(connections.begin(), connections.end(), [refused](const Connection& c) {
-      return !c.greeted && c.refusal.empty() != refused;
+      return !c.greeted && c.uid_refused == refused;
     }));
   }
   size_t waiting_connections() const { return waiting_connections(false) + waiting_connections(true); }
@@ -331,10 +338,15 @@ struct Daemon::Impl {
       }
       c.refusal = fmt::format("uid {} is not allowed by this orion-gpud (started by uid {}; it allows more with "
                               "--allow-uid)", uid, geteuid());
+      c.uid_refused = true;
     }  // how many clients and observers it serves is checked at the hello, by role
     c.fd = fd;
     c.pid = pid;
-    if (c.refusal.empty()) c.pidfd = peer_pidfd(fd, pid);
+    if (!c.uid_refused) {
+      bool gone = false;
+      c.pidfd = peer_pidfd(fd, pid, &gone);
+      if (gone) c.refusal = exited_connector(pid);
+    }
     c.hello_deadline_ns = now + options.hello_timeout_ns;
     connections.push_back(std::move(c));
   }
@@ -592,9 +604,8 @@ void Daemon::run(const std::atomic<bool>& stop) {
     fds.push_back({d.listen_fd, static_cast<short>(now >= d.accept_paused_until_ns ? POLLIN : 0), 0});
     for (const auto& c : d.connections) {
       fds.push_back({c.fd, POLLIN, 0});
-      // A refused connection's pidfd is not watched (one refused at accept has none; one whose
-      // process exited before its hello stays readable, and waits for that hello to be answered).
-      fds.push_back({c.pidfd, static_cast<short>(c.pidfd >= 0 && c.refusal.empty() ? POLLIN : 0), 0});
+      // -1 (none, or closed once its process exited before the hello): poll skips the entry.
+      fds.push_back({c.pidfd, POLLIN, 0});
     }
     const int wait_ms = static_cast<int>(std::clamp<int64_t>((next_tick - now + 999'999) / 1'000'000, 0, 1000));
     const int rc = poll(fds.data(), fds.size(), wait_ms);
@@ -611,8 +622,13 @@ void Daemon::run(const std::atomic<bool>& stop) {
       if (pid.revents & POLLIN) {
         // Not yet greeted: whoever holds the connection now hears why at its hello (or at the
         // hello deadline it is dropped), instead of a reset with no reason.
+        // Its pidfd is closed: a reaped process's pidfd reports POLLHUP even when not asked, and
+        // poll would return at once until the hello.
         if (!d.connections[i].greeted) {
-          d.connections[i].refusal = exited_connector(d.connections[i].pid);
+          Daemon::Impl::Connection& c = d.connections[i];
+          c.refusal = exited_connector(c.pid);
+          close(c.pidfd);
+          c.pidfd = -1;
         } else {
           d.drop(i, "its process exited");
           continue;
