@@ -79,6 +79,14 @@ TEST(TokenStream, SamplesAndTheCrcSpanBlockBoundaries) {
   EXPECT_EQ(stream[TokenStream::kBlockTokens - 1], TokenStream::kBlockTokens - 1);
   EXPECT_EQ(stream[TokenStream::kBlockTokens], TokenStream::kBlockTokens);
   EXPECT_EQ(stream.to_vector(), flat);
+  // Moved from, a stream is empty and usable again.
+  TokenStream moved = std::move(stream);
+  EXPECT_EQ(moved.size(), n);
+  EXPECT_EQ(stream.size(), 0);  // NOLINT(bugprone-use-after-move): what a moved-from stream is
+  stream.push_back(7);
+  EXPECT_EQ(stream[0], 7);
+  stream = std::move(moved);
+  ASSERT_EQ(stream.size(), n);
   // A sequence length that does not divide the block: some sample straddles the boundary.
   constexpr int64_t kSeq = 1000;
   TokenBatcher batcher(std::move(stream), 1, kSeq, "blocks");

@@ -1,7 +1,12 @@
 // Readers: CodeSearchNet JSONL and JSONL.gz written here, plain text files and folders, the
 // embedded corpus, and errors that name the file and line.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
 
 #include <filesystem>
 #include <fstream>
@@ -117,6 +122,26 @@ TEST_F(DataFiles, TextFolderIsSortedAndSkipsHiddenFiles) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("nope"), std::string::npos) << e.what();
   }
+}
+
+// A path that cannot seek (a FIFO, /dev/stdin, bash's <(zcat ...)) is read too.
+TEST_F(DataFiles, ATextPathThatCannotSeekIsReadWhole) {
+  const fs::path fifo = dir_ / "pipe";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  std::thread writer([&fifo] {
+    std::ofstream out(fifo);  // blocks until the reader opens it
+    for (int i = 0; i < 1000; ++i) out << "line " << i << " from a pipe\n";
+  });
+  std::vector<TextDocument> docs;
+  try {
+    docs = read_text_path(fifo.string());
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what();
+  }
+  writer.join();
+  ASSERT_EQ(docs.size(), 1u);
+  EXPECT_EQ(docs[0].text.rfind("line 0 from a pipe\n", 0), 0u);
+  EXPECT_NE(docs[0].text.find("line 999 from a pipe\n"), std::string::npos) << docs[0].text.size() << " bytes read";
 }
 
 TEST(EmbeddedCorpus, HoldsTheProjectSourcesInSortedOrder) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 #include "trainer/data/text_data.h"
@@ -21,15 +22,21 @@ bool is_hidden(const fs::path& relative) {
   return false;
 }
 
-// Read straight into a string of the file's size (a stringstream held the text twice).
+// Read straight into a string of the file's size (a stringstream held the text twice); a stream
+// that cannot seek (a FIFO, /dev/stdin, a process substitution) is read through one.
 std::string read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot open text file '" + path + "'");
-  const std::streamoff size = in.tellg();
-  if (size < 0) throw std::runtime_error("cannot read text file '" + path + "'");
+  const std::streamoff size = in.seekg(0, std::ios::end) ? static_cast<std::streamoff>(in.tellg()) : -1;
+  if (size < 0) {
+    in.clear();
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (in.bad()) throw std::runtime_error("cannot read text file '" + path + "'");
+    return text.str();
+  }
   std::string text(static_cast<size_t>(size), '\0');
-  in.seekg(0);
-  if (!in.read(text.data(), size)) throw std::runtime_error("cannot read text file '" + path + "'");
+  if (!in.seekg(0) || !in.read(text.data(), size)) throw std::runtime_error("cannot read text file '" + path + "'");
   return text;
 }
 

@@ -8,7 +8,10 @@ TokenStream::TokenStream(const std::vector<int32_t>& tokens) {
   for (int32_t t : tokens) push_back(t);
 }
 
-void TokenStream::add_block() { blocks_.emplace_back(new int32_t[kBlockTokens]); }
+void TokenStream::add_block() {
+  std::unique_ptr<int32_t[]> block(new int32_t[kBlockTokens]);  // owned before the vector may throw
+  blocks_.push_back(std::move(block));
+}
 
 std::vector<int32_t> TokenStream::to_vector() const {
   std::vector<int32_t> out;

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace gpipe {
@@ -18,8 +19,16 @@ class TokenStream {
 
   TokenStream() = default;
   explicit TokenStream(const std::vector<int32_t>& tokens);
-  TokenStream(TokenStream&&) noexcept = default;
-  TokenStream& operator=(TokenStream&&) noexcept = default;
+  // A moved-from stream is empty (a defaulted move would leave its size over no blocks).
+  TokenStream(TokenStream&& other) noexcept : blocks_(std::move(other.blocks_)), size_(std::exchange(other.size_, 0)) {
+    other.blocks_.clear();
+  }
+  TokenStream& operator=(TokenStream&& other) noexcept {
+    blocks_ = std::move(other.blocks_);
+    other.blocks_.clear();
+    size_ = std::exchange(other.size_, 0);
+    return *this;
+  }
 
   void push_back(int32_t token) {
     if ((size_ & (kBlockTokens - 1)) == 0) add_block();
