@@ -40,11 +40,11 @@ class LateEntryPoints : public Scheduling {
     hold_high_priority();
     EXPECT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
     expect_deferred(k_be_);
-    std::thread releaser;
+    Releaser releaser;
     if (c.caller_waits) releaser = release_high_priority_once_a_caller_waits();
     CUresult rc = c.call();
     log_at_return_ = calls();
-    if (releaser.joinable()) releaser.join();
+    releaser.join();
     return rc;
   }
 

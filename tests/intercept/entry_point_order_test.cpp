@@ -177,7 +177,7 @@ TEST_F(Scheduling, BatchCopiesKeepStreamOrderAndTheirCallerWaits) {
   hold_high_priority();
   ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
   expect_deferred(k_be_);
-  std::thread releaser = release_high_priority_once_a_caller_waits();
+  Releaser releaser = release_high_priority_once_a_caller_waits();
   CUdeviceptr dsts[] = {0x1000, 0x2000};
   CUdeviceptr srcs[] = {0x3000, 0x4000};
   size_t sizes[] = {64, 32};
@@ -198,7 +198,7 @@ TEST_F(Scheduling, BatchCopiesKeepStreamOrderAndTheirCallerWaits) {
   hold_high_priority();
   ASSERT_EQ(launch(k_other_, be_, 2), CUDA_SUCCESS);
   expect_deferred(k_other_);
-  std::thread releaser2 = release_high_priority_once_a_caller_waits();
+  Releaser releaser2 = release_high_priority_once_a_caller_waits();
   CUDA_MEMCPY3D_BATCH_OP op{};
   ASSERT_EQ(cuMemcpy3DBatchAsync(1, &op, 0, be_), CUDA_SUCCESS);
   log = calls();
@@ -277,7 +277,7 @@ TEST_F(Scheduling, ArrayCopiesPoolAllocsAndSemaphoreSignalsKeepOrderAndTheirCall
     hold_high_priority();
     ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
     expect_deferred(k_be_);
-    std::thread releaser = release_high_priority_once_a_caller_waits();
+    Releaser releaser = release_high_priority_once_a_caller_waits();
     ASSERT_EQ(c.call(), CUDA_SUCCESS);
     // Returned: the op (and the kernel queued before it) is in the driver.
     auto log = calls();

@@ -41,20 +41,40 @@ class Scheduling : public ShimTest {
 
   // Ends hold_high_priority() once a caller waits for its op (the shim counted a caller wait), or
   // after 10 s; at once in pass-through mode, where no call waits. A fixed sleep raced a caller
-  // that started late: the hold ended first, its op went inline, and no wait was counted.
-  std::thread release_high_priority_once_a_caller_waits() {
+  // that started late: the hold ended first, its op went inline, and no wait was counted. Joined
+  // by join() or, after a failed ASSERT's early return, by its destructor (a joinable std::thread
+  // going out of scope would abort the whole test program).
+  class Releaser {
+   public:
+    Releaser() = default;
+    explicit Releaser(std::thread t) : thread_(std::move(t)) {}
+    Releaser(Releaser&&) = default;
+    Releaser& operator=(Releaser&& other) {
+      join();
+      thread_ = std::move(other.thread_);
+      return *this;
+    }
+    ~Releaser() { join(); }
+    void join() {
+      if (thread_.joinable()) thread_.join();
+    }
+
+   private:
+    std::thread thread_;
+  };
+  Releaser release_high_priority_once_a_caller_waits() {
     if (!scheduled_) {
       fake_cuda_set_stream_busy(hp_, 0);
-      return std::thread([] {});
+      return Releaser();
     }
     const uint64_t before = stats().caller_waits;
-    return std::thread([this, before] {
+    return Releaser(std::thread([this, before] {
       const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
       while (stats().caller_waits == before && std::chrono::steady_clock::now() < end) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
       fake_cuda_set_stream_busy(hp_, 0);
-    });
+    }));
   }
 
   // A launch on the best-effort stream while HP is in flight: deferred when scheduling.

@@ -352,7 +352,7 @@ TEST_F(Scheduling, NothingIsDeferredWhileACaptureIsActive) {
 TEST_F(Scheduling, UnknownArgumentSizesMakeTheCallerWaitInsteadOfCopying) {
   hold_high_priority();
   CUfunction opaque = fake_cuda_make_function("opaque_args", 2, nullptr);
-  std::thread releaser = release_high_priority_once_a_caller_waits();
+  Releaser releaser = release_high_priority_once_a_caller_waits();
   int a = 5;
   double b = 6;
   void* params[] = {&a, &b};
@@ -368,10 +368,7 @@ TEST_F(Scheduling, UnknownArgumentSizesMakeTheCallerWaitInsteadOfCopying) {
 TEST_F(Scheduling, CopiesFromPageableHostMemoryAreNotDeferredPastTheCall) {
   hold_high_priority();
   ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
-  std::thread releaser([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    fake_cuda_set_stream_busy(hp_, 0);
-  });
+  Releaser releaser = release_high_priority_once_a_caller_waits();
   std::vector<unsigned char> pageable(4096, 1);
   ASSERT_EQ(cuMemcpyHtoDAsync(0x1000, pageable.data(), pageable.size(), be_), CUDA_SUCCESS);
   // The copy (and the kernel before it) reached the driver before the call returned: the
