@@ -8,7 +8,6 @@
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -22,6 +21,7 @@
 #include <spdlog/spdlog.h>
 
 #include "gpud/gpud.h"
+#include "peer.h"
 #include "shared_memory.h"
 #include "socket_io.h"
 
@@ -80,55 +80,6 @@ void prepare_dir(const fs::path& dir, bool others_allowed) {
   if (chmod(dir.c_str(), others_allowed ? 0711 : 0700) != 0) {
     throw DaemonError(fmt::format("cannot restrict {}: {}", dir.string(), std::strerror(errno)));
   }
-}
-
-pid_t peer_pid_uid(int fd, uid_t* uid) {
-  ucred cred{};
-  socklen_t len = sizeof cred;
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return -1;
-  *uid = cred.uid;
-  return cred.pid;
-}
-
-#ifndef SO_PEERPIDFD
-#define SO_PEERPIDFD 77  // Linux 6.5; glibc's headers may predate it
-#endif
-
-// The pidfd of the process that connected `fd`, taken at accept: from the socket itself
-// (SO_PEERPIDFD names the very process SO_PEERCRED does, however long ago it connected); on a
-// kernel without it (ENOPROTOOPT, before 6.5), opened from its pid (a pid reused between connect
-// and accept is the window left there). It used to be opened from the pid at the hello, a window
-// as long as the client liked. -1 with *gone set: the socket says its process has exited and been
-// reaped (EINVAL/ESRCH before 6.16); opening its pid then could name another process.
-int peer_pidfd(int fd, pid_t pid, bool* gone) {
-  *gone = false;
-  int pidfd = -1;
-  socklen_t len = sizeof pidfd;
-  const int rc = getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len);
-  if (rc == 0 && len == sizeof pidfd && pidfd >= 0) return pidfd;  // close-on-exec, as every pidfd
-  if (rc != 0 && errno != ENOPROTOOPT) {
-    *gone = true;
-    return -1;
-  }
-#ifdef SYS_pidfd_open
-  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-#else
-  (void)pid;
-  return -1;  // the socket's hang-up and the pid still tell
-#endif
-}
-
-// Through its pidfd when there is one (a pid may be reused), else by its pid.
-bool process_alive(int pidfd, pid_t pid) {
-  if (pidfd >= 0) {
-    pollfd p{pidfd, POLLIN, 0};
-    int rc;
-    do {
-      rc = poll(&p, 1, 0);
-    } while (rc < 0 && errno == EINTR);
-    return rc == 0;  // readable once the process exited
-  }
-  return kill(pid, 0) == 0 || errno == EPERM;
 }
 
 std::string exited_connector(pid_t pid) {
