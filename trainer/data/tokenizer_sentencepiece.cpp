@@ -16,6 +16,13 @@ namespace gpipe {
 
 struct SentencePieceTokenizer::Impl {
   sentencepiece::SentencePieceProcessor processor;
+  // The text's piece ids (encode and encode_into widen them each their own way).
+  std::vector<int> pieces(const std::string& text) const {
+    std::vector<int> ids;
+    const auto status = processor.Encode(text, &ids);
+    if (!status.ok()) throw std::runtime_error("SentencePiece encode failed: " + status.ToString());
+    return ids;
+  }
 };
 
 SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path) : impl_(std::make_unique<Impl>()) {
@@ -40,17 +47,12 @@ SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 int64_t SentencePieceTokenizer::vocab_size() const { return impl_->processor.GetPieceSize(); }
 
 std::vector<int64_t> SentencePieceTokenizer::encode(const std::string& text) const {
-  std::vector<int> pieces;
-  const auto status = impl_->processor.Encode(text, &pieces);
-  if (!status.ok()) throw std::runtime_error("SentencePiece encode failed: " + status.ToString());
+  const std::vector<int> pieces = impl_->pieces(text);
   return {pieces.begin(), pieces.end()};
 }
 
 void SentencePieceTokenizer::encode_into(const std::string& text, TokenStream& out) const {
-  std::vector<int> pieces;
-  const auto status = impl_->processor.Encode(text, &pieces);
-  if (!status.ok()) throw std::runtime_error("SentencePiece encode failed: " + status.ToString());
-  for (int id : pieces) out.push_back(static_cast<int32_t>(id));
+  for (int id : impl_->pieces(text)) out.push_back(static_cast<int32_t>(id));
 }
 
 std::string SentencePieceTokenizer::decode(const std::vector<int64_t>& ids) const {
