@@ -55,6 +55,9 @@ typedef struct orion_stats {
   uint64_t holding_stopped;      /* 1 once the shim holds no work back for good: a program was handed
                                     a driver entry point the shim could not wrap (a newer ABI than
                                     its build's); the log names it */
+  uint64_t streams;              /* streams the scheduler keeps state for: each stream handle it has
+                                    seen, the legacy stream, and one per live thread that used its
+                                    per-thread default stream (an exited thread's is reused) */
 } orion_stats;
 
 /* 1 when scheduling is on (USE_ORION_SCHEDULER=1), 0 in pass-through mode. */

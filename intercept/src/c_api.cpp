@@ -61,6 +61,7 @@ ORION_EXPORT int orion_get_stats(orion_stats* out, size_t size) {
   s.release_calls = releases.calls;
   s.release_calls_released = releases.released;
   s.holding_stopped = shim->holds_work() ? 0 : 1;
+  s.streams = d.streams;
   // An older caller's smaller struct gets the leading fields it knows.
   std::memcpy(out, &s, std::min(size, sizeof s));
   return 0;

@@ -239,12 +239,6 @@ void Shim::set_thread_class(std::optional<sched::StreamClass> cls) {
   t_thread_class = cls ? static_cast<int8_t>(*cls) : int8_t{-1};
 }
 
-sched::StreamId Shim::per_thread_stream() {
-  static std::atomic<uint64_t> next{1};
-  thread_local const sched::StreamId id = kPerThreadStream | next.fetch_add(1, std::memory_order_relaxed);
-  return id;
-}
-
 std::optional<sched::StreamClass> Shim::thread_class(sched::StreamId stream) {
   // Every blocking stream orders with the legacy stream: deferring its work by thread would let
   // their later work pass it. A per-thread default stream's held work could only be submitted by

@@ -45,6 +45,7 @@ class Shim {
   static constexpr sched::StreamId kLegacyStream = 0;
   // Per-thread default streams: this bit and a number per thread (no handle has it).
   static constexpr sched::StreamId kPerThreadStream = sched::StreamId{1} << 62;
+  // The calling thread's; its number goes to a later thread once this one exits.
   static sched::StreamId per_thread_stream();
   // Work on a per-thread default stream is never held: only its own thread can name that stream,
   // so no other thread (the helper thread, a drain) could submit it later.
@@ -94,6 +95,8 @@ class Shim {
   bool interprocess_event(CUevent e) const;
   // A stream created by the program: its class and its flags (CU_STREAM_NON_BLOCKING).
   void stream_created(CUstream s, unsigned flags, sched::StreamClass cls);
+  // A per-thread stream number whose earlier thread exited now names the calling thread's stream.
+  void per_thread_stream_reused(sched::StreamId id);
 
   // Submits an op through the dispatcher. `call` is the borrowed payload; `clone` may be null
   // (the caller then waits until the op reached the driver). The caller fills

@@ -298,7 +298,9 @@ void Dispatcher::Impl::apply_deferred_completions(bool wait) {
 
 DispatcherStats Dispatcher::Impl::stats() {
   DispatcherStats out;
-  for (StreamState* s : all_streams()) {
+  const std::vector<StreamState*> streams_now = all_streams();
+  out.streams = streams_now.size();
+  for (StreamState* s : streams_now) {
     std::lock_guard lock(s->mu);
     out.submitted += s->submitted;
     out.submitted_inline += s->submitted_inline;

@@ -389,6 +389,36 @@ TEST_F(ReleaseRules, PerThreadDefaultStreamWorkRunsOnItsOwnThreadsStream) {
   fake_cuda_set_stream_busy(hp_, 0);
 }
 
+// Threads come and go (a pool per epoch, a worker per request), and each one's per-thread default
+// stream was a stream the shim kept for good: what every pump pass and every legacy-stream op
+// walks grew with each thread ever started. A thread that exits takes its stream with it, so the
+// shim reuses its number, and the state behind it, for a later thread's, as a new stream: the
+// communication class an exited thread's NCCL kernel gave its stream does not carry over.
+TEST_F(ReleaseRules, AnExitedThreadsPerThreadStreamIsReusedAsANewStream) {
+  if (!scheduled_) GTEST_SKIP() << "pass-through: the shim keeps no stream state to reuse";
+  const CUfunction nccl = fake_cuda_make_function(kNcclAllReduceMangled, 0, nullptr);
+  ASSERT_NE(nccl, nullptr);
+  const orion_stats before = stats();
+  constexpr int kThreads = 64;
+  for (int t = 0; t < kThreads; ++t) {
+    std::thread([&, t] {
+      ASSERT_NE(use_device(0), nullptr);
+      // Even threads run an NCCL kernel (their stream turns communication), odd ones a plain one.
+      const CUresult rc = t % 2 == 0 ? cuLaunchKernel(nccl, 1, 1, 1, 32, 1, 1, 0, CU_STREAM_PER_THREAD, nullptr, nullptr)
+                                     : launch(k_be_, CU_STREAM_PER_THREAD, t);
+      EXPECT_EQ(rc, CUDA_SUCCESS);
+      EXPECT_EQ(cuStreamSynchronize(CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+    }).join();
+  }
+  const orion_stats after = stats();
+  EXPECT_LE(after.streams, before.streams + 2)
+      << kThreads << " threads that ran one after another left " << after.streams - before.streams
+      << " stream states behind";
+  EXPECT_EQ(after.communication_streams - before.communication_streams, uint64_t{kThreads / 2})
+      << "a later thread's per-thread stream kept the communication class of an exited thread's";
+  EXPECT_EQ(count_launches(calls(), nccl), size_t{kThreads / 2});
+}
+
 // Lower finding: a function attribute set after a held launch applied to that launch. A change
 // now releases it first; setting the value the function already has (what PyTorch's flash
 // attention does before every launch) leaves held work held.

@@ -57,6 +57,7 @@ struct DispatcherStats {
   uint64_t backend_errors = 0;
   uint64_t promoted = 0;       // queued best-effort ops submitted early: a non-deferred op arrived behind them
   uint64_t op_classed = 0;     // ops scheduled with their own class (Op::requested_class), not their stream's
+  uint64_t streams = 0;        // stream states kept (never freed: threads cache them; see forget_stream)
 };
 
 // What a query (cuStreamQuery, cuEventQuery) must say about the work the dispatcher still holds:
