@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 
@@ -183,10 +184,33 @@ DeviceState Dispatcher::Impl::device_state() {
   // only once a context is current).
   state.sm_count = device.sm_count();
   state.hp_in_flight = hp_in_flight.load(std::memory_order_acquire);
-  const auto hint = static_cast<KernelProfile>(hp_hint.load(std::memory_order_relaxed));
-  state.hp_running_profile =
-      hint != KernelProfile::kUnknown ? hint : opt.profiles->profile_of(hp_kernel.load(std::memory_order_relaxed));
+  std::optional<HpKernel> newest;
+  {
+    std::lock_guard lock(hp_mu);
+    if (!hp_kernels.empty()) newest = hp_kernels.back();
+  }
+  if (newest) {
+    state.hp_running_profile =
+        newest->hint != KernelProfile::kUnknown ? newest->hint : opt.profiles->profile_of(newest->kernel);
+  }
   return state;
+}
+
+uint64_t Dispatcher::Impl::hp_kernel_started(const Op& op) {
+  std::lock_guard lock(hp_mu);
+  hp_kernels.push_back({op.kernel.id, op.kernel.profile_hint, false});
+  return hp_front_ticket + hp_kernels.size() - 1;
+}
+
+void Dispatcher::Impl::hp_kernel_done(uint64_t ticket) {
+  std::lock_guard lock(hp_mu);
+  if (ticket < hp_front_ticket || ticket - hp_front_ticket >= hp_kernels.size()) return;
+  hp_kernels[ticket - hp_front_ticket].done = true;
+  while (!hp_kernels.empty() && hp_kernels.front().done) {
+    hp_kernels.pop_front();
+    ++hp_front_ticket;
+  }
+  while (!hp_kernels.empty() && hp_kernels.back().done) hp_kernels.pop_back();
 }
 
 // The policy's answer for `op` (admit_mu held by the caller).
@@ -220,6 +244,7 @@ bool Dispatcher::Impl::reserve_best_effort(const Op& op, const OpEstimate& est, 
 
 void Dispatcher::Impl::release(const InFlightOp& done) {
   if (done.cls == StreamClass::kHighPriority) {
+    if (done.hp_ticket != 0) hp_kernel_done(done.hp_ticket);
     hp_in_flight.fetch_sub(1, std::memory_order_release);
   } else if (done.cls == StreamClass::kBestEffort) {
     std::lock_guard lock(admit_mu);
@@ -235,6 +260,7 @@ int Dispatcher::Impl::submit_locked(StreamState& s, Op& op, const OpEstimate& es
   const bool tracked = op.cls == StreamClass::kHighPriority || op.cls == StreamClass::kBestEffort;
   if (tracked) {
     InFlightOp f{op.seq, op.cls, est.sms_needed, est.duration_ns};
+    if (op.cls == StreamClass::kHighPriority && op.kind == OpKind::kKernel) f.hp_ticket = hp_kernel_started(op);
     if (observes && op.kind == OpKind::kKernel) {
       f.kernel = true;
       f.kernel_id = op.kernel.id;
@@ -247,13 +273,7 @@ int Dispatcher::Impl::submit_locked(StreamState& s, Op& op, const OpEstimate& es
     }
     s.in_flight.push_back(f);
   }
-  if (op.cls == StreamClass::kHighPriority) {
-    hp_in_flight.fetch_add(1, std::memory_order_release);
-    if (op.kind == OpKind::kKernel) {
-      hp_kernel.store(op.kernel.id, std::memory_order_relaxed);
-      hp_hint.store(static_cast<int8_t>(op.kernel.profile_hint), std::memory_order_relaxed);
-    }
-  }
+  if (op.cls == StreamClass::kHighPriority) hp_in_flight.fetch_add(1, std::memory_order_release);
   if (tracked && op.kind == OpKind::kKernel) {
     // Exact timing while a kernel's duration is being learned, then one launch in
     // kResampleEvery per stream: a backend that tracks completions in batches times only these.

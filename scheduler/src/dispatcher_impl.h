@@ -162,8 +162,21 @@ struct Dispatcher::Impl final : CompletionListener {
   std::atomic<uint64_t> next_seq{1};
   std::atomic<size_t> total_queued{0};
   std::atomic<int> hp_in_flight{0};
-  std::atomic<KernelId> hp_kernel{0};  // latest HP kernel submitted
-  std::atomic<int8_t> hp_hint{static_cast<int8_t>(KernelProfile::kUnknown)};
+  // HP kernels in flight, oldest first: the policy is told the profile of the newest one still
+  // running (Orion pairs a BE kernel with the HP kernel on the device; the latest one submitted
+  // may be done while an older one, on another HP stream, still runs). A completed entry is
+  // marked, and leaves once nothing older (front) or newer (back) is left; tickets number the
+  // entries from hp_front_ticket. A ring: the HP path allocates nothing in steady state.
+  struct HpKernel {
+    KernelId kernel = 0;
+    KernelProfile hint = KernelProfile::kUnknown;
+    bool done = false;
+  };
+  std::mutex hp_mu;
+  detail::FifoRing<HpKernel> hp_kernels;  // guarded by hp_mu
+  uint64_t hp_front_ticket = 1;           // guarded by hp_mu
+  uint64_t hp_kernel_started(const Op& op);
+  void hp_kernel_done(uint64_t ticket);
 
   std::mutex admit_mu;  // guards the BE counters and makes admit + reserve one step
   int be_in_flight = 0;

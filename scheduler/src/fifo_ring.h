@@ -16,6 +16,7 @@ class FifoRing {
   size_t size() const { return size_; }
   T& front() { return buf_[head_]; }
   T& back() { return buf_[(head_ + size_ - 1) & (buf_.size() - 1)]; }
+  T& operator[](size_t i) { return buf_[(head_ + i) & (buf_.size() - 1)]; }  // i-th from the front
 
   void push_back(T value) {
     if (size_ == buf_.size()) grow();

@@ -26,6 +26,7 @@ struct InFlightOp {
   KernelProfile profile = KernelProfile::kUnknown;
   int64_t submitted_ns = 0;
   uint64_t be_mark = 0;         // best-effort submissions so far, at its submission
+  uint64_t hp_ticket = 0;       // an HP kernel's entry in Dispatcher::Impl::hp_kernels (0: none)
 };
 
 // A caller blocked until its op (whose payload could not be cloned) is submitted.

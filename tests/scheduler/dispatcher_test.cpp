@@ -396,6 +396,36 @@ TEST_F(DispatcherTest, HeldLegacyWorkKeepsLegacyStreamOrder) {
   EXPECT_EQ(d->drain_all(), 0);
 }
 
+// Orion's rule (2) pairs a best-effort kernel with the high-priority kernel running on the device.
+// The dispatcher told the policy the profile of the latest HP kernel submitted, kept after it
+// completed: with a long memory-bound kernel still running on one HP stream and a short
+// compute-bound one submitted and done on another, a memory-bound BE kernel went beside the first.
+TEST_F(DispatcherTest, OrionPairsBestEffortWithTheHighPriorityKernelStillRunning) {
+  constexpr StreamId kHp2 = 5;
+  auto d = make("orion");
+  d->set_stream_class(kHp2, StreamClass::kHighPriority);
+  ASSERT_EQ(d->submit(kernel_op(kHp, 1, 1, KernelProfile::kMemoryBound)), 0);
+  ASSERT_EQ(d->submit(kernel_op(kHp2, 2, 1, KernelProfile::kComputeBound)), 0);
+  dev.complete_stream(kHp2);
+  d->pump();
+  ASSERT_EQ(d->submit(kernel_op(kBe, 10, 1, KernelProfile::kMemoryBound)), 0);
+  EXPECT_TRUE(kernels_on(kBe).empty()) << "a memory-bound BE kernel went beside the memory-bound HP kernel still running";
+  ASSERT_EQ(d->submit(kernel_op(kBe2, 11, 1, KernelProfile::kComputeBound)), 0);
+  EXPECT_EQ(kernels_on(kBe2), std::vector<KernelId>{11}) << "a compute-bound one complements it";
+  // Only an HP copy in flight: no HP kernel runs, so no profile to clash with.
+  dev.complete_all();
+  d->pump();
+  EXPECT_EQ(kernels_on(kBe), std::vector<KernelId>{10});
+  Op copy;
+  copy.kind = OpKind::kCopy;
+  copy.stream = kHp;
+  ASSERT_EQ(d->submit(std::move(copy)), 0);
+  ASSERT_EQ(d->submit(kernel_op(kBe2, 12, 1, KernelProfile::kComputeBound)), 0);
+  EXPECT_EQ(kernels_on(kBe2), (std::vector<KernelId>{11, 12})) << "paired with a finished compute-bound HP kernel";
+  dev.complete_all();
+  EXPECT_EQ(d->drain_all(), 0);
+}
+
 TEST_F(DispatcherTest, DestructorDrainsEverything) {
   {
     auto d = make("priority");

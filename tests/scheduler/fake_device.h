@@ -63,6 +63,17 @@ class FakeDevice final : public Device {
     for (auto& c : in_flight_) ready_.push_back(c);
     in_flight_.clear();
   }
+  void complete_stream(StreamId stream) {  // every op in flight on `stream`
+    std::lock_guard lock(mu_);
+    for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+      if (it->stream != stream) {
+        ++it;
+        continue;
+      }
+      ready_.push_back(*it);
+      it = in_flight_.erase(it);
+    }
+  }
   void complete_oldest() {  // the op submitted first of those in flight
     std::lock_guard lock(mu_);
     if (in_flight_.empty()) return;

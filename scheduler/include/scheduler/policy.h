@@ -23,7 +23,7 @@ struct OpEstimate {
 struct DeviceState {
   int sm_count = 0;
   int hp_in_flight = 0;                     // high-priority ops submitted and not yet complete
-  KernelProfile hp_running_profile = KernelProfile::kUnknown;  // of the latest HP kernel in flight
+  KernelProfile hp_running_profile = KernelProfile::kUnknown;  // of the newest HP kernel still in flight
   int be_in_flight = 0;                     // best-effort ops submitted and not yet complete
   int be_sms_in_flight = 0;                 // summed SM need of best-effort kernels in flight
   double be_outstanding_ns = 0;             // summed estimated duration of BE kernels in flight
