@@ -373,6 +373,29 @@ TEST_P(FailingRankTest, RootCauseIsReportedAndTheNextStepRuns) {
   EXPECT_NO_THROW(trainer->forward_backward(good));
 }
 
+// The last rank fails in the middle of a step (micro-batch 1's targets are outside the
+// vocabulary: its loss throws), when activations for later micro-batches are already on their way
+// to it. What the failed step left undelivered must not reach the next step: the naive executor
+// kept it, and the next step's first send of the same micro-batch failed as "sent twice".
+TEST_P(FailingRankTest, AFailureMidStepLeavesNothingForTheNextStep) {
+  TinySetup s;
+  s.executor = GetParam();
+  s.ranks = 3;
+  s.microbatches = 4;
+  s.batch = 8;  // micro-batches of 2 rows
+  auto trainer = make_tiny_trainer(s);
+  Batch bad = tiny_batch(s.batch, s.seq, s.vocab, 1);
+  bad.targets.narrow(0, 2, 2).fill_(s.vocab + 7);  // micro-batch 1 only
+  try {
+    trainer->forward_backward(bad);
+    FAIL() << "targets outside the vocabulary trained";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 2 action 2F1"), std::string::npos) << e.what();
+  }
+  const Batch good = tiny_batch(s.batch, s.seq, s.vocab, 2);
+  EXPECT_NO_THROW(trainer->forward_backward(good));
+}
+
 INSTANTIATE_TEST_SUITE_P(BothExecutors, FailingRankTest, ::testing::Values("naive", "async_threaded"));
 
 }  // namespace

@@ -132,6 +132,14 @@ class BackwardOnCallingThread {
 // CPU (the timeline then uses the host clock).
 std::vector<std::shared_ptr<const TimingEvent>> record_gpu_step_marks(const StepContext& ctx);
 
+// The end of a step, both executors. After a failed step: the devices finish what may still read
+// the step's buffers (a failing device may refuse; the step's own error is what the caller needs),
+// then what the step left in the transport is dropped, so the next step does not find this one's
+// messages; returns how many were dropped. After a step that ran through: a message sent and never
+// received means the schedule's sends and receives do not match (thrown, after dropping it).
+size_t discard_failed_step(const StepContext& ctx);
+void check_transport_drained(const StepContext& ctx);
+
 // The two executors (naive_executor.cpp, async_executor.cpp), for make_executor.
 std::unique_ptr<Executor> make_naive_executor(ExecutorOptions options);
 std::unique_ptr<Executor> make_async_threaded_executor(ExecutorOptions options);

@@ -130,23 +130,14 @@ class AsyncThreadedExecutor final : public Executor {
     for (auto& p : programs) p.wait();
     for (auto& p : programs) p.get();
     if (first_error) {
-      // The runners die with this frame and with them the step's bf16 weight copies: let the
-      // streams that may still read them finish first (a failing device may refuse; the first
-      // error is what the caller needs).
-      try {
-        synchronize_devices(ctx.rank_devices);
-      } catch (const std::exception&) {
-      }
-      const size_t dropped = ctx.transport->reset();
+      // The runners die with this frame and with them the step's bf16 weight copies: the streams
+      // that may still read them finish first.
+      const size_t dropped = discard_failed_step(ctx);
       throw std::runtime_error(*first_error + (dropped ? fmt::format(" ({} undelivered message(s) dropped)", dropped) : ""));
     }
     synchronize_devices(ctx.rank_devices);
     if (ctx.recorder != nullptr) ctx.recorder->end_step();
-    if (const size_t left = ctx.transport->pending(); left != 0) {
-      ctx.transport->reset();
-      throw std::runtime_error(fmt::format("{} message(s) were sent but never received: the schedule's sends and "
-                                           "receives do not match (check --print-schedule)", left));
-    }
+    check_transport_drained(ctx);
   }
 
  private:

@@ -56,6 +56,22 @@ std::vector<std::shared_ptr<const TimingEvent>> record_gpu_step_marks(const Step
   return marks;
 }
 
+size_t discard_failed_step(const StepContext& ctx) {
+  try {
+    synchronize_devices(ctx.rank_devices);
+  } catch (const std::exception&) {
+  }
+  return ctx.transport->reset();
+}
+
+void check_transport_drained(const StepContext& ctx) {
+  if (const size_t left = ctx.transport->pending(); left != 0) {
+    ctx.transport->reset();
+    throw std::runtime_error(fmt::format("{} message(s) were sent but never received: the schedule's sends and "
+                                         "receives do not match (check --print-schedule)", left));
+  }
+}
+
 ActionRunner::ActionRunner(const StepContext& ctx, int rank, RankStreams& streams, const ExecutorOptions& options,
                            std::shared_ptr<const TimingEvent> gpu_step_mark)
     : ctx_(ctx), rank_(rank), streams_(streams), options_(options), gpu_step_mark_(std::move(gpu_step_mark)) {

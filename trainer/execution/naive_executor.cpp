@@ -80,18 +80,25 @@ class NaiveExecutor final : public Executor {
           std::make_unique<ActionRunner>(ctx, r, *streams[static_cast<size_t>(r)], no_wait, gpu_marks[static_cast<size_t>(r)]);
     }
     const BackwardOnCallingThread backward_here;
-    for (const Item& item : order) {
-      const c10::Device device = ctx.rank_devices.at(static_cast<size_t>(item.rank));
-      bind_thread_to_device(device);
-      AutocastScope autocast(device, options_.bf16_autocast);
-      runners[static_cast<size_t>(item.rank)]->run(
-          schedule.per_rank[static_cast<size_t>(item.rank)][static_cast<size_t>(item.index)]);
+    try {
+      for (const Item& item : order) {
+        const c10::Device device = ctx.rank_devices.at(static_cast<size_t>(item.rank));
+        bind_thread_to_device(device);
+        AutocastScope autocast(device, options_.bf16_autocast);
+        runners[static_cast<size_t>(item.rank)]->run(
+            schedule.per_rank[static_cast<size_t>(item.rank)][static_cast<size_t>(item.index)]);
+      }
+    } catch (...) {
+      // Sends ran ahead of the action that failed: their messages must not reach the next step.
+      discard_failed_step(ctx);
+      throw;
     }
     synchronize_devices(ctx.rank_devices);
     if (ctx.recorder != nullptr) ctx.recorder->end_step();
     for (const auto& runner : runners) {
       if (runner) runner->check_drained();
     }
+    check_transport_drained(ctx);
   }
 
  private:

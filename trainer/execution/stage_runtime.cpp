@@ -138,6 +138,11 @@ void StageRuntime::apply_update(const std::function<void()>& step) {
   if (!weight_stash_) throw std::logic_error("apply_update: the stage is not asynchronous (enable_async)");
   weight_stash_->before_update();
   step();
+  // The step reads each gradient on this stream (the rank's backward stream), while autograd made
+  // it on its forward's stream: freed unrecorded, the allocator would hand the memory to that
+  // stream's next forward (another stage of this rank, not ordered after this update) before the
+  // step has read it. CUDA only; a GPU check, not a CPU test, can show it.
+  for (const auto& p : module_->parameters()) record_stream_use(p.grad());
   zero_grad();
   weight_stash_->after_update();
 }
