@@ -42,7 +42,7 @@ struct Cli {
   int device = 0;
   std::string timer = "globaltimer";
   double copy_rate_gbps = 25;
-  double be_max_wait_us = 2000;
+  int64_t be_max_wait_us = 2000;  // whole microseconds: the shim's ORION_BE_MAX_WAIT_US is an integer
   sched::SimGpuConfig sim;
   // Child mode (set by the parent).
   std::string child_label, child_output, child_policy;
@@ -99,7 +99,7 @@ int parent_main(const Cli& cli, const sched::Workload& workload) {
   config.workload_path = std::filesystem::absolute(cli.workload).string();
   if (!cli.shim.empty()) config.shim_path = std::filesystem::absolute(cli.shim).string();
   for (const std::string& p : cli.params) config.params[p.substr(0, p.find('='))] = p.substr(p.find('=') + 1);
-  config.be_max_wait_ns = static_cast<int64_t>(cli.be_max_wait_us * 1000.0);
+  config.be_max_wait_ns = cli.be_max_wait_us * 1000;
   config.child_args = {"--device", std::to_string(cli.device), "--timer", cli.timer, "--copy-rate-gbps",
                        std::to_string(cli.copy_rate_gbps)};
   config.result_dir = temp_dir();
@@ -184,8 +184,9 @@ int main(int argc, char** argv) {
                  "is 25); 0: copy the file's bytes as they are")
       ->check(CLI::Range(0.0, 10000.0))
       ->capture_default_str();
-  app.add_option("--be-max-wait-us", cli.be_max_wait_us, "Starvation bound of best-effort heads (shim and simulator)")
-      ->check(CLI::PositiveNumber)
+  app.add_option("--be-max-wait-us", cli.be_max_wait_us,
+                 "Starvation bound of best-effort heads, whole microseconds (shim and simulator alike)")
+      ->check(CLI::Range(int64_t{1}, int64_t{3'600'000'000}))
       ->capture_default_str();
   cli.sim.jitter = 0.05;
   cli.sim.block_spread = 0.2;

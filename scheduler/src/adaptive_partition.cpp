@@ -112,8 +112,9 @@ void PartitionController::observe(const KernelCompletion& done) {
   } else if (confined) {
     ratio = confined_ratio;  // known slower, without an alone duration (it can have none)
   } else if (p_.probe_ns > 0 && (last_probe_ns_ < 0 || now - last_probe_ns_ >= p_.probe_every_ns)) {
-    probing_.store(true, std::memory_order_release);
     probe_start_ns_ = now;
+    probe_end_ns_.store(now + p_.probe_ns, std::memory_order_relaxed);
+    probing_.store(true, std::memory_order_release);
     ++stats_.probes;
     return;
   }

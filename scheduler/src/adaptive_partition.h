@@ -53,8 +53,12 @@ class PartitionController {
 
   // The partition now (atomic loads only).
   SmPartition current() const;
-  // Best-effort admission paused for a probe (an atomic load).
-  bool probing() const { return probing_.load(std::memory_order_acquire); }
+  // Best-effort admission paused for a probe at `now_ns` (the device clock; atomic loads). The
+  // probe's end is checked here too, not only at the next completion: in a pipeline bubble none
+  // may come, and best effort would wait for its starvation bound instead of probe_us.
+  bool probing(int64_t now_ns) const {
+    return probing_.load(std::memory_order_acquire) && now_ns < probe_end_ns_.load(std::memory_order_relaxed);
+  }
   void observe(const KernelCompletion& done);
 
   struct Stats {
@@ -78,6 +82,7 @@ class PartitionController {
   const AdaptiveParams p_;
   std::atomic<int> steps_{0};  // 0 until the SM count is known (start_'s fraction applies)
   std::atomic<bool> probing_{false};
+  std::atomic<int64_t> probe_end_ns_{0};  // written before probing_ is set
 
   mutable std::mutex mu_;
   int total_steps_ = 0;

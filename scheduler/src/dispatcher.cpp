@@ -183,6 +183,7 @@ DeviceState Dispatcher::Impl::device_state() {
   // Asked each time, not frozen at construction: a backend may learn it late (the real driver
   // only once a context is current).
   state.sm_count = device.sm_count();
+  state.now_ns = device.now_ns();
   state.hp_in_flight = hp_in_flight.load(std::memory_order_acquire);
   std::optional<HpKernel> newest;
   {

@@ -40,7 +40,7 @@ class PartitionPolicy final : public Policy {
   const char* name() const override { return "partition"; }
   bool admit(const Op& op, const OpEstimate& est, const DeviceState& state) const override {
     if (controller_) {
-      if (controller_->probing()) return false;  // high priority runs alone for a moment
+      if (controller_->probing(state.now_ns)) return false;  // high priority runs alone for a moment
       if (state.be_in_flight >= be_depth_) return false;
     }
     return gate_ == nullptr || gate_->admit(op, est, state);

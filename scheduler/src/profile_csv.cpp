@@ -1,6 +1,8 @@
 #include "profile_csv.h"
 
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
@@ -79,17 +81,30 @@ std::vector<std::string> split_row(const std::string& row, const std::string& so
   return fields;
 }
 
-double parse_number(const std::string& text, const std::string& source, size_t line,
-                    const std::string& field) {
+// A field's figure in [0, max]. strtod takes "inf" and "1e300": an infinite duration counted as
+// outstanding best-effort work zeroed the others' at its completion (inf - inf), and converting
+// such a figure to an integer is undefined behaviour.
+double parse_number(const std::string& text, const std::string& source, size_t line, const std::string& field,
+                    double max) {
   char* end = nullptr;
   errno = 0;
   const double v = std::strtod(text.c_str(), &end);
   if (text.empty() || end != text.c_str() + text.size() || errno != 0 || v != v) {
     fail(source, line, field, "expected a number, got '" + text + "'");
   }
+  if (!std::isfinite(v)) fail(source, line, field, "expected a finite number, got '" + text + "'");
   if (v < 0) fail(source, line, field, "must not be negative, got '" + text + "'");
+  if (v > max) {
+    char limit[32];
+    std::snprintf(limit, sizeof limit, "%g", max);
+    fail(source, line, field, std::string("must be at most ") + limit + ", got '" + text + "'");
+  }
   return v;
 }
+// The largest figures taken: 2^53 bytes (exact in a double), SMs of any GPU, an hour in ns.
+constexpr double kMaxFootprintBytes = 9007199254740992.0;
+constexpr double kMaxSms = 100000;
+constexpr double kMaxDurationNs = 3.6e12;
 
 std::string quote_if_needed(const std::string& name) {
   if (name.find_first_of(",\"") == std::string::npos && !name.empty()) return name;
@@ -138,13 +153,13 @@ std::vector<ProfileRow> parse_orion_csv(std::istream& in, const std::string& sou
     } else {
       fail(source, line, "Profile", "expected 1 (compute), 0 (memory) or -1 (unknown), got '" + f[1] + "'");
     }
-    r.memory_footprint = static_cast<uint64_t>(parse_number(f[2], source, line, "Memory_footprint"));
-    const double sm = parse_number(f[3], source, line, "SM_usage");
+    r.memory_footprint = static_cast<uint64_t>(parse_number(f[2], source, line, "Memory_footprint", kMaxFootprintBytes));
+    const double sm = parse_number(f[3], source, line, "SM_usage", kMaxSms);
     if (sm != static_cast<double>(static_cast<int>(sm))) {
       fail(source, line, "SM_usage", "expected a whole number of SMs, got '" + f[3] + "'");
     }
     r.sm_usage = static_cast<int>(sm);
-    r.duration_ns = parse_number(f[4], source, line, "Duration");
+    r.duration_ns = parse_number(f[4], source, line, "Duration", kMaxDurationNs);
     rows.push_back(std::move(r));
   }
   if (in.bad()) throw std::invalid_argument(source + ": read error after line " + std::to_string(line));

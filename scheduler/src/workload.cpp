@@ -64,6 +64,9 @@ class LineReader {
       fail(field, std::string("expected a ") + (positive ? "positive" : "non-negative") +
                       " number, got " + v.dump());
     }
+    // Every such field is microseconds, kept as int64 nanoseconds: 1e12 us (11.6 days) leaves
+    // room for sums of many.
+    if (d > 1e12) fail(field, "must be at most 1e12 (microseconds, 11.6 days), got " + v.dump());
     return d;
   }
   uint64_t count(const char* field) const {
@@ -73,11 +76,18 @@ class LineReader {
     }
     return v.get<uint64_t>();
   }
-  Dim3 dim3(const char* field) const {
+  // CUDA's limits: a grid of up to 2^31-1 x 65535 x 65535 blocks, a block of up to 1024 x 1024 x
+  // 64 threads and 1024 in all.
+  Dim3 dim3(const char* field, bool block) const {
     const json& v = obj_.at(field);
+    int axis = 0;
     auto component = [&](const json& c) -> uint32_t {
-      if (!c.is_number_integer() || c.get<int64_t>() < 1 || c.get<int64_t>() > 0x7fffffff) {
-        fail(field, "expected positive integers (an int or [x, y, z]), got " + v.dump());
+      const int64_t limit = block ? (axis == 2 ? 64 : 1024) : (axis == 0 ? 0x7fffffff : 65535);
+      ++axis;
+      if (!c.is_number_integer() || c.get<int64_t>() < 1 || c.get<int64_t>() > limit) {
+        fail(field, std::string("expected positive integers (an int or [x, y, z]) within CUDA's ") +
+                        (block ? "block limits (1024, 1024, 64)" : "grid limits (2^31-1, 65535, 65535)") + ", got " +
+                        v.dump());
       }
       return c.get<uint32_t>();
     };
@@ -160,8 +170,9 @@ WorkloadOp parse_line(const json& obj, const std::string& source, int line, Pars
     if (op.name.empty()) r.fail("name", "missing (kernels need a name)");
     if (!r.has("grid")) r.fail("grid", "missing (kernels need a grid)");
     if (!r.has("block")) r.fail("block", "missing (kernels need a block shape)");
-    op.grid = r.dim3("grid");
-    op.block = r.dim3("block");
+    op.grid = r.dim3("grid", false);
+    op.block = r.dim3("block", true);
+    if (op.block.count() > 1024) r.fail("block", "a block holds at most 1024 threads (CUDA's limit)");
     if (r.has("block_us") == r.has("duration_us")) {
       r.fail(r.has("block_us") ? "duration_us" : "block_us",
              "kernels need exactly one of block_us (one block alone) and duration_us (whole kernel alone)");

@@ -57,7 +57,19 @@ TEST(ReplayCli, BadJsonlNamesFileAndLine) {
       dir.write("big.jsonl", R"({"stream":"s","class":"hp","name":"k","grid":1,"block":2048,"block_us":1})" "\n");
   out = run_command(kExe + " " + too_big + " --dry-run", &rc);
   EXPECT_EQ(rc, 1) << out;
-  EXPECT_NE(out.find("2048 threads"), std::string::npos) << out;
+  EXPECT_NE(out.find("big.jsonl:1: field \"block\""), std::string::npos) << out;
+  EXPECT_NE(out.find("CUDA's block limits"), std::string::npos) << out;
+}
+
+// The shim takes ORION_BE_MAX_WAIT_US in whole microseconds: 0.5 gave it 0 (every best-effort
+// head forced at once) while the simulator's prediction used 500 ns.
+TEST(ReplayCli, AFractionOfAMicrosecondAsStarvationBoundIsRefused) {
+  int rc = 0;
+  const std::string out = run_command(kExe + " " + kInference + " --dry-run --be-max-wait-us 0.5", &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("--be-max-wait-us"), std::string::npos) << out;
+  const std::string ok = run_command(kExe + " " + kInference + " --dry-run --be-max-wait-us 500", &rc);
+  EXPECT_EQ(rc, 0) << ok;
 }
 
 TEST(ReplayCli, UnknownPolicyIsRefusedListingTheKnownOnes) {

@@ -202,6 +202,16 @@ TEST(AdaptivePartition, ProbesPauseBestEffortUntilAloneDurationsAreKnown) {
   EXPECT_FALSE(q->admit(op, {}, state));
   g.be(2'000'000);
   EXPECT_TRUE(q->admit(op, {}, state));
+
+  // ... even when no completion comes to tell it (high priority quiet in a pipeline bubble, best
+  // effort held): best-effort heads waited for the dispatcher's starvation bound, not probe_us.
+  auto r = make_policy("partition", {{"adaptive", "1"}, {"probe_us", "1000"}});
+  Feeder h{*r};
+  h.hp(1, 10'000, false);  // the probe starts at its end, 10 us
+  state.now_ns = 10'000 + 999'999;
+  EXPECT_FALSE(r->admit(op, {}, state));
+  state.now_ns = 10'000 + 1'000'000;
+  EXPECT_TRUE(r->admit(op, {}, state)) << "probe_us passed: best effort goes without a completion";
 }
 
 // With high priority on the rest (hp_rest=1), a kernel needing more SMs than the rest (a large

@@ -205,6 +205,16 @@ TEST(ProfileStore, BadCsvNamesLineAndField) {
                    "prof.csv:2: field 'SM_usage'");
   expect_csv_error("Name,Profile,Memory_footprint,SM_usage,Duration\nk,1,-4,1,5\n",
                    "prof.csv:2: field 'Memory_footprint'");
+  // Infinite or absurd figures: a Duration of inf counted as outstanding best-effort work made
+  // inf - inf = 0 of every other kernel's at its completion (and UB as gpud's int64).
+  expect_csv_error("Name,Profile,Memory_footprint,SM_usage,Duration\nk,1,0,1,inf\n",
+                   "prof.csv:2: field 'Duration': expected a finite number, got 'inf'");
+  expect_csv_error("Name,Profile,Memory_footprint,SM_usage,Duration\nk,1,0,1,1e300\n",
+                   "prof.csv:2: field 'Duration': must be at most");
+  expect_csv_error("Name,Profile,Memory_footprint,SM_usage,Duration\nk,1,1e30,1,5\n",
+                   "prof.csv:2: field 'Memory_footprint': must be at most");
+  expect_csv_error("Name,Profile,Memory_footprint,SM_usage,Duration\nk,1,0,1e12,5\n",
+                   "prof.csv:2: field 'SM_usage': must be at most");
   expect_csv_error("Name,Profile,Memory_footprint,SM_usage,Duration\n\nk,1,0\n",
                    "prof.csv:3: field 'Name': expected 5 comma-separated fields");
   expect_csv_error("Name,Profile,Memory_footprint,SM_usage,Duration\n\"k,1,0,1,5\n",

@@ -121,6 +121,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadLine{R"({"kind": "host_func"})", "field \"stream\": missing"},
         BadLine{R"({"stream": "s", "kind": "host_func", "after_us": 3})", "field \"after_us\": only meaningful"},
         BadLine{R"({"stream": "s", "kind": "host_func", "request": "#1", "client": "other"})", "field \"request\": request \"#1\" belongs to client \"s\""},
+        // Figures past CUDA's limits or the simulator's nanosecond clock: a grid of 2^16 x 2^24 x
+        // 2^24 blocks counted 0 (uint64 wrap), 1e16 us of arrival overflowed int64 nanoseconds.
+        BadLine{R"({"stream": "s", "name": "k", "grid": [65536, 16777216, 16777216], "block": 32, "block_us": 1})", "field \"grid\""},
+        BadLine{R"({"stream": "s", "name": "k", "grid": 1, "block": [1024, 2], "block_us": 1})", "field \"block\""},
+        BadLine{R"({"stream": "s", "kind": "host_func", "arrival_us": 1e16})", "field \"arrival_us\": must be at most"},
+        BadLine{R"({"stream": "s", "name": "k", "grid": 1, "block": 32, "block_us": 1e300})", "field \"block_us\": must be at most"},
         BadLine{R"({"stream": "s", "kind": "host_func")", "not valid JSON"},
         BadLine{R"([1, 2])", "expected a JSON object"}));
 

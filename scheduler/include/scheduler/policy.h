@@ -27,6 +27,7 @@ struct DeviceState {
   int be_in_flight = 0;                     // best-effort ops submitted and not yet complete
   int be_sms_in_flight = 0;                 // summed SM need of best-effort kernels in flight
   double be_outstanding_ns = 0;             // summed estimated duration of BE kernels in flight
+  int64_t now_ns = 0;                       // the device's clock (Device::now_ns) when asked
 };
 
 // Space instead of time: best-effort streams confined to a partition of the GPU's SMs (CUDA green
