@@ -57,6 +57,20 @@ TEST(TransportTest, KeysDoNotMix) {
   EXPECT_NO_THROW(t->recv({TransferKind::kGradient, 0, 1}, 10ms));
 }
 
+// zbv's V placement (2 ranks: stages 0 and 3 on rank 0, 1 and 2 on rank 1): the error named the
+// ranks by round robin (stage 3 on rank 1, stage 2 on rank 0), the wrong processes to look at.
+TEST(TransportTest, ATimeoutNamesTheRanksOfTheSchedulesPlacement) {
+  auto t = make_inprocess_transport(2, {0, 1, 1, 0});
+  try {
+    t->recv({TransferKind::kActivation, 3, 1}, 10ms);
+    FAIL() << "recv without a sender returned";
+  } catch (const TransportTimeout& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("rank 0 waited 10 ms"), std::string::npos) << what;
+    EXPECT_NE(what.find("from stage 2 on rank 1"), std::string::npos) << what;
+  }
+}
+
 TEST(TransportTest, RecvWithoutSenderTimesOutNamingPeerAndKey) {
   auto t = make_inprocess_transport(4);
   const auto start = std::chrono::steady_clock::now();

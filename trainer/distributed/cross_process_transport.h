@@ -21,7 +21,7 @@ class CrossProcessTransport : public Transport {
   CrossProcessTransport(Distributed::Impl& dist, const Placement& placement, const Schedule& schedule)
       : dist_(dist), placement_(placement), num_ranks_(schedule.num_ranks), num_stages_(schedule.num_stages()),
         stage_to_rank_(schedule.stage_to_rank),
-        local_(make_inprocess_transport(schedule.num_ranks)) {}
+        local_(make_inprocess_transport(schedule.num_ranks, schedule.stage_to_rank)) {}
 
   void send(const TransferKey& key, Message message) final {
     const int to = rank_of(key.stage);

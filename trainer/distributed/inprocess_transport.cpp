@@ -3,6 +3,8 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -22,7 +24,8 @@ namespace {
 
 class InProcessTransport final : public Transport {
  public:
-  explicit InProcessTransport(int num_ranks) : num_ranks_(num_ranks < 1 ? 1 : num_ranks) {}
+  InProcessTransport(int num_ranks, std::vector<int> stage_to_rank)
+      : num_ranks_(num_ranks < 1 ? 1 : num_ranks), stage_to_rank_(std::move(stage_to_rank)) {}
 
   void send(const TransferKey& key, Message message) override {
     {
@@ -77,9 +80,14 @@ class InProcessTransport final : public Transport {
   }
 
  private:
-  int rank_of(int stage) const { return ((stage % num_ranks_) + num_ranks_) % num_ranks_; }
+  // The rank that holds `stage` (zbv, dualpipev and schedule files place stages their own way).
+  int rank_of(int stage) const {
+    if (stage >= 0 && stage < static_cast<int>(stage_to_rank_.size())) return stage_to_rank_[static_cast<size_t>(stage)];
+    return ((stage % num_ranks_) + num_ranks_) % num_ranks_;
+  }
 
   int num_ranks_;
+  std::vector<int> stage_to_rank_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<TransferKey, Message> mailbox_;
@@ -88,8 +96,8 @@ class InProcessTransport final : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> make_inprocess_transport(int num_ranks) {
-  return std::make_unique<InProcessTransport>(num_ranks);
+std::unique_ptr<Transport> make_inprocess_transport(int num_ranks, std::vector<int> stage_to_rank) {
+  return std::make_unique<InProcessTransport>(num_ranks, std::move(stage_to_rank));
 }
 
 }  // namespace gpipe

@@ -358,7 +358,7 @@ PipelineTrainer::PipelineTrainer(PipelineConfig config, PipelineComponents compo
     if (p.transport == "gloo" || p.transport == "nccl") {
       log_info("parallel.transport={} but a single process runs every rank: tensors stay in memory", p.transport);
     }
-    transport_ = make_inprocess_transport(p.model_parallel_size);
+    transport_ = make_inprocess_transport(p.model_parallel_size, schedule_.stage_to_rank);
   }
 }
 

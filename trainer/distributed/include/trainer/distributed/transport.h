@@ -12,6 +12,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace gpipe {
 
@@ -89,8 +90,9 @@ class Transport {
   virtual void release_delivered(std::chrono::milliseconds /*timeout*/) {}
 };
 
-// All ranks in one process; `num_ranks` only names peers in errors (stage s lives on rank
-// s % num_ranks).
-std::unique_ptr<Transport> make_inprocess_transport(int num_ranks);
+// All ranks in one process; `num_ranks` and `stage_to_rank` only name peers in errors.
+// `stage_to_rank`: the schedule's placement (Schedule::stage_to_rank), for naming ranks in errors;
+// empty: stage s on rank s % num_ranks.
+std::unique_ptr<Transport> make_inprocess_transport(int num_ranks, std::vector<int> stage_to_rank = {});
 
 }  // namespace gpipe
