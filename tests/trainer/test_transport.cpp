@@ -57,40 +57,36 @@ TEST(TransportTest, KeysDoNotMix) {
   EXPECT_NO_THROW(t->recv({TransferKind::kGradient, 0, 1}, 10ms));
 }
 
+// The message of a receive of `key` that times out ("" if it did not).
+std::string timeout_of(Transport& t, const TransferKey& key, std::chrono::milliseconds wait) {
+  try {
+    t.recv(key, wait);
+  } catch (const TransportTimeout& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // zbv's V placement (2 ranks: stages 0 and 3 on rank 0, 1 and 2 on rank 1): the error named the
 // ranks by round robin (stage 3 on rank 1, stage 2 on rank 0), the wrong processes to look at.
 TEST(TransportTest, ATimeoutNamesTheRanksOfTheSchedulesPlacement) {
   auto t = make_inprocess_transport(2, {0, 1, 1, 0});
-  try {
-    t->recv({TransferKind::kActivation, 3, 1}, 10ms);
-    FAIL() << "recv without a sender returned";
-  } catch (const TransportTimeout& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("rank 0 waited 10 ms"), std::string::npos) << what;
-    EXPECT_NE(what.find("from stage 2 on rank 1"), std::string::npos) << what;
-  }
+  const std::string what = timeout_of(*t, {TransferKind::kActivation, 3, 1}, 10ms);
+  EXPECT_NE(what.find("rank 0 waited 10 ms"), std::string::npos) << what;
+  EXPECT_NE(what.find("from stage 2 on rank 1"), std::string::npos) << what;
 }
 
 TEST(TransportTest, RecvWithoutSenderTimesOutNamingPeerAndKey) {
   auto t = make_inprocess_transport(4);
   const auto start = std::chrono::steady_clock::now();
-  try {
-    t->recv({TransferKind::kActivation, 3, 2}, 50ms);
-    FAIL() << "recv without a sender returned";
-  } catch (const TransportTimeout& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("from stage 2 on rank 2"), std::string::npos) << what;
-    EXPECT_NE(what.find("activation for stage 3, micro-batch 2"), std::string::npos) << what;
-    EXPECT_NE(what.find("rank 3 waited 50 ms"), std::string::npos) << what;
-  }
+  const std::string what = timeout_of(*t, {TransferKind::kActivation, 3, 2}, 50ms);
+  EXPECT_NE(what.find("from stage 2 on rank 2"), std::string::npos) << what;
+  EXPECT_NE(what.find("activation for stage 3, micro-batch 2"), std::string::npos) << what;
+  EXPECT_NE(what.find("rank 3 waited 50 ms"), std::string::npos) << what;
   EXPECT_GE(std::chrono::steady_clock::now() - start, 50ms);
   // Gradients come from the next stage.
-  try {
-    t->recv({TransferKind::kGradient, 1, 0}, 1ms);
-    FAIL();
-  } catch (const TransportTimeout& e) {
-    EXPECT_NE(std::string(e.what()).find("from stage 2 on rank 2"), std::string::npos) << e.what();
-  }
+  const std::string gradient = timeout_of(*t, {TransferKind::kGradient, 1, 0}, 1ms);
+  EXPECT_NE(gradient.find("from stage 2 on rank 2"), std::string::npos) << gradient;
 }
 
 TEST(TransportTest, AbortWakesAWaitingReceiverWithTheReason) {
