@@ -61,15 +61,25 @@ TEST(ReplayCli, BadJsonlNamesFileAndLine) {
   EXPECT_NE(out.find("CUDA's block limits"), std::string::npos) << out;
 }
 
+// Arguments `bad` (after the workload) are refused with exit status `status` (any non-zero one
+// for -1), naming `needle`; `good`, the same kind of argument done right, run.
+void expect_refused_but(const std::string& bad, int status, const std::string& needle, const std::string& good) {
+  int rc = 0;
+  const std::string out = run_command(kExe + " " + kInference + " " + bad, &rc);
+  if (status < 0) {
+    EXPECT_NE(rc, 0) << out;
+  } else {
+    EXPECT_EQ(rc, status) << out;
+  }
+  EXPECT_NE(out.find(needle), std::string::npos) << out;
+  const std::string ok = run_command(kExe + " " + kInference + " " + good, &rc);
+  EXPECT_EQ(rc, 0) << ok;
+}
+
 // The shim takes ORION_BE_MAX_WAIT_US in whole microseconds: 0.5 gave it 0 (every best-effort
 // head forced at once) while the simulator's prediction used 500 ns.
 TEST(ReplayCli, AFractionOfAMicrosecondAsStarvationBoundIsRefused) {
-  int rc = 0;
-  const std::string out = run_command(kExe + " " + kInference + " --dry-run --be-max-wait-us 0.5", &rc);
-  EXPECT_NE(rc, 0) << out;
-  EXPECT_NE(out.find("--be-max-wait-us"), std::string::npos) << out;
-  const std::string ok = run_command(kExe + " " + kInference + " --dry-run --be-max-wait-us 500", &rc);
-  EXPECT_EQ(rc, 0) << ok;
+  expect_refused_but("--dry-run --be-max-wait-us 0.5", -1, "--be-max-wait-us", "--dry-run --be-max-wait-us 500");
 }
 
 TEST(ReplayCli, UnknownPolicyIsRefusedListingTheKnownOnes) {
@@ -82,12 +92,9 @@ TEST(ReplayCli, UnknownPolicyIsRefusedListingTheKnownOnes) {
 
 // A policy parameter is checked before any GPU work, as orion-sim checks it (even with --dry-run).
 TEST(ReplayCli, BadPolicyParameterIsRefusedBeforeTheRun) {
-  int rc = 0;
-  const std::string out = run_command(kExe + " " + kInference + " --policies orion --param bogus=1 --dry-run", &rc);
-  EXPECT_EQ(rc, 2) << out;
-  EXPECT_NE(out.find("--policies orion: policy 'orion': unknown parameter 'bogus'"), std::string::npos) << out;
-  const std::string ok = run_command(kExe + " " + kInference + " --policies orion --param dur_threshold_us=50 --dry-run", &rc);
-  EXPECT_EQ(rc, 0) << ok;
+  expect_refused_but("--policies orion --param bogus=1 --dry-run", 2,
+                     "--policies orion: policy 'orion': unknown parameter 'bogus'",
+                     "--policies orion --param dur_threshold_us=50 --dry-run");
 }
 
 TEST(ReplayCli, PoliciesNeedTheShim) {
