@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -25,6 +26,7 @@
 
 #include "test_engine_helpers.h"
 #include "trainer/device/device.h"
+#include "trainer/distributed/transport.h"
 #include "trainer/execution/executor.h"
 #include "trainer/execution/stage_runtime.h"
 #include "trainer/metrics/timeline.h"
@@ -394,6 +396,60 @@ TEST_P(FailingRankTest, AFailureMidStepLeavesNothingForTheNextStep) {
   }
   const Batch good = tiny_batch(s.batch, s.seq, s.vocab, 2);
   EXPECT_NO_THROW(trainer->forward_backward(good));
+}
+
+// Delivers every message, but reports itself aborted from the first receive on: what an NCCL
+// transport looks like when the monitor or its watchdog aborted it after the step's receives were
+// posted (the consumer's stream waits on them; the abort ends them without their data).
+class AbortedDuringTheStep final : public Transport {
+ public:
+  explicit AbortedDuringTheStep(int ranks) : inner_(make_inprocess_transport(ranks)) {}
+  void send(const TransferKey& key, Message message) override { inner_->send(key, std::move(message)); }
+  Message recv(const TransferKey& key, std::chrono::milliseconds timeout) override {
+    aborted_ = true;
+    return inner_->recv(key, timeout);
+  }
+  void abort(const std::string& reason) override { inner_->abort(reason); }
+  std::string aborted_reason() const override { return aborted_ ? "rank 1: ncclRecv did not complete" : ""; }
+  size_t reset() override {
+    aborted_ = false;
+    return inner_->reset();
+  }
+  size_t pending() const override { return inner_->pending(); }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  std::atomic<bool> aborted_{false};
+};
+
+// A step during which the transport was aborted ran through, and its gradients, with whatever the
+// aborted transfers left in their buffers, went on to the optimizer.
+TEST_P(FailingRankTest, AStepDuringWhichTheTransportWasAbortedFails) {
+  TinySetup s;
+  s.executor = GetParam();
+  auto trainer = make_tiny_trainer(s);
+  AbortedDuringTheStep transport(s.ranks);
+  StepContext ctx;
+  ctx.schedule = &trainer->schedule();
+  ctx.rank_devices.assign(static_cast<size_t>(s.ranks), c10::Device(c10::kCPU));
+  ctx.transport = &transport;
+  for (const auto& stage : trainer->stages()) {
+    stage->begin_step();
+    stage->zero_grad();
+    ctx.stages.push_back(stage.get());
+  }
+  const Batch batch = tiny_batch(s.batch, s.seq, s.vocab, 3);
+  const auto inputs = batch.input_ids.chunk(s.microbatches, 0), targets = batch.targets.chunk(s.microbatches, 0);
+  for (int i = 0; i < s.microbatches; ++i) ctx.microbatches.push_back(Batch{inputs[i], targets[i]});
+  const auto executor = make_executor(s.executor);
+  try {
+    executor->run_step(ctx);
+    FAIL() << "a step whose transport was aborted ran through";
+  } catch (const TransportError& e) {
+    EXPECT_NE(std::string(e.what()).find("the step's transfers were aborted: rank 1: ncclRecv"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(transport.aborted_reason(), "") << "the failed step did not reset the transport";
 }
 
 INSTANTIATE_TEST_SUITE_P(BothExecutors, FailingRankTest, ::testing::Values("naive", "async_threaded"));

@@ -51,6 +51,7 @@ class CrossProcessTransport : public Transport {
   }
 
   size_t pending() const final { return local_->pending(); }
+  std::string aborted_reason() const final { return aborted(); }
   uint64_t bytes_sent() const final { return bytes_sent_.load(); }
 
  protected:

@@ -74,6 +74,11 @@ class InProcessTransport final : public Transport {
     return dropped;
   }
 
+  std::string aborted_reason() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return aborted_;
+  }
+
   size_t pending() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return mailbox_.size();

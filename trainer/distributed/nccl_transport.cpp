@@ -5,7 +5,11 @@
 // NCCL's in-order matching holds because every schedule receives a pair's messages in the
 // order they were sent (checked at start: sends_and_receives_in_same_order). Shapes travel once,
 // through the store, the first time a (kind, stage, micro-batch) is sent; later steps reuse them.
-// The host never blocks on a transfer: the receiver's compute stream waits on an event.
+// The host never blocks on a transfer: the receiver's compute stream waits on an event. So that
+// a peer alive but stuck (its heartbeat goes on, its half of a transfer never comes) cannot hang
+// this rank in a device synchronisation, a watchdog thread waits for each posted transfer as a
+// Gloo receive waits (PeerDeadline: pushed on while the peer beats, at most 10 x the timeout),
+// then announces the failure and aborts, which ends the spinning NCCL kernels.
 // Communication streams are classed "communication" for the Orion shim when it is loaded.
 #include <fmt/format.h>
 
@@ -26,6 +30,8 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <list>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -34,6 +40,7 @@
 
 #include "orion.h"
 #include "trainer/device/device.h"
+#include "trainer/log/engine_log.h"
 #endif
 
 namespace gpipe {
@@ -118,16 +125,30 @@ class NcclProcessTransport final : public CrossProcessTransport {
       for (auto& [pair, channel] : channels_) close_channel(*channel);  // no destructor runs
       throw;
     }
+    if (!channels_.empty()) watchdog_ = std::thread([this] { watch_posted(); });
   }
 
   ~NcclProcessTransport() override {
+    {
+      std::lock_guard<std::mutex> lock(posted_mu_);
+      watchdog_stop_ = true;
+    }
+    watchdog_cv_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
     // Abort, never destroy: ncclCommDestroy may wait for a peer that is still running (this
     // process is unwinding from an error) and the step's work was synchronised before a normal end.
     for (auto& [pair, channel] : channels_) close_channel(*channel);
   }
 
-  // The communicators are gone after an abort: only the in-memory mailbox can be reset.
-  size_t reset() override { return local_->reset(); }
+  // The communicators are gone after an abort: only the in-memory mailbox can be reset, and the
+  // failed step's transfers are no longer watched.
+  size_t reset() override {
+    {
+      std::lock_guard<std::mutex> lock(posted_mu_);
+      posted_.clear();
+    }
+    return local_->reset();
+  }
 
  private:
   void send_remote(const TransferKey& key, Message message, int to) override {
@@ -145,6 +166,7 @@ class NcclProcessTransport final : public CrossProcessTransport {
     // The producer's memory must not be reused before the communication stream has read it.
     c10::cuda::CUDACachingAllocator::recordStream(data.storage().data_ptr(), *ch.stream);
     bytes_sent_ += static_cast<uint64_t>(data.nbytes());
+    watch(std::make_shared<NcclReadyEvent>(*ch.stream), "ncclSend of " + to_string(key), placement_.process_of(to));
   }
 
   bool remote_recv_waits_on_host() const override { return false; }
@@ -159,7 +181,68 @@ class NcclProcessTransport final : public CrossProcessTransport {
     at::Tensor data = at::empty(shape, at::TensorOptions().dtype(dtype).device(at::kCUDA, device_));
     check(ncclRecv(data.data_ptr(), static_cast<size_t>(data.numel()), nccl_type(dtype), ch.peer_index, ch.comm,
                    ch.stream->stream()), ch, "ncclRecv of " + to_string(key));
-    return Message{data, std::make_shared<NcclReadyEvent>(*ch.stream)};
+    auto received = std::make_shared<NcclReadyEvent>(*ch.stream);
+    watch(received, "ncclRecv of " + to_string(key), placement_.process_of(from));
+    return Message{data, std::move(received)};
+  }
+
+  // A transfer posted on a channel's stream, done once `done` is reached (the peer took part).
+  struct Posted {
+    std::shared_ptr<const ReadyEvent> done;
+    std::string what;
+    int peer_process;
+    PeerDeadline deadline;
+  };
+
+  void watch(std::shared_ptr<const ReadyEvent> done, std::string what, int peer_process) {
+    std::lock_guard<std::mutex> lock(posted_mu_);
+    posted_.push_back(Posted{std::move(done), std::move(what), peer_process, PeerDeadline(dist_, peer_process)});
+  }
+
+  // The watchdog: once per heartbeat period, forgets the transfers done and gives up on the first
+  // whose deadline passed. Its store reads and event queries happen outside posted_mu_ (a send
+  // appends under its channel's lock); what is still pending goes back ahead of newer posts.
+  void watch_posted() {
+    c10::cuda::CUDAGuard device_guard(device_);
+    std::unique_lock<std::mutex> lock(posted_mu_);
+    while (!watchdog_stop_) {
+      watchdog_cv_.wait_for(lock, dist_.options.heartbeat, [this] { return watchdog_stop_; });
+      if (watchdog_stop_ || posted_.empty()) continue;
+      std::list<Posted> looking;
+      looking.splice(looking.begin(), posted_);
+      lock.unlock();
+      std::string stuck;
+      try {
+        for (auto it = looking.begin(); it != looking.end() && stuck.empty();) {
+          if (it->done->reached()) {
+            it = looking.erase(it);
+          } else if (it->deadline.passed()) {
+            stuck = fmt::format("{} did not complete within {} ms{}", it->what, dist_.options.timeout.count(),
+                                it->deadline.why());
+          } else {
+            ++it;
+          }
+        }
+      } catch (const std::exception& e) {
+        stuck = "watching the NCCL transfers failed: " + error_text(e);
+      }
+      if (!stuck.empty()) {
+        looking.clear();
+        engine_log_warn("nccl transport: " + stuck + "; aborting");
+        try {
+          // Where the other ranks look (as the monitor announces a lost rank): the stuck peer
+          // aborts its own transfers too.
+          const std::string why = fmt::format("rank {}: {}", dist_.world.rank, stuck);
+          dist_.store->compareSet("abort", {}, std::vector<uint8_t>(why.begin(), why.end()));
+        } catch (const std::exception&) {
+          // the store is gone: each rank reports its own view
+        }
+        dist_.fail(stuck);  // aborts this transport: the waiting NCCL kernels end
+        return;             // nothing is posted after an abort (check_not_aborted)
+      }
+      lock.lock();
+      posted_.splice(posted_.begin(), looking);
+    }
   }
 
   void abort_remote() override {
@@ -341,6 +424,11 @@ class NcclProcessTransport final : public CrossProcessTransport {
 
   c10::DeviceIndex device_;
   std::map<std::pair<int, int>, std::unique_ptr<Channel>> channels_;
+  std::mutex posted_mu_;
+  std::condition_variable watchdog_cv_;
+  bool watchdog_stop_ = false;   // guarded by posted_mu_
+  std::list<Posted> posted_;     // guarded by posted_mu_; oldest first
+  std::thread watchdog_;         // started once the channels are open
   std::atomic<bool> abort_requested_{false};
   std::mutex shapes_mu_;
   std::map<TransferKey, std::string> published_;  // the shape each key was first sent with

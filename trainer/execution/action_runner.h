@@ -135,8 +135,9 @@ std::vector<std::shared_ptr<const TimingEvent>> record_gpu_step_marks(const Step
 // The end of a step, both executors. After a failed step: the devices finish what may still read
 // the step's buffers (a failing device may refuse; the step's own error is what the caller needs),
 // then what the step left in the transport is dropped, so the next step does not find this one's
-// messages; returns how many were dropped. After a step that ran through: a message sent and never
-// received means the schedule's sends and receives do not match (thrown, after dropping it).
+// messages; returns how many were dropped. After a step that ran through: an abort during it (a
+// monitor's or the NCCL watchdog's) fails it, as does a message sent and never received (the
+// schedule's sends and receives do not match); either is thrown after a reset.
 size_t discard_failed_step(const StepContext& ctx);
 void check_transport_drained(const StepContext& ctx);
 

@@ -65,6 +65,10 @@ size_t discard_failed_step(const StepContext& ctx) {
 }
 
 void check_transport_drained(const StepContext& ctx) {
+  if (const std::string reason = ctx.transport->aborted_reason(); !reason.empty()) {
+    ctx.transport->reset();
+    throw TransportError("the step's transfers were aborted: " + reason);
+  }
   if (const size_t left = ctx.transport->pending(); left != 0) {
     ctx.transport->reset();
     throw std::runtime_error(fmt::format("{} message(s) were sent but never received: the schedule's sends and "

@@ -76,6 +76,10 @@ class Transport {
   // A rank failed: wake every waiting recv with TransportError(reason); later calls throw too
   // until reset().
   virtual void abort(const std::string& reason) = 0;
+  // Why the transport was aborted, empty while it was not (since the last reset()). A step that
+  // ran through while it was aborted is no step: NCCL transfers posted before the abort ended
+  // without their data.
+  virtual std::string aborted_reason() const = 0;
   // Drops undelivered messages and clears an abort; returns how many messages were dropped.
   virtual size_t reset() = 0;
   // Messages sent but not yet received (a finished step must leave none).
@@ -90,9 +94,8 @@ class Transport {
   virtual void release_delivered(std::chrono::milliseconds /*timeout*/) {}
 };
 
-// All ranks in one process; `num_ranks` and `stage_to_rank` only name peers in errors.
-// `stage_to_rank`: the schedule's placement (Schedule::stage_to_rank), for naming ranks in errors;
-// empty: stage s on rank s % num_ranks.
+// All ranks in one process. `num_ranks` and `stage_to_rank` (the schedule's placement,
+// Schedule::stage_to_rank; empty: stage s on rank s % num_ranks) only name peers in errors.
 std::unique_ptr<Transport> make_inprocess_transport(int num_ranks, std::vector<int> stage_to_rank = {});
 
 }  // namespace gpipe
