@@ -109,6 +109,56 @@ TEST(BubblePublisherTest, DemandCutsTheOpenWindowShort) {
   EXPECT_EQ(publisher.windows_cut(), 1u);
 }
 
+// A step that ran faster than the last (whose timing planned its windows) left windows over the
+// optimizer step and a checkpoint, which run on the device too: end_step() closes the one open and
+// drops those ahead, until the next begin_step.
+TEST(BubblePublisherTest, EndStepClosesTheStepsWindowsForWhatFollows) {
+  gpud::testing::InProcessDaemon daemon("GPU-end-step");
+  gpud::Client be = gpud::Client::connect(daemon.dir, daemon.options.gpu, gpud::Role::kBestEffort, "observer");
+  BubblePublisher publisher(daemon.options.gpu, daemon.dir);
+  publisher.begin_step({{0, 5'000'000}, {6'000'000, 7'000'000}});  // [0, 5) s and [6, 7) s
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (gpud::read_window(be.pipeline()).windows_published == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_GT(gpud::read_window(be.pipeline()).close_ns, gpud::monotonic_ns()) << "the first window is open";
+  const int64_t before = gpud::monotonic_ns();
+  publisher.end_step();
+  const gpud::WindowView w = gpud::read_window(be.pipeline());
+  EXPECT_GE(w.close_ns, before);
+  EXPECT_LE(w.close_ns, gpud::monotonic_ns()) << "the open window was not closed";
+  EXPECT_EQ(publisher.windows_cut(), 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the publishing thread runs again
+  EXPECT_EQ(gpud::read_window(be.pipeline()).windows_published, w.windows_published) << "the next window was published";
+  EXPECT_LE(gpud::read_window(be.pipeline()).close_ns, gpud::monotonic_ns());
+}
+
+// The publishing thread can wake after a window's planned close (an action's device work was asked
+// about slowly, a reconnect): such a window was published as [now, close), open after close, and
+// the page's count of idle time offered went down.
+TEST(BubblePublisherTest, AWindowOverBeforeItsTurnIsNeverPublished) {
+  gpud::testing::InProcessDaemon daemon("GPU-late");
+  gpud::Client be = gpud::Client::connect(daemon.dir, daemon.options.gpu, gpud::Role::kBestEffort, "observer");
+  BubblePublisher publisher(daemon.options.gpu, daemon.dir);
+  std::atomic<int> asked{0};
+  publisher.demand();
+  publisher.begin_step({{0, 300}, {400, 700}});  // [0, 300) and [400, 700) us
+  publisher.compute_done([&] {
+    // Asked first here, then by the publishing thread, which is held 2 ms past both windows.
+    if (asked.fetch_add(1) == 0) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return true;
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (asked.load() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the thread's next turns
+  const gpud::WindowView w = gpud::read_window(be.pipeline());
+  EXPECT_GE(w.window_ns_published, 0) << "a window over before its turn was published";
+  EXPECT_LE(w.open_ns, w.close_ns);
+}
+
 // An action running when the next window was to open keeps it closed until compute_done(); then
 // the window is published again, from now to its planned close.
 TEST(BubblePublisherTest, AWindowStaysClosedWhileAnActionRuns) {

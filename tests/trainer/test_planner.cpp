@@ -239,6 +239,22 @@ TEST(MakePlan, RanksByPredictedStepTime) {
   EXPECT_EQ(plan_train_command(single, "p.yaml"), "gpipe_runner --config p.yaml");
 }
 
+// Replicated stages (data_parallel 2): the gradient all-reduce copies a stage's gradients into
+// flat buckets from its last backward to the step's end (GradientReducer::start), 4 more bytes per
+// parameter then; the planner counted the gradients once.
+TEST(PredictCandidate, ReplicatedStagesHoldTheirGradientBuckets) {
+  const PipelineConfig config = base_config(4, 4, 8);
+  DeviceProfile profile = uniform_profile(4);
+  for (auto& at_size : profile.layers) {
+    for (LayerMeasurement& l : at_size) l.activation_bytes = l.weight_grad_bytes = l.output_bytes = l.workspace_bytes = 0;
+  }
+  // Rank 1: one block of 1M parameters, 12 bytes of weights and AdamW state and 4 of gradients each.
+  const PlannedCandidate single = predict_candidate(one_f_one_b({1, 1, 1, 1}, 8, 1), config, profile);
+  const PlannedCandidate replicated = predict_candidate(one_f_one_b({1, 1, 1, 1}, 8, 2), config, profile);
+  EXPECT_NEAR(single.prediction.peak_bytes_per_rank.at(1), 16e6, 1.0);
+  EXPECT_NEAR(replicated.prediction.peak_bytes_per_rank.at(1), 20e6, 1.0);
+}
+
 // Memory over time: 1F1B holds min(p - r, m) activations on rank r; the prediction is static
 // state + those activations + the workspace, each device also counting its base.
 TEST(PredictCandidate, PeakMemoryFollowsTheSchedule) {
@@ -287,15 +303,59 @@ TEST(PlanConfig, AnAspWindowIsDroppedWithAsp) {
   EXPECT_NO_THROW(planned.validate());
 }
 
+// `profile` with a memory budget one byte under what `c` needs without recomputation.
+DeviceProfile squeezed_for(const PlanCandidate& c, const PipelineConfig& config, DeviceProfile profile) {
+  const PlannedCandidate free_run = predict_candidate(c, config, profile);
+  profile.memory_per_device_bytes = *std::max_element(free_run.prediction.peak_bytes_per_device.begin(),
+                                                      free_run.prediction.peak_bytes_per_device.end()) - 1;
+  return profile;
+}
+
+// With dropout the runtime refuses recomputation (config_rules.cpp): a plan that raised it to fit
+// memory wrote a YAML that failed to load.
+TEST(PredictCandidate, RecomputeIsNeverRaisedWithDropout) {
+  PipelineConfig config = base_config(2, 8, 8);
+  config.model.dropout = 0.1;
+  const PlanCandidate c = one_f_one_b({4, 4}, 8);
+  const PlannedCandidate squeezed = predict_candidate(c, config, squeezed_for(c, config, uniform_profile(8)));
+  EXPECT_FALSE(squeezed.prediction.fits);
+  EXPECT_EQ(squeezed.candidate.recompute_ratio, (std::vector<double>{0.0, 0.0}));
+  EXPECT_THAT(squeezed.prediction.why_not, testing::HasSubstr("model.dropout"));
+}
+
+// The runtime recomputes a stage's last blocks as one autograd node (models/common/recompute.cpp):
+// its backward brings every recomputed block's activations back at once. The planner counted each
+// recomputed block's output as held and one block's activations as the backward peak, so
+// recomputing every block with one micro-batch in flight looked like it saved 54 of 101 MiB, and
+// "recompute raised until it fits" could pick a configuration that runs out of memory.
+TEST(PredictCandidate, RecomputedBlocksComeBackTogetherInBackward) {
+  const PipelineConfig config = base_config(1, 8, 1);
+  const DeviceProfile profile = uniform_profile(8);  // blocks: 10 MiB of activations, 1 MiB output
+  PlanCandidate stored = one_f_one_b({8}, 1), recomputed = stored;
+  recomputed.recompute_ratio = {1.0};
+  const double peak_stored = predict_candidate(stored, config, profile).prediction.peak_bytes_per_device.at(0);
+  const double peak_recomputed = predict_candidate(recomputed, config, profile).prediction.peak_bytes_per_device.at(0);
+  EXPECT_GE(peak_recomputed, peak_stored - 1024.0 * 1024.0)
+      << "with one micro-batch in flight, recomputing every block saves (next to) nothing";
+  // With all 8 micro-batches in flight (GPipe) it saves most of their 8 x 80 MiB of block activations.
+  PlanCandidate stored8 = one_f_one_b({8}, 8);
+  stored8.schedule = "gpipe";
+  PlanCandidate recomputed8 = stored8;
+  recomputed8.recompute_ratio = {1.0};
+  PipelineConfig config8 = config;
+  config8.dataset.batch_size = 8;
+  const double saved = predict_candidate(stored8, config8, profile).prediction.peak_bytes_per_device.at(0) -
+                       predict_candidate(recomputed8, config8, profile).prediction.peak_bytes_per_device.at(0);
+  EXPECT_GT(saved, 7 * 70.0 * 1024 * 1024);
+}
+
 // A budget too small for stored activations: recompute is raised on the ranks that need it; a
 // budget nothing fits is a ConfigError naming the nearest candidate.
 TEST(PredictCandidate, RecomputeIsRaisedOnlyWhereMemoryNeedsIt) {
   const PipelineConfig config = base_config(2, 8, 8);
-  DeviceProfile profile = uniform_profile(8);
   const PlanCandidate c = one_f_one_b({4, 4}, 8);
-  const PlannedCandidate free_run = predict_candidate(c, config, profile);
-  profile.memory_per_device_bytes = *std::max_element(free_run.prediction.peak_bytes_per_device.begin(),
-                                                      free_run.prediction.peak_bytes_per_device.end()) - 1;
+  const PlannedCandidate free_run = predict_candidate(c, config, uniform_profile(8));
+  DeviceProfile profile = squeezed_for(c, config, uniform_profile(8));
   const PlannedCandidate squeezed = predict_candidate(c, config, profile);
   EXPECT_TRUE(squeezed.prediction.fits);
   EXPECT_GT(squeezed.candidate.recompute_ratio[0], 0.0);  // rank 0 holds 2 micro-batches: it needs it

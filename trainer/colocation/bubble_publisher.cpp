@@ -108,6 +108,19 @@ void BubblePublisher::demand() {
   }
 }
 
+void BubblePublisher::end_step() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t now = gpud::monotonic_ns();
+  windows_.clear();  // the publishing thread's next index is past the end now: nothing more opens
+  if (current_close_ <= now) return;
+  if (gpud::PipelinePage* p = page(); p != nullptr && busy_ == 0) {
+    // Open now: cut short here, with the open the page shows; ahead: published closed.
+    gpud::publish_window(*p, shown_open_, current_open_ <= now ? std::max(shown_open_, now) : shown_open_);
+  }
+  if (current_open_ <= now && busy_ == 0) cut_.fetch_add(1);
+  current_close_ = now;
+}
+
 void BubblePublisher::compute_done(std::function<bool()> finished) {
   std::lock_guard<std::mutex> lock(mu_);
   if (busy_ == 0) return;  // unmatched
@@ -209,6 +222,9 @@ void BubblePublisher::loop() {
       if (!std::isfinite(w.start_us) || !std::isfinite(w.end_us) || w.end_us <= w.start_us) continue;
       current_open_ = step_start_ns_ + static_cast<int64_t>(w.start_us * 1e3);
       current_close_ = step_start_ns_ + static_cast<int64_t>(w.end_us * 1e3);
+      // Over already (this thread woke late, or was reconnecting): never offered, never published
+      // (as [now, close) it would count negative idle time on the page).
+      if (current_close_ <= now) continue;
       if (page() != nullptr) {
         show_window(now);  // closed while an action runs
         published_.fetch_add(1);

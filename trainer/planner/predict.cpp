@@ -39,9 +39,11 @@ struct StageModel {
   double parameters = 0;
 };
 
-// A stage's costs at `microbatch_size` with `recompute` of its blocks recomputed in backward
-// (ceil(ratio x blocks) of them, the first ones, as layered_model.cpp does): they keep only their
-// output (the next layer's input) and run their forward again before the input gradient.
+// A stage's costs at `microbatch_size` with `recompute` of its blocks recomputed in backward:
+// ceil(ratio x blocks) of them, its last blocks (before the head), run as one autograd node
+// (models/common/recompute.cpp). Forward keeps none of their activations, only the run's input
+// (the previous layer's output, counted there) and its output (the next layer's input); backward
+// runs them all again before their gradients, so all their activations are live at once.
 StageModel model_stage(const DeviceProfile& profile, size_t first, size_t last, int64_t microbatch_size,
                        double recompute, size_t num_layers) {
   StageModel st;
@@ -51,17 +53,26 @@ StageModel model_stage(const DeviceProfile& profile, size_t first, size_t last, 
   const size_t blocks = last_block > first_block ? last_block - first_block : 0;
   const size_t recomputed =
       recompute > 0 ? std::min(blocks, static_cast<size_t>(std::ceil(recompute * static_cast<double>(blocks) - 1e-9))) : 0;
+  const size_t run_begin = last_block - recomputed;  // the run: [run_begin, last_block)
+  double run_activations = 0, run_workspace = 0;
   for (size_t l = first; l < last; ++l) {
     const LayerMeasurement m = profile.layer_at(l, microbatch_size);
-    const bool is_recomputed = l >= first_block && l < first_block + recomputed;
+    const bool is_recomputed = recomputed > 0 && l >= run_begin && l < last_block;
     st.costs.forward += m.forward_ms;
     st.costs.backward_input += m.input_grad_ms + (is_recomputed ? m.forward_ms : 0.0);
     st.costs.backward_weight += m.weight_grad_ms;
-    st.held_bytes += is_recomputed ? m.output_bytes : m.activation_bytes;
     st.weight_grad_bytes += m.weight_grad_bytes;
-    st.workspace_bytes = std::max(st.workspace_bytes, m.workspace_bytes + (is_recomputed ? m.activation_bytes : 0.0));
+    if (is_recomputed) {
+      run_activations += m.activation_bytes;
+      run_workspace = std::max(run_workspace, m.workspace_bytes);
+      if (l + 1 == last_block) st.held_bytes += m.output_bytes;  // the run's output
+    } else {
+      st.held_bytes += m.activation_bytes;
+      st.workspace_bytes = std::max(st.workspace_bytes, m.workspace_bytes);
+    }
     st.parameters += static_cast<double>(profile.layer_parameters[l]);
   }
+  st.workspace_bytes = std::max(st.workspace_bytes, run_activations + run_workspace);
   // The executor's own cost per action (queues, autograd engine entry, transport hand-off).
   st.costs.forward += profile.action_overhead_ms;
   st.costs.backward_input += profile.action_overhead_ms;
@@ -90,8 +101,10 @@ struct MemoryWalk {
   std::vector<double> device_peak;  // base + its ranks' static + their activations over time + workspace
 };
 
+// `replicated` (data_parallel > 1): each stage's gradient all-reduce copies its gradients into
+// flat buckets (GradientReducer::start) from its last gradient action on, kept to the step's end.
 MemoryWalk walk_memory(const Schedule& schedule, const SimulatedStep& step, const std::vector<StageModel>& stages,
-                       const DeviceProfile& profile, int devices) {
+                       const DeviceProfile& profile, int devices, bool replicated) {
   const int P = schedule.num_ranks;
   MemoryWalk out;
   out.rank_peak.assign(static_cast<size_t>(P), 0.0);
@@ -110,10 +123,16 @@ MemoryWalk walk_memory(const Schedule& schedule, const SimulatedStep& step, cons
   };
   std::vector<Event> events;
   std::vector<bool> has_grads(stages.size(), false), has_casts(stages.size(), false);
+  std::vector<const SimulatedAction*> last_gradient(stages.size(), nullptr);
+  std::vector<int> last_gradient_rank(stages.size(), 0);
   for (int r = 0; r < P; ++r) {
     for (const SimulatedAction& sa : step.timeline[static_cast<size_t>(r)]) {
       const auto s = static_cast<size_t>(sa.action.stage);
       const StageModel& st = stages[s];
+      if (detail_is_backward(sa.action.type) && (last_gradient[s] == nullptr || sa.start > last_gradient[s]->start)) {
+        last_gradient[s] = &sa;
+        last_gradient_rank[s] = r;
+      }
       // A stage's gradients appear at its first backward, its autocast copies at its first forward.
       if (detail_is_backward(sa.action.type) && !has_grads[s]) {
         has_grads[s] = true;
@@ -134,6 +153,11 @@ MemoryWalk walk_memory(const Schedule& schedule, const SimulatedStep& step, cons
         case ActionType::kBackwardWeight: events.push_back({sa.end, r, -st.weight_grad_bytes}); break;
         default: break;
       }
+    }
+  }
+  for (size_t s = 0; replicated && s < stages.size(); ++s) {
+    if (last_gradient[s] != nullptr) {
+      events.push_back({last_gradient[s]->start, last_gradient_rank[s], profile.grad_bytes_per_parameter * stages[s].parameters});
     }
   }
   std::sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
@@ -208,6 +232,10 @@ PlannedCandidate predict_candidate(const PlanCandidate& candidate, const Pipelin
                                    const DeviceProfile& profile, bool allow_recompute) {
   PlannedCandidate out{candidate, {}};
   PlanCandidate& c = out.candidate;
+  // The runtime refuses recomputation with dropout (new masks in the replay): never raise it then,
+  // or the written plan would not load.
+  const bool dropout = config.model.dropout > 0;
+  allow_recompute = allow_recompute && !dropout;
   const Schedule schedule = candidate_schedule(c);
   const size_t num_layers = profile.layer_names.size();
   const auto stages_wanted = static_cast<size_t>(schedule.num_stages());
@@ -244,7 +272,7 @@ PlannedCandidate predict_candidate(const PlanCandidate& candidate, const Pipelin
       costs.push_back(stages.back().costs);
     }
     const SimulatedStep step = simulate_step(schedule, costs, sim);
-    const MemoryWalk mem = walk_memory(schedule, step, stages, profile, sim.devices);
+    const MemoryWalk mem = walk_memory(schedule, step, stages, profile, sim.devices, c.data_parallel > 1);
     PlanPrediction& p = out.prediction;
     p.pipeline_ms = step.makespan;
     p.bubble = step.bubble;
@@ -288,7 +316,9 @@ PlannedCandidate predict_candidate(const PlanCandidate& candidate, const Pipelin
     }
     if (!allow_recompute || fullest < 0) {
       p.why_not = fmt::format("needs {} on device {}, the budget is {}{}", gib(*worst), device, gib(budget),
-                              allow_recompute ? " (with every block recomputed)" : "");
+                              allow_recompute ? " (with every block recomputed)"
+                              : dropout       ? " (no recomputation: model.dropout > 0)"
+                                              : "");
       return out;
     }
     for (int s = 0; s < schedule.num_stages(); ++s) {
@@ -317,6 +347,9 @@ Plan make_plan(const PipelineConfig& config, const DeviceProfile& profile, const
     return worst_device(a) < worst_device(b);
   });
   plan.notes.push_back("sync_mode asp is not considered: it changes what is trained, not only how fast");
+  if (options.allow_recompute && config.model.dropout > 0) {
+    plan.notes.push_back("recompute_ratio stays 0: model.dropout > 0, and a recomputed block would draw new masks");
+  }
   if (plan.ranked.empty()) {
     const PlannedCandidate& nearest = plan.rejected.front();
     throw ConfigError(fmt::format(

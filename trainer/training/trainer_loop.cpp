@@ -201,6 +201,7 @@ nlohmann::json PipelineTrainer::train() {
     if (bubbles) bubbles->begin_step(next_windows);
     const std::vector<double> step_losses = forward_backward_steps(step_batches, step, &recorder);
     if (bubbles) {
+      bubbles->end_step();  // no window over the optimizer step and what follows
       // When none of this process's ranks computed (they share the device): the next step's windows.
       std::vector<std::pair<double, double>> busy;
       for (int r : local_ranks_) {

@@ -45,6 +45,11 @@ class BubblePublisher {
   // A step begins now: its windows (offsets from now) are published in order as the step runs,
   // each before it opens; the heartbeat goes on between steps.
   void begin_step(std::vector<IdleWindow> windows);
+  // The step's pipeline part is over (its last action ran): the step's windows still ahead never
+  // open and one open now closes here, as demand() cuts it. What follows (the optimizer step, a
+  // checkpoint) runs on the device too, and the timing that planned those windows was a prediction:
+  // a faster step left them over that work. Windows come back with the next begin_step.
+  void end_step();
   uint64_t windows_published() const { return published_.load(); }
   // The pipeline computes from now on (an action started): a window open now is cut short here,
   // so best-effort processes stop launching at once instead of at the predicted close (the last
