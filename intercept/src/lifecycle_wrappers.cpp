@@ -98,9 +98,15 @@ ORION_EXPORT CUresult CUDAAPI cuIpcOpenEventHandle(CUevent* out, CUipcEventHandl
     ORION_REQUIRE_REAL(sym);                                                                   \
     if (Shim* shim = orion::active_shim()) {                                                   \
       /* Queued work of a destroyed stream still runs (CUDA semantics): forget_stream drains  \
-         first. */                                                                             \
-      shim->dispatcher().forget_stream(Shim::stream_id(s, false));                             \
-      shim->device().stream_destroying(Shim::stream_id(s, false));                             \
+         first. A destroy the driver refuses leaves the stream as it was: its class comes     \
+         back (the legacy stream's, under gpud, was no longer gated). */                      \
+      const sched::StreamId id = Shim::stream_id(s, false);                                    \
+      const sched::StreamClass cls = shim->dispatcher().stream_class(id);                      \
+      shim->dispatcher().forget_stream(id);                                                    \
+      shim->device().stream_destroying(id);                                                    \
+      const CUresult rc = real::sym(s);                                                        \
+      if (rc != CUDA_SUCCESS) shim->set_stream_class(id, cls);                                 \
+      return rc;                                                                               \
     }                                                                                          \
     return real::sym(s);                                                                       \
   }

@@ -54,16 +54,18 @@ class Shim {
   // While any stream capture is active nothing is deferred (a deferred launch would silently
   // drop out of the graph); ops still go through the dispatcher, behind their stream's queue.
   bool capturing() const { return captures_.load(std::memory_order_acquire) > 0; }
-  // Counts the capture (nothing is deferred from now on), drains everything queued, then calls
-  // `begin` (the driver's begin-capture). A deferred error from the drain is returned and the
-  // capture is not begun; a failed begin is not counted.
+  // Counts the capture (nothing is deferred from now on), hands everything queued to the driver,
+  // then calls `begin` (the driver's begin-capture); a failed begin is not counted. Deferred
+  // errors are not taken: each stays for the call that synchronises with its op (another
+  // stream's launch error refused PyTorch's capture, and was lost for its own stream). A sticky
+  // error (a context that faulted) the driver returns from `begin` itself.
   template <typename Begin>
   CUresult begin_capture(Begin begin) {
     // Under the device's record lock: a tail record of the helper thread is either done before
     // the capture begins or sees the count raised and stays out of it.
     device_.with_records_blocked([this] { captures_.fetch_add(1, std::memory_order_acq_rel); });
-    CUresult rc = static_cast<CUresult>(dispatcher_->drain_all());
-    if (rc == CUDA_SUCCESS) rc = begin();
+    dispatcher_->release_all();
+    const CUresult rc = begin();
     if (rc != CUDA_SUCCESS) end_capture();
     return rc;
   }

@@ -106,14 +106,17 @@ inline bool deferrable_host_copy(Shim* shim, sched::StreamId stream, const void*
   ORION_STREAM_OP(sym, false, kind, clonable, stream, event, bytes, PARAMS, ARGS)         \
   ORION_STREAM_OP(sym_pt, true, kind, clonable, stream, event, bytes, PARAMS, ARGS)
 
-// A blocking call that synchronises with the whole device (synchronous copies and sets, legacy
+// A blocking call that synchronises with the device (synchronous copies and sets, legacy
 // default-stream semantics; cuMemFree, which may free memory queued work still uses): every
-// deferred op is submitted first, then the driver is called with the caller's arguments.
+// deferred op is submitted first, then the driver is called with the caller's arguments. It
+// returns the deferred errors of what legacy semantics synchronise with (the blocking streams);
+// a non-blocking stream's stay for the call that synchronises with it.
 #define ORION_DEVICE_SYNC(sym, PARAMS, ARGS)                                          \
   ORION_EXPORT CUresult CUDAAPI sym PARAMS {                                          \
     ORION_REQUIRE_REAL(sym);                                                          \
     if (::orion::Shim* shim = orion::scheduling_shim()) {                             \
-      const int drained = shim->dispatcher().drain_all();                             \
+      shim->dispatcher().release_all();                                               \
+      const int drained = shim->dispatcher().drain_legacy_sync();                     \
       const CUresult rc = ::orion::real::sym ARGS;                                    \
       shim->work_outside_dispatcher();                                                \
       return ::orion::first_error(drained, rc);                                       \

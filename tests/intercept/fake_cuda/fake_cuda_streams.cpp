@@ -188,6 +188,8 @@ CUresult destroy_stream(const char* name, CUstream hs) {
   if (dead_stream_answer(s, id) == CUDA_ERROR_CONTEXT_IS_DESTROYED) {
     return finish(s, c, CUDA_ERROR_CONTEXT_IS_DESTROYED);
   }
+  // A destroy refused (fake_cuda_fail_next) leaves the stream alive, as a real refusal does.
+  if (s.fail_next.count(name) != 0) return finish(s, c);
   if (!default_stream_id(id)) {
     auto it = s.streams.find(id);
     // A stream the fake made is gone: every later use of its handle fails, as at its context's
