@@ -21,12 +21,7 @@ TEST_F(EarlyPerThread, AnsweredWithTheLegacyFunctionItGetsTheLegacyWrapper) {
   EXPECT_TRUE(in_shim(early)) << library_of(early);
   EXPECT_EQ(early, lookup("cuLaunchKernel", 4000));
   EXPECT_FALSE(holding_stopped());
-  // The shim still holds best-effort work back.
-  hold_high_priority();
-  ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
-  expect_deferred(k_be_);
-  fake_cuda_set_stream_busy(hp_, 0);
-  EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  expect_best_effort_deferred_then_run();  // the shim still holds best-effort work back
 }
 
 TEST_F(EarlyPerThread, AnsweredWithAnUnlistedEntryPointTheShimStopsHoldingWork) {

@@ -77,6 +77,16 @@ class Scheduling : public ShimTest {
     }));
   }
 
+  // Scheduling is (still) on: a best-effort launch behind high priority is deferred (at once in
+  // pass-through mode), and runs once high priority is done.
+  void expect_best_effort_deferred_then_run() {
+    hold_high_priority();
+    ASSERT_EQ(launch(k_be_, be_, 1), CUDA_SUCCESS);
+    expect_deferred(k_be_);
+    fake_cuda_set_stream_busy(hp_, 0);
+    EXPECT_EQ(cuStreamSynchronize(be_), CUDA_SUCCESS);
+  }
+
   // A launch on the best-effort stream while HP is in flight: deferred when scheduling.
   void expect_deferred(CUfunction f) {
     auto log = calls();
