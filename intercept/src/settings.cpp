@@ -1,7 +1,11 @@
 #include "settings.h"
 
-#include <cerrno>
+#include <unistd.h>
+
+#include <charconv>
 #include <cstdlib>
+#include <filesystem>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -20,6 +24,26 @@ bool is_log_level(const std::string& s) {
   return false;
 }
 
+// An output file the shim writes at exit: checked now, so that a run is not lost to a typo found
+// only at its end. The folder must exist and be writable (and the file, if it exists).
+bool read_output_path(const char* name, std::string* out, std::string* error) {
+  const char* v = env(name);
+  if (v == nullptr) return true;
+  const std::filesystem::path path(v);
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    *error = fmt::format("{}='{}': the folder '{}' does not exist", name, v, dir.string());
+    return false;
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0 || (::access(v, F_OK) == 0 && ::access(v, W_OK) != 0)) {
+    *error = fmt::format("{}='{}': not writable by this user", name, v);
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
 bool read_int(const char* name, int64_t lo, int64_t hi, int64_t* out, std::string* error) {
   const char* v = env(name);
   if (v == nullptr) return true;
@@ -33,11 +57,11 @@ bool read_int(const char* name, int64_t lo, int64_t hi, int64_t* out, std::strin
 }  // namespace
 
 bool parse_int(const std::string& text, int64_t lo, int64_t hi, int64_t* out) {
-  if (text.empty()) return false;
-  errno = 0;
-  char* end = nullptr;
-  long long v = std::strtoll(text.c_str(), &end, 10);
-  if (errno != 0 || end == nullptr || *end != '\0' || v < lo || v > hi) return false;
+  // from_chars, not strtoll: no leading blanks, no '+', nothing after the digits.
+  int64_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || ptr != end || v < lo || v > hi) return false;
   *out = v;
   return true;
 }
@@ -54,7 +78,10 @@ bool parse_params(const std::string& text, sched::PolicyParams* out, std::string
                            "\"k=v,k=v\")", item);
       return false;
     }
-    (*out)[item.substr(0, eq)] = item.substr(eq + 1);
+    if (!out->emplace(item.substr(0, eq), item.substr(eq + 1)).second) {
+      *error = fmt::format("ORION_POLICY_PARAMS names '{}' twice (which one was meant?)", item.substr(0, eq));
+      return false;
+    }
     pos = comma + 1;
   }
   return true;
@@ -102,9 +129,9 @@ std::optional<Settings> settings_from_env(std::string* error) {
   if (!read_int("ORION_COMPLETION_BATCH_US", 0, 1'000'000, &s.completion_batch_us, error)) {
     return std::nullopt;
   }
-  if (const char* v = env("ORION_TRACE")) s.trace_path = v;
+  if (!read_output_path("ORION_TRACE", &s.trace_path, error)) return std::nullopt;
   if (const char* v = env("ORION_PROFILE_IMPORT")) s.profile_import = v;
-  if (const char* v = env("ORION_PROFILE_EXPORT")) s.profile_export = v;
+  if (!read_output_path("ORION_PROFILE_EXPORT", &s.profile_export, error)) return std::nullopt;
   return s;
 }
 

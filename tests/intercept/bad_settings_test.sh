@@ -23,4 +23,6 @@ expect "libgpu_scheduler: ORION_POLICY='bogus': unknown scheduling policy 'bogus
 expect "libgpu_scheduler: ORION_POLICY='orion' ORION_POLICY_PARAMS='bogus=1': policy 'orion': unknown parameter 'bogus'" \
   ORION_POLICY=orion ORION_POLICY_PARAMS=bogus=1
 expect "libgpu_scheduler: ORION_PROFILE_IMPORT='/nonexistent/profile.csv': " ORION_PROFILE_IMPORT=/nonexistent/profile.csv
+expect "libgpu_scheduler: ORION_TRACE='/nonexistent/trace.json': the folder '/nonexistent' does not exist" \
+  ORION_TRACE=/nonexistent/trace.json
 exit $((failures > 0))

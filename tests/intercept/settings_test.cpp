@@ -18,7 +18,8 @@ class SettingsFromEnv : public ::testing::Test {
   static constexpr const char* kVars[] = {"USE_ORION_SCHEDULER", "ORION_POLICY",
                                           "ORION_POLICY_PARAMS", "ORION_LOG_LEVEL",
                                           "ORION_HP_PRIORITY", "ORION_BE_PRIORITY",
-                                          "ORION_BE_MAX_WAIT_US", "ORION_PUMP_INTERVAL_US"};
+                                          "ORION_BE_MAX_WAIT_US", "ORION_PUMP_INTERVAL_US",
+                                          "ORION_TRACE", "ORION_PROFILE_EXPORT"};
 };
 
 TEST_F(SettingsFromEnv, DefaultsArePassThrough) {
@@ -59,7 +60,12 @@ TEST_F(SettingsFromEnv, BadValuesNameTheVariableAndTheAllowedValues) {
   };
   for (Case c : {Case{"USE_ORION_SCHEDULER", "yes"}, Case{"ORION_LOG_LEVEL", "loud"},
                  Case{"ORION_HP_PRIORITY", "high"}, Case{"ORION_BE_MAX_WAIT_US", "-5"},
-                 Case{"ORION_POLICY_PARAMS", "a=1,b"}, Case{"ORION_PUMP_INTERVAL_US", "0"}}) {
+                 Case{"ORION_POLICY_PARAMS", "a=1,b"}, Case{"ORION_PUMP_INTERVAL_US", "0"},
+                 // A key given twice kept its last value, silently.
+                 Case{"ORION_POLICY_PARAMS", "be_sm_frac=0.5,be_sm_frac=0.9"},
+                 // Output paths are checked at start, not when the file is written at exit.
+                 Case{"ORION_TRACE", "/nonexistent/trace.json"},
+                 Case{"ORION_PROFILE_EXPORT", "/nonexistent/profiles.csv"}}) {
     SetUp();
     setenv(c.var, c.value, 1);
     std::string error;
@@ -83,6 +89,10 @@ TEST(ParseInt, IsStrict) {
   EXPECT_FALSE(orion::parse_int("12abc", -100, 100, &v));
   EXPECT_FALSE(orion::parse_int("", -100, 100, &v));
   EXPECT_FALSE(orion::parse_int("101", -100, 100, &v));
+  // strtoll took leading blanks and a plus sign.
+  EXPECT_FALSE(orion::parse_int(" 20", -100, 100, &v));
+  EXPECT_FALSE(orion::parse_int("+20", -100, 100, &v));
+  EXPECT_FALSE(orion::parse_int("20 ", -100, 100, &v));
 }
 
 }  // namespace
