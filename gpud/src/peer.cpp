@@ -29,10 +29,14 @@ int peer_pidfd(int fd, pid_t pid, bool* gone) {
   socklen_t len = sizeof pidfd;
   const int rc = getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len);
   if (rc == 0 && len == sizeof pidfd && pidfd >= 0) return pidfd;  // close-on-exec, as every pidfd
-  if (rc != 0 && errno != ENOPROTOOPT) {
-    *gone = true;
+  if (rc != 0 && (errno == ESRCH || errno == EINVAL)) {
+    *gone = true;  // the peer was reaped
     return -1;
   }
+  // Any other failure (out of descriptors: EMFILE, ENFILE, ENOMEM) says nothing of the peer, which
+  // was taken for gone and refused with a false reason: no pidfd, the socket's hang-up and the
+  // pid tell instead.
+  if (rc != 0 && errno != ENOPROTOOPT) return -1;
 #ifdef SYS_pidfd_open
   return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
 #else

@@ -15,7 +15,8 @@ pid_t peer_pid_uid(int fd, uid_t* uid);
 // kernel without it (ENOPROTOOPT, before 6.5), opened from its pid (a pid reused between connect
 // and accept is the window left there). It used to be opened from the pid at the hello, a window
 // as long as the client liked. -1 with *gone set: the socket says its process has exited and been
-// reaped (EINVAL/ESRCH before 6.16); opening its pid then could name another process.
+// reaped (EINVAL/ESRCH before 6.16); opening its pid then could name another process. -1 without
+// it: no pidfd could be had (out of descriptors): liveness from the socket and the pid.
 int peer_pidfd(int fd, pid_t pid, bool* gone);
 
 // Through its pidfd when there is one (a pid may be reused), else by its pid.

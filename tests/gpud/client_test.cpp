@@ -1,6 +1,7 @@
 // A gpud client facing a daemon that is hung, gone or not ours: every wait bounded (signals
 // included), a late reply never taken for the next one, a restarted daemon reached again.
 #include "daemon_test_support.h"
+#include "peer.h"
 #include "socket_io.h"
 
 namespace gpud {
@@ -313,6 +314,19 @@ TEST(GpudClient, ItNoticesTheDaemonHungUpAndReachesARestartedOne) {
   EXPECT_TRUE(again.daemon_alive());
   EXPECT_FALSE(c.daemon_alive());
   EXPECT_EQ(clients_with_role(again, "pipeline"), 1u);
+}
+
+// Only a peer the socket says was reaped is refused as exited; a failure that says nothing of it
+// (the daemon out of descriptors: EMFILE) refused a live client with a false reason. Here a
+// descriptor that is no socket (ENOTSOCK) stands for such a failure.
+TEST(GpudPeer, APidfdThatCannotBeHadDoesNotMakeAPeerGone) {
+  int pipe_fds[2] = {-1, -1};
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  bool gone = true;
+  EXPECT_EQ(peer_pidfd(pipe_fds[0], getpid(), &gone), -1);
+  EXPECT_FALSE(gone) << "a failure that says nothing of the peer took it for exited";
+  close(pipe_fds[0]);
+  close(pipe_fds[1]);
 }
 
 }  // namespace
