@@ -162,6 +162,17 @@ GrantView read_grant(const GrantPage& page) {
   }
 }
 
+GrantView read_grant_keeping_lease(const GrantPage& page, int64_t now_ns, std::atomic<int64_t>& last_good_lease_ns) {
+  const GrantView g = read_grant(page);
+  if (!g.torn) {
+    if (last_good_lease_ns.load(std::memory_order_relaxed) != g.lease_expiry_ns) {
+      last_good_lease_ns.store(g.lease_expiry_ns, std::memory_order_relaxed);
+    }
+    return g;
+  }
+  return last_good_lease_ns.load(std::memory_order_relaxed) > now_ns ? g : GrantView{};
+}
+
 void write_grant(GrantPage& page, const GrantView& grant) {
   const uint64_t e = page.epoch.load(std::memory_order_relaxed);
   page.epoch.store(e + 1, std::memory_order_relaxed);  // odd: being written

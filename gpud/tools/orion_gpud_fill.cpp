@@ -3,6 +3,7 @@
 // gpud::admit against the pipeline's published window and its grant, for --seconds; with
 // --unmanaged it runs every chunk at once (no daemon), the co-location a researcher has today.
 // Prints one JSON line: work done, chunks admitted, polls held, and why.
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -51,10 +52,15 @@ int main(int argc, char** argv) {
     const int64_t start = gpud::monotonic_ns(), end = start + static_cast<int64_t>(seconds * 1e9);
     int64_t work_ns = 0, chunks = 0, held = 0;
     std::map<std::string, int64_t> reasons;
+    // A daemon killed mid-write leaves the grant page torn for good: held only while the last good
+    // lease runs, then --fallback applies (it used to hold for ever, even with pass).
+    std::atomic<int64_t> last_good_lease_ns{0};
     while (gpud::monotonic_ns() < end) {
       if (client) {
-        const gpud::Decision d = gpud::admit(gpud::read_window(client->pipeline()), gpud::read_grant(client->grant()),
-                                             gpud::monotonic_ns(), chunk_ns, 0, config);
+        const int64_t now = gpud::monotonic_ns();
+        const gpud::Decision d = gpud::admit(gpud::read_window(client->pipeline()),
+                                             gpud::read_grant_keeping_lease(client->grant(), now, last_good_lease_ns),
+                                             now, chunk_ns, 0, config);
         ++reasons[d.reason];
         if (d.verdict == gpud::Verdict::kHold) {
           ++held;

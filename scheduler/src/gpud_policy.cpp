@@ -112,14 +112,7 @@ class ClientPages {
   // daemon killed mid-write leaves the page torn for good, and then the lease runs out into the
   // user's fallback as for any daemon gone.
   gpud::GrantView grant(int64_t now) const {
-    const gpud::GrantView g = gpud::read_grant(current().grant());
-    if (!g.torn) {
-      // Written once per renewal (every daemon tick), not per launch: launching threads share it.
-      std::atomic<int64_t>& last = state_->last_good_lease_ns;
-      if (last.load(std::memory_order_relaxed) != g.lease_expiry_ns) last.store(g.lease_expiry_ns, std::memory_order_relaxed);
-      return g;
-    }
-    return state_->last_good_lease_ns.load(std::memory_order_relaxed) > now ? g : gpud::GrantView{};
+    return gpud::read_grant_keeping_lease(current().grant(), now, state_->last_good_lease_ns);
   }
   // Its usage page is this process's own account (atomics).
   void admitted(int64_t kernel_ns) const { gpud::record_admitted(current().usage(), kernel_ns); }

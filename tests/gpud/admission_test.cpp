@@ -124,6 +124,27 @@ TEST_F(AdmissionTest, AnExpiredLeaseFallsBackAsTheUserChose) {
   EXPECT_STREQ(d.reason, "lease expired: passing through");
 }
 
+// A daemon killed mid-write leaves its grant page torn for good. A reader keeping the last good
+// lease holds while that lease runs, then reads an expired grant, so its fallback applies
+// (orion-gpud-fill read the page directly and held for ever, even with --fallback pass).
+TEST(GpudGrant, ATornPageHoldsOnlyWhileTheLastGoodLeaseRuns) {
+  GrantPage page{};
+  init_grant_page(page);
+  const int64_t now = monotonic_ns();
+  write_grant(page, GrantView{.mode = GrantMode::kGated, .lease_expiry_ns = now + 1'000'000'000});
+  std::atomic<int64_t> last_good{0};
+  EXPECT_FALSE(read_grant_keeping_lease(page, now, last_good).torn);
+  EXPECT_EQ(last_good.load(), now + 1'000'000'000);
+  page.epoch.fetch_add(1);  // odd: the daemon died writing it
+  EXPECT_TRUE(read_grant_keeping_lease(page, now + 500'000'000, last_good).torn) << "inside the lease: hold";
+  const GrantView after = read_grant_keeping_lease(page, now + 1'000'000'001, last_good);
+  EXPECT_FALSE(after.torn);
+  AdmissionConfig config;
+  config.fallback = Fallback::kPassThrough;
+  EXPECT_EQ(admit(WindowView{}, after, now + 1'000'000'001, 1 * kUs, 0, config).verdict, Verdict::kRun)
+      << "past the lease the fallback (pass) applies";
+}
+
 // A grant read torn (the daemon preempted mid-write) holds, fallback or not: read as "lease
 // expired" (it was), a fallback=pass client ran beside a live, gated pipeline.
 TEST_F(AdmissionTest, ATornGrantHoldsWhateverTheFallback) {

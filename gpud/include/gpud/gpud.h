@@ -113,6 +113,13 @@ struct GrantView {
   bool torn = false;
 };
 
+// read_grant for a reader that must not hold for ever behind a daemon killed mid-write: a torn
+// read holds (torn) only while the lease of the last untorn grant this reader saw runs; past it,
+// an empty grant (lease 0: expired), so that admit() applies the reader's fallback as for any
+// daemon gone. `last_good_lease_ns` is the reader's own (0 before its first untorn read), written
+// only when a renewal changed it: threads launching at once can share it.
+GrantView read_grant_keeping_lease(const GrantPage& page, int64_t now_ns, std::atomic<int64_t>& last_good_lease_ns);
+
 void init_pipeline_page(PipelinePage& page);
 void init_grant_page(GrantPage& page);
 void init_usage_page(UsagePage& page);
