@@ -255,6 +255,15 @@ TEST(PredictCandidate, ReplicatedStagesHoldTheirGradientBuckets) {
   EXPECT_NEAR(replicated.prediction.peak_bytes_per_rank.at(1), 20e6, 1.0);
 }
 
+// The default GPU budget was the card's total: the CUDA context, other processes (a best-effort
+// job sharing the GPU) and the allocator's slack were counted as the run's.
+TEST(PredictCandidate, TheDefaultGpuBudgetIsWhatThisProcessCanHave) {
+  const int64_t gib = int64_t{1} << 30;
+  // 80 GiB card, 19.5 GiB held by another process and 0.5 by CUDA contexts, 1 GiB in our cache.
+  EXPECT_DOUBLE_EQ(usable_device_bytes(80 * gib, 59 * gib, 1 * gib), 0.95 * 60 * gib);
+  EXPECT_DOUBLE_EQ(usable_device_bytes(80 * gib, 80 * gib, 1 * gib), 0.95 * 80 * gib);  // never past the total
+}
+
 // Memory over time: 1F1B holds min(p - r, m) activations on rank r; the prediction is static
 // state + those activations + the workspace, each device also counting its base.
 TEST(PredictCandidate, PeakMemoryFollowsTheSchedule) {

@@ -103,7 +103,8 @@ RunOptions parse_cli(int argc, const char* const* argv) {
       ->check(CLI::Range(3, 1000))->needs(plan_flag);
   app.add_option("--world-size", opts.plan.world_size, "With --plan: ranks of the real run (pipeline ranks x replicas)")
       ->check(kCount)->needs(plan_flag);
-  app.add_option("--memory-budget-gib", opts.plan.memory_budget_gib, "With --plan: memory per device (default: all of it)")
+  app.add_option("--memory-budget-gib", opts.plan.memory_budget_gib, "With --plan: memory per device (default: a GPU's free memory and what the run's allocator holds, less 5%; "
+                 "the machine's memory on CPU)")
       ->check(kPositive)->needs(plan_flag);
   app.add_option("--link-gbps", opts.plan.link_gbps, "With --plan: GB/s between processes or nodes (default: measured "
                  "in-process for pipeline transfers, assumed for replicas)")->check(kPositive)->needs(plan_flag);

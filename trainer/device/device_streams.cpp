@@ -146,6 +146,21 @@ int64_t total_memory_bytes(const std::vector<c10::Device>& devices) {
   return total;
 }
 
+std::optional<GpuMemory> gpu_memory(const c10::Device& device) {
+#ifdef OURGPIPE_HAVE_TORCH_CUDA
+  if (!device.is_cuda()) return std::nullopt;
+  c10::cuda::CUDAGuard guard(device.index());
+  size_t free = 0, total = 0;
+  C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  return GpuMemory{static_cast<int64_t>(total), static_cast<int64_t>(free), stats.reserved_bytes[all].current};
+#else
+  (void)device;
+  return std::nullopt;
+#endif
+}
+
 void reset_peak_memory(const std::vector<c10::Device>& devices) {
 #ifdef OURGPIPE_HAVE_TORCH_CUDA
   for (const auto& d : devices) {

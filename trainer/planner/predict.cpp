@@ -329,6 +329,10 @@ PlannedCandidate predict_candidate(const PlanCandidate& candidate, const Pipelin
   }
 }
 
+double usable_device_bytes(int64_t total, int64_t free, int64_t reserved_here) {
+  return 0.95 * static_cast<double>(std::min(total, std::max<int64_t>(0, free) + std::max<int64_t>(0, reserved_here)));
+}
+
 Plan make_plan(const PipelineConfig& config, const DeviceProfile& profile, const PlanOptions& options) {
   Plan plan;
   const std::vector<PlanCandidate> candidates = enumerate_candidates(config, profile, options, &plan.notes);

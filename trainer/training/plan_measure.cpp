@@ -384,8 +384,13 @@ DeviceProfile measure_device_profile(const PipelineConfig& config, const Pipelin
   // GPUs visible (the runner puts rank r on GPU r % that count): one rank per device over 64.
   profile.devices = device.is_cuda() ? std::max(1, count_distinct_devices(resolve_rank_devices(config.parallel.device, 64)))
                                      : 1;
-  profile.memory_per_device_bytes = options.memory_budget_gib > 0 ? options.memory_budget_gib * 1024.0 * kMiB
-                                                                  : static_cast<double>(total_memory_bytes({device}));
+  if (options.memory_budget_gib > 0) {
+    profile.memory_per_device_bytes = options.memory_budget_gib * 1024.0 * kMiB;
+  } else if (const auto gpu = gpu_memory(device)) {
+    profile.memory_per_device_bytes = usable_device_bytes(gpu->total, gpu->free, gpu->reserved_here);
+  } else {
+    profile.memory_per_device_bytes = static_cast<double>(total_memory_bytes({device}));
+  }
   return profile;
 }
 

@@ -67,6 +67,12 @@ AllocatorActivity allocator_activity_since(const AllocatorActivity& before, cons
 // Memory the distinct devices among `devices` have in all: each GPU's total memory, or the
 // machine's physical memory (once) for CPU.
 int64_t total_memory_bytes(const std::vector<c10::Device>& devices);
+// One GPU's memory now: its total, what is free (cudaMemGetInfo), and what this process's caching
+// allocator holds (reserved). nullopt for a CPU device or a build without LibTorch-CUDA.
+struct GpuMemory {
+  int64_t total = 0, free = 0, reserved_here = 0;
+};
+std::optional<GpuMemory> gpu_memory(const c10::Device& device);
 // Waits for all queued work on every one of the devices, each under its own device guard (no-op
 // on CPU).
 void synchronize_devices(const std::vector<c10::Device>& devices);

@@ -144,6 +144,12 @@ PlannedCandidate predict_candidate(const PlanCandidate& candidate, const Pipelin
 
 // enumerate + predict + rank. Throws ConfigError naming the binding constraint and the nearest
 // candidate when none fits.
+// What --plan plans against on a GPU when no --memory-budget-gib is given: what this process can
+// have, the memory free now plus what its caching allocator already holds (the GPU's total less
+// the CUDA contexts and other processes, a best-effort job sharing it among them), with 5% kept
+// for the allocator's slack and NCCL's buffers. The GPU's total counted memory the run never gets.
+double usable_device_bytes(int64_t total, int64_t free, int64_t reserved_here);
+
 Plan make_plan(const PipelineConfig& config, const DeviceProfile& profile, const PlanOptions& options);
 
 // The configuration that runs `candidate` (the user's config with the plan's parallel fields).
