@@ -133,6 +133,29 @@ TEST(Cli, ErrorsAreOneLineWithExitCodes) {
   EXPECT_EQ(code, 2);
 }
 
+// Inputs that were accepted and then trained something else than asked (found by a review; each
+// exited 0 before).
+TEST(Cli, InputsThatTrainedSomethingElseAreRefused) {
+  auto refused = [](std::vector<std::string> args, const std::string& needle) {
+    const auto [code, line] = failure(args);
+    EXPECT_EQ(code, 2) << line;
+    EXPECT_THAT(line, HasSubstr(needle));
+  };
+  // The multi-node flags only mean something with --nproc-per-node: alone they were ignored, and
+  // the process trained every rank by itself.
+  refused({"--nnodes", "2", "--node-rank", "1"}, "--nproc-per-node");
+  refused({"--master-addr", "node01"}, "--nproc-per-node");
+  // An empty value (--steps "$STEPS" with STEPS unset) was dropped, and the config's value used.
+  refused({"--steps", ""}, "--steps");
+  refused({"--partition", ""}, "--partition");
+  // Leading zeros and hex: YAML 1.1 read 010 as 8, so --microbatches 010 trained 8.
+  refused({"--steps", "010"}, "training.max_steps");
+  refused({"--set", "training.max_steps=0x10"}, "training.max_steps");
+  EXPECT_EQ(parse({"--steps", "10"}).config.training.max_steps, 10);
+  EXPECT_EQ(parse({"--steps", "-1"}).config.training.max_steps, -1);
+  EXPECT_EQ(parse({"--seed", "0"}).config.training.seed, 0u);
+}
+
 TEST(Cli, HelpIsNotAnError) {
   auto [code, text] = failure({"--help"});
   EXPECT_EQ(code, 0);

@@ -157,6 +157,19 @@ TEST(Config, BadTypesNameKeyLineAndValue) {
   EXPECT_THAT(load_error("model:\n  [a]: 1\n"), HasSubstr("keys must be plain names"));
 }
 
+// A second YAML document ('---') was dropped unread: its settings never applied, nothing said so.
+TEST(Config, ASecondYamlDocumentIsRefused) {
+  EXPECT_THAT(load_error("training:\n  max_steps: 3\n---\nparallel:\n  model_parallel_size: 99\n"),
+              AllOf(HasSubstr("test.yaml"), HasSubstr("one YAML document")));
+}
+
+// dataset.tokenizer_model with the byte tokenizer was ignored: a forgotten 'tokenizer:
+// sentencepiece' trained on bytes.
+TEST(Config, ATokenizerModelNeedsTheSentencePieceTokenizer) {
+  EXPECT_THAT(override_error({"dataset.tokenizer_model=code_bpe.model"}),
+              AllOf(HasSubstr("dataset.tokenizer_model"), HasSubstr("sentencepiece")));
+}
+
 TEST(Config, MissingFileNamesThePath) {
   const std::string path = "/nonexistent/dir/gpt_small.yaml";
   try {
@@ -258,6 +271,11 @@ TEST(Config, PartitionFileIsVPipesJson) {
   EXPECT_THAT(error("{\"partition\": [4, 0, 4]}"), HasSubstr("an integer >= 1"));
   EXPECT_THAT(error("{\"partition\": [8], \"recompute_ratio\": [2]}"), HasSubstr("in [0, 1]"));
   EXPECT_THAT(error("{\"partition\": [4, 4]}", "parallel.partition_layers=[4,4]"), HasSubstr("keep one"));
+  // A partition method asked for as well (--partition time) was overridden by the file, silently;
+  // an empty list failed later naming parallel.partition_layers, not the file.
+  EXPECT_THAT(error("{\"partition\": [4, 4]}", "parallel.partition=time"),
+              AllOf(HasSubstr("parallel.partition is time"), HasSubstr("keep one")));
+  EXPECT_THAT(error("{\"partition\": []}"), AllOf(HasSubstr("bad_partition.json"), HasSubstr("empty")));
   PipelineConfig missing;
   missing.parallel.partition_file = "/no/such/partition.json";
   try {

@@ -106,6 +106,32 @@ TEST_F(DataFiles, TruncatedGzipIsAnError) {
   }
 }
 
+// Cut on a flush boundary, a gzip reads to a clean end of data: every line read looked whole, and
+// the truncated file trained as if it were the dataset (zlib says so only at the end: Z_BUF_ERROR).
+TEST_F(DataFiles, AGzipCutWhereItWasFlushedIsAnError) {
+  const std::string whole = (dir_ / "flushed.jsonl.gz").string();
+  gzFile file = gzopen(whole.c_str(), "wb");
+  ASSERT_NE(file, nullptr);
+  std::streamoff cut = 0;
+  for (int i = 0; i < 400; ++i) {
+    const std::string line = record("f" + std::to_string(i), "doc", "def f(): return " + std::to_string(i)) + "\n";
+    ASSERT_EQ(gzwrite(file, line.data(), static_cast<unsigned>(line.size())), static_cast<int>(line.size()));
+    ASSERT_EQ(gzflush(file, Z_SYNC_FLUSH), Z_OK);
+    if (i == 199) cut = static_cast<std::streamoff>(gzoffset(file));  // bytes written after 200 records
+  }
+  gzclose(file);
+  std::ifstream in(whole, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(cut, 0);
+  const std::string truncated = write("flushed_cut.jsonl.gz", bytes.substr(0, static_cast<size_t>(cut)));
+  try {
+    const auto docs = read_codesearchnet(truncated);
+    FAIL() << "a gzip cut on a flush boundary read as " << docs.size() << " documents";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("ends early"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(DataFiles, TextFolderIsSortedAndSkipsHiddenFiles) {
   write("b.txt", "second");
   write("a/z.md", "first");

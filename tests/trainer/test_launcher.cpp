@@ -224,6 +224,16 @@ TEST(Launcher, UnderAnSrunStepOfSeveralTasksEachTaskMustBeANode) {
   EXPECT_THROW(check(o, {{"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_STEP_NUM_NODES", "1"}, {"SLURM_PROCID", "1"}}),
                WorldError);
   EXPECT_NO_THROW(check(o, {{"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_STEP_NUM_NODES", "2"}, {"SLURM_PROCID", "1"}}));
+  // Garbage was read as 0 (atoi) and the check skipped.
+  o.nnodes = 1;
+  o.node_rank = 0;
+  try {
+    check(o, {{"SLURM_STEP_NUM_TASKS", "2x"}, {"SLURM_PROCID", "1"}});
+    ADD_FAILURE() << "no WorldError";
+  } catch (const WorldError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("SLURM_STEP_NUM_TASKS='2x'"));
+  }
+  EXPECT_THROW(check(o, {{"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_PROCID", "one"}}), WorldError);
 }
 
 TEST(Launcher, StripRemovesOnlyTheLauncherFlags) {

@@ -180,11 +180,13 @@ TEST(MetricsTest, CpuRunsHaveNoMfu) {
   testing::remove_tree(dir);
 }
 
+// The user's to fix: std::invalid_argument (gpipe_runner exits 2, as for --checkpoint-dir; it
+// was a runtime_error, exit 1, a failed run).
 TEST(MetricsTest, UnwritableOutputDirIsANamedError) {
   try {
     MetricsLog log("/proc/definitely/not/writable", RunInfo{});
     FAIL();
-  } catch (const std::runtime_error& e) {
+  } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("training.output_dir"), std::string::npos) << e.what();
   }
 }

@@ -86,11 +86,16 @@ RunOptions parse_cli(int argc, const char* const* argv) {
   auto* nproc = app.add_option("--nproc-per-node", nproc_per_node,
                                "Launch N worker processes on this node (like torchrun --nproc_per_node)");
   nproc->check(kCount);
-  app.add_option("--nnodes", nnodes, "Nodes of a --nproc-per-node launch")->check(kCount);
+  // Without --nproc-per-node these were ignored and the process trained every rank by itself.
+  app.add_option("--nnodes", nnodes, "Nodes of a --nproc-per-node launch")->check(kCount)->needs(nproc);
   app.add_option("--node-rank", node_rank, "This node's index in a --nproc-per-node launch")
-      ->check(kIndex);
-  app.add_option("--master-addr", master_addr, "Rendezvous host of a --nproc-per-node launch (rank 0's node)");
-  app.add_option("--master-port", master_port, "Rendezvous port of a --nproc-per-node launch")->check(CLI::Range(1, 65535));
+      ->check(kIndex)
+      ->needs(nproc);
+  app.add_option("--master-addr", master_addr, "Rendezvous host of a --nproc-per-node launch (rank 0's node)")
+      ->needs(nproc);
+  app.add_option("--master-port", master_port, "Rendezvous port of a --nproc-per-node launch")
+      ->check(CLI::Range(1, 65535))
+      ->needs(nproc);
   auto* plan_flag = app.add_flag("--plan", opts.plan.enabled,
                                  "Measure each layer on this device, simulate every legal pipeline configuration, print "
                                  "the best and write it as YAML (see --plan-output), then exit");
@@ -132,6 +137,14 @@ RunOptions parse_cli(int argc, const char* const* argv) {
     throw CliHelp(app.help("", CLI::AppFormatMode::All));
   } catch (const CLI::ParseError& e) {
     throw CliError(std::string(e.what()) + " (run with --help for the flags)");
+  }
+  // An empty value (--steps "$STEPS" with STEPS unset) used to be dropped, and the config's value
+  // used in its place.
+  for (const CLI::Option* o : app.get_options()) {
+    if (o->count() == 0 || o->get_type_size() == 0) continue;  // not given, or a flag without a value
+    for (const std::string& r : o->results()) {
+      if (r.empty()) throw CliError(o->get_name() + " was given an empty value (an unset shell variable?); give one");
+    }
   }
 
   for (const std::string& s : sets) {

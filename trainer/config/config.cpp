@@ -55,13 +55,25 @@ std::string location(const YAML::Mark& mark, const std::string& origin) {
   return origin + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1) + ": ";
 }
 
+// Whether `s` is an integer written in decimal: an optional '-', then digits without a leading
+// zero ("0" itself aside). yaml-cpp follows YAML 1.1, where 010 is octal 8 and 0x10 is 16: a
+// --microbatches 010 trained 8 micro-batches.
+bool decimal_integer(const std::string& s) {
+  const size_t digits = !s.empty() && s[0] == '-' ? 1 : 0;
+  if (s.size() == digits) return false;
+  for (size_t i = digits; i < s.size(); ++i) {
+    if (s[i] < '0' || s[i] > '9') return false;
+  }
+  return s[digits] != '0' || s.size() == digits + 1;
+}
+
 // Reads one scalar strictly (yaml-cpp rejects "3.5" as an int and "abc" as a number).
 template <class T>
 T read_scalar(const YAML::Node& node) {
   if (!node.IsScalar()) throw YAML::TypedBadConversion<T>(node.Mark());
-  if constexpr (std::is_unsigned_v<T> && !std::is_same_v<T, bool>) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
     const std::string& s = node.Scalar();
-    if (!s.empty() && s[0] == '-') throw YAML::TypedBadConversion<T>(node.Mark());
+    if (!decimal_integer(s) || (std::is_unsigned_v<T> && s[0] == '-')) throw YAML::TypedBadConversion<T>(node.Mark());
   }
   return node.as<T>();
 }
@@ -362,11 +374,18 @@ void read_field(PipelineConfig& c, const Field& f, const YAML::Node& node, const
 }
 
 YAML::Node parse_yaml(const std::string& text, const std::string& origin) {
+  std::vector<YAML::Node> documents;
   try {
-    return YAML::Load(text);
+    documents = YAML::LoadAll(text);
   } catch (const YAML::ParserException& e) {
     throw ConfigError(location(e.mark, origin) + "not valid YAML: " + e.msg);
   }
+  // YAML::Load read the first document only: what followed a '---' was dropped unread.
+  if (documents.size() > 1) {
+    throw ConfigError(location(documents[1].Mark(), origin) + "a second YAML document (after '---'); a config is one "
+                      "YAML document: merge them, or pass the second with --set");
+  }
+  return documents.empty() ? YAML::Node() : documents.front();
 }
 
 // A key must be a plain scalar; a second occurrence of a key is an error (yaml-cpp keeps both).
@@ -476,6 +495,7 @@ void PipelineConfig::load_partition_file() {
     if (item.key() != "partition" && item.key() != "recompute_ratio")
       throw ConfigError("parallel.partition_file '" + path + "': unknown key \"" + item.key() + "\"; " + expected);
   }
+  if (j["partition"].empty()) throw ConfigError("parallel.partition_file '" + path + "': the \"partition\" list is empty; " + expected);
   std::vector<int64_t> layers;
   for (const auto& v : j["partition"]) {
     if (!v.is_number_integer() || v.get<int64_t>() < 1)
@@ -497,6 +517,10 @@ void PipelineConfig::load_partition_file() {
   if (!par.partition_layers.empty())
     throw ConfigError("parallel.partition_file '" + path + "' and parallel.partition_layers both give the partition; "
                       "keep one");
+  // A method asked for as well (--partition time) used to lose to the file without a word.
+  if (par.partition != "uniform" && par.partition != "explicit")
+    throw ConfigError("parallel.partition_file '" + path + "' gives the partition and parallel.partition is " +
+                      par.partition + "; keep one");
   if (!ratios.empty() && !par.recompute_ratio.empty())
     throw ConfigError("parallel.partition_file '" + path + "' and parallel.recompute_ratio both give the recompute "
                       "ratios; keep one");

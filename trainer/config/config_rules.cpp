@@ -133,6 +133,10 @@ void check_cross_fields(const PipelineConfig& c) {
     throw ConfigError("parallel.transport is gloo but parallel.device is cuda; use transport nccl (or auto) for GPU stages");
   if (c.dataset.tokenizer == "sentencepiece" && c.dataset.tokenizer_model.empty())
     throw ConfigError("dataset.tokenizer is sentencepiece but dataset.tokenizer_model is empty; give the .model file");
+  if (c.dataset.tokenizer != "sentencepiece" && !c.dataset.tokenizer_model.empty())
+    throw ConfigError("dataset.tokenizer_model is '" + c.dataset.tokenizer_model + "' but dataset.tokenizer is " +
+                      c.dataset.tokenizer + ", which takes no model: set dataset.tokenizer: sentencepiece, or drop "
+                      "the model");
   if (par.publish_bubbles_rank >= par.model_parallel_size) {
     throw ConfigError("parallel.publish_bubbles_rank=" + std::to_string(par.publish_bubbles_rank) +
                       " is not a pipeline rank (0.." + std::to_string(par.model_parallel_size - 1) +

@@ -41,7 +41,17 @@ void for_each_line(const std::string& path, const std::function<void(int64_t, co
                                std::to_string(line_number) + ": " + (message ? message : "zlib error") +
                                " (truncated or corrupt gzip?)");
     }
-    if (n == 0) break;
+    if (n == 0) {
+      // A gzip cut on a flush boundary reads to a clean end of data: zlib says only here that
+      // the member never ended (Z_BUF_ERROR), and its lines so far looked whole.
+      int code = Z_OK;
+      gzerror(file.get(), &code);
+      if (code == Z_BUF_ERROR) {
+        throw std::runtime_error("cannot read CodeSearchNet file '" + path + "' after line " +
+                                 std::to_string(line_number) + ": the gzip stream ends early (truncated file?)");
+      }
+      break;
+    }
     size_t start = 0;
     for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
       if (chunk[i] != '\n') continue;

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <charconv>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -321,18 +322,33 @@ int launch_workers(const LaunchOptions& options, const std::vector<std::string>&
   return supervise(children, relay, options.grace);
 }
 
+namespace {
+// A SLURM count or index, the whole text: atoi read garbage as 0, and the check below was skipped.
+int slurm_number(const char* name, const char* text) {
+  int value = 0;
+  const char* end = text + std::strlen(text);
+  const auto [ptr, ec] = std::from_chars(text, end, value);
+  if (ec != std::errc() || ptr != end || value < 0) {
+    throw WorldError(fmt::format("{}='{}' is not a number of tasks or nodes: this is not a job step SLURM started "
+                                 "(unset it, or run under srun)", name, text));
+  }
+  return value;
+}
+}  // namespace
+
 void check_launch_under_slurm(const LaunchOptions& options, const GetEnv& getenv) {
   const char* tasks_text = getenv("SLURM_STEP_NUM_TASKS");
   if (tasks_text == nullptr || *tasks_text == '\0') return;
-  const int tasks = std::atoi(tasks_text);
+  const int tasks = slurm_number("SLURM_STEP_NUM_TASKS", tasks_text);
   if (tasks <= 1) return;
   const char* procid = getenv("SLURM_PROCID");
   const char* nodes_text = getenv("SLURM_STEP_NUM_NODES");
   // Each task a node of its own: as many tasks as nodes in the step, and this task's --node-rank
   // its task number (with one task per node, SLURM_PROCID counts the step's nodes).
   const bool one_task_per_node =
-      options.nnodes == tasks && (nodes_text == nullptr || *nodes_text == '\0' || std::atoi(nodes_text) == tasks) &&
-      (procid == nullptr || *procid == '\0' || std::atoi(procid) == options.node_rank);
+      options.nnodes == tasks &&
+      (nodes_text == nullptr || *nodes_text == '\0' || slurm_number("SLURM_STEP_NUM_NODES", nodes_text) == tasks) &&
+      (procid == nullptr || *procid == '\0' || slurm_number("SLURM_PROCID", procid) == options.node_rank);
   if (one_task_per_node) return;
   throw WorldError(fmt::format(
       "--nproc-per-node {} inside an srun step of {} tasks (this is task {}) with --nnodes {} --node-rank {}: every "

@@ -110,8 +110,9 @@ MetricsLog::MetricsLog(const std::string& output_dir, RunInfo info)
   std::filesystem::create_directories(output_dir_, ec);
   std::ofstream probe(jsonl_path_, std::ios::app);  // writable, and nothing truncated before begin_at
   if (!probe) {
-    throw std::runtime_error("cannot write metrics to '" + jsonl_path_ +
-                             "': set training.output_dir to a writable folder");
+    // invalid_argument: the user's to fix (exit 2, as for --checkpoint-dir), not a run failure.
+    throw std::invalid_argument("cannot write metrics to '" + jsonl_path_ +
+                                "': set training.output_dir to a writable folder");
   }
   if (TensorBoardEventWriter::unavailable_reason() == nullptr) {
     tensorboard_ = std::make_unique<TensorBoardEventWriter>(output_dir_);
