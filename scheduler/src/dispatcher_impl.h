@@ -78,7 +78,7 @@ struct Dispatcher::Impl final : CompletionListener {
   // The first dependency of `q` not yet submitted, or null.
   static const Dep* first_unmet(const QueuedOp& q);
 
-  // ---- admission bookkeeping and submit paths (dispatcher.cpp) ----
+  // ---- admission accounting (dispatcher_admission.cpp) and submit paths (dispatcher.cpp) ----
   // The class `op` is scheduled with on `s`: its own (Op::requested_class) or the stream's; a
   // communication stream keeps its class.
   static StreamClass class_of(const StreamState& s, const Op& op);
