@@ -28,14 +28,9 @@ std::string dim(const sched::Dim3& d) {
   return text;
 }
 
+// CUDA's grid and block limits are the workload reader's (sched::load_workload refuses them);
+// what is left is sm_90's shared memory.
 void check_shape(const sched::Workload& w, const WorkloadOp& op) {
-  const uint64_t threads = op.block.count();
-  if (threads > kMaxThreadsPerBlock) {
-    fail(w, op, "block " + dim(op.block) + " has " + std::to_string(threads) + " threads; sm_90 allows at most " +
-                    std::to_string(kMaxThreadsPerBlock) + " per block");
-  }
-  if (op.block.z > 64) fail(w, op, "block z " + std::to_string(op.block.z) + " exceeds sm_90's 64");
-  if (op.grid.y > 65535 || op.grid.z > 65535) fail(w, op, "grid " + dim(op.grid) + ": y and z are at most 65535");
   if (op.smem > kMaxSharedMemPerBlock) {
     fail(w, op, "smem " + std::to_string(op.smem) + " bytes per block: an sm_90 SM has 228 KiB of shared memory, at "
                     "most " + std::to_string(kMaxSharedMemPerBlock) + " bytes (227 KiB) for one block");

@@ -102,8 +102,7 @@ ORION_EXPORT CUresult CUDAAPI cuIpcOpenEventHandle(CUevent* out, CUipcEventHandl
          back (the legacy stream's, under gpud, was no longer gated). */                      \
       const sched::StreamId id = Shim::stream_id(s, false);                                    \
       const sched::StreamClass cls = shim->dispatcher().stream_class(id);                      \
-      shim->dispatcher().forget_stream(id);                                                    \
-      shim->device().stream_destroying(id);                                                    \
+      shim->stream_ended(id);                                                                  \
       const CUresult rc = real::sym(s);                                                        \
       if (rc != CUDA_SUCCESS) shim->set_stream_class(id, cls);                                 \
       return rc;                                                                               \

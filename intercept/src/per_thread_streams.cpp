@@ -67,18 +67,10 @@ sched::StreamId Shim::per_thread_stream() {
   }
   if (reused) {
     if (const uintptr_t v = g_shim_state.load(std::memory_order_acquire); v > 1) {
-      reinterpret_cast<Shim*>(v)->per_thread_stream_reused(t_per_thread_stream);
+      reinterpret_cast<Shim*>(v)->stream_ended(t_per_thread_stream);  // the exited thread's
     }
   }
   return t_per_thread_stream;
-}
-
-void Shim::per_thread_stream_reused(sched::StreamId id) {
-  // What the shim kept of the exited thread's stream (its class, a partition's shadow streams,
-  // completion bookkeeping) is not the new stream's: as for a destroyed stream's handle value
-  // that a new stream gets (cuStreamDestroy's wrapper, stream_created).
-  dispatcher_->forget_stream(id);
-  device_.stream_destroying(id);
 }
 
 }  // namespace orion

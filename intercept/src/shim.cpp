@@ -300,6 +300,11 @@ void Shim::primary_context_ended(CUdevice dev, CUcontext ctx, bool reset,
   context_destroyed(ctx, polls_blocked);
 }
 
+void Shim::stream_ended(sched::StreamId id) {
+  dispatcher_->forget_stream(id);
+  device_.stream_destroying(id);
+}
+
 void Shim::event_created(CUevent e, unsigned flags) {
   // A reused handle value (the old event destroyed, or gone with its context): what the
   // dispatcher knew of the old event's records must not order the new one's waits.

@@ -97,8 +97,10 @@ class Shim {
   bool interprocess_event(CUevent e) const;
   // A stream created by the program: its class and its flags (CU_STREAM_NON_BLOCKING).
   void stream_created(CUstream s, unsigned flags, sched::StreamClass cls);
-  // A per-thread stream number whose earlier thread exited now names the calling thread's stream.
-  void per_thread_stream_reused(sched::StreamId id);
+  // A stream ended (destroyed; a per-thread stream's thread exited): what the dispatcher and the
+  // device kept of it (class, queued work, drained first; completion bookkeeping, a partition's
+  // shadow streams) is not what a later stream of that identity starts with.
+  void stream_ended(sched::StreamId id);
 
   // Submits an op through the dispatcher. `call` is the borrowed payload; `clone` may be null
   // (the caller then waits until the op reached the driver). The caller fills
